@@ -1,0 +1,109 @@
+// Task format of paper 000 (Sec. 4.1, Appendix D.3/D.4.2): vocabulary, the scratchpad sequence
+// `$ A_1 + ... + A_m = B_0 > B_1 > ... > B_m`, the two padding rules, bi-level position IDs with
+// offsets, Boost.Multiprecision reference sums, and the SA/TA samplers of Sec. 4.2.
+// Indices in code are 0-based; the paper's token k is our index k-1.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <boost/multiprecision/cpp_int.hpp>
+
+namespace manyadd {
+
+// Raised for every user-correctable problem (bad shape, bad string, offset out of range); the CLIs
+// turn it into exit code 2.
+struct InputError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Vocabulary V = (0, ..., 9, '+', '=', '>', '$') in the paper's order (D.1); '$' is BOS and EOS.
+enum Tok : std::uint8_t { kPlus = 10, kEq = 11, kArrow = 12, kDollar = 13 };
+inline constexpr int kVocab = 14;
+char token_char(int tok);
+int token_from_char(char c);  // throws InputError
+std::string tokens_to_string(const std::vector<std::uint8_t>& toks);
+std::vector<std::uint8_t> tokens_from_string(const std::string& s);  // throws InputError
+
+// Zero-padding width l of every number.
+//   theorem: l = n + 1 + floor(log10 m)                (Appendix D.3)
+//   minimal: digit count of m * (10^n - 1)             (Sec. 4.1, what the experiments use)
+enum class Padding { theorem, minimal };
+Padding parse_padding(const std::string& s);  // throws InputError
+const char* padding_name(Padding p);
+int width_theorem(std::int64_t n, std::int64_t m);
+int width_minimal(std::int64_t n, std::int64_t m);
+int width(Padding p, std::int64_t n, std::int64_t m);
+
+// One shape: m operands of at most n digits, every number padded to l digits.
+struct Shape {
+  int n = 0, m = 0, l = 0;
+  Padding padding = Padding::theorem;
+  static Shape make(std::int64_t n, std::int64_t m, Padding p = Padding::theorem);  // validates
+  std::int64_t N() const { return std::int64_t(2 * m + 1) * (l + 1); }  // sequence length
+  std::int64_t query_len() const { return std::int64_t(m) * (l + 1) + 1; }  // BOS .. last operand
+  std::int64_t eq_index() const { return std::int64_t(m) * (l + 1); }  // 0-based index of '='
+};
+
+// An addition problem: the operands as decimal strings (most significant first, no padding).
+struct Problem {
+  std::vector<std::string> operands;
+  std::string to_string() const;  // "57+48+96"
+  int max_digits() const;
+};
+Problem parse_problem(const std::string& s);  // "57+48+96"; throws InputError
+
+// Reference answer (independent of the sequence builder's digit arithmetic).
+boost::multiprecision::cpp_int reference_sum(const Problem& p);
+
+// The teacher-forced sequence of N tokens for `p` padded to shape.l (the shape's n and m must admit
+// p: every operand at most n digits, exactly m operands). The partial sums are computed by
+// schoolbook digit addition, O(n m); tests check them against reference_sum.
+std::vector<std::uint8_t> build_sequence(const Problem& p, const Shape& shape);
+
+// Inverse of build_sequence: checks the layout and returns the operands (padding stripped) and the
+// partial sums b_0..b_m as decimal strings. Throws InputError on any malformed sequence.
+struct ParsedSequence {
+  int m = 0, l = 0;
+  Problem problem;
+  std::vector<std::string> partial_sums;  // b_0 .. b_m, no padding
+};
+ParsedSequence parse_sequence(const std::vector<std::uint8_t>& toks);
+
+// Bi-level coupled position IDs (Appendix D.4.2, Eqs. 1-2), for offsets s1, s2 >= 1.
+//   level 1: BOS 0; a digit of significance t (1 = least) s1 + t; every separator s1.
+//   level 2: BOS 0; A_i and the '+' after it s2 + i - 1; '=' and B_0 s2; '>' before B_i and B_i s2 + i.
+// They depend on the shape only, never on the digits.
+struct PositionIds {
+  std::vector<std::int32_t> p1, p2;
+};
+PositionIds position_ids(const Shape& shape, std::int64_t s1, std::int64_t s2);
+// The same, for one 0-based index (O(1)); used by engines that never materialize the arrays.
+void position_id_at(const Shape& shape, std::int64_t s1, std::int64_t s2, std::int64_t k,
+                    std::int32_t& p1, std::int32_t& p2);
+
+// Deterministic samplers (a fixed generator and our own uniform draw, so a seed gives the same
+// problems with every standard library). A 1-digit operand is uniform in [0, 9]; a k-digit operand
+// (k >= 2) is uniform in [10^(k-1), 10^k - 1], i.e. it never starts with 0.
+class Rng {
+ public:
+  explicit Rng(std::uint64_t seed) : g_(seed) {}
+  std::uint64_t uniform(std::uint64_t lo, std::uint64_t hi);  // inclusive, unbiased
+  std::mt19937_64& engine() { return g_; }
+
+ private:
+  std::mt19937_64 g_;
+};
+std::string random_operand(Rng& rng, int digits);
+// TA(n, m): exactly m operands of exactly n digits.
+Problem sample_TA(Rng& rng, int n, int m);
+// SA(n, m), `count` problems in two equal chunks (Sec. 4.2): first chunk, operand count uniform in
+// [2, m] and each operand's length independently uniform in [1, n]; second chunk, count uniform in
+// [2, m] and one length uniform in [1, n] shared by all operands. For odd counts the first chunk
+// gets the extra problem.
+std::vector<Problem> sample_SA(Rng& rng, int n, int m, std::int64_t count);
+
+}  // namespace manyadd
