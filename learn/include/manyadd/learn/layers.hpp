@@ -1,0 +1,238 @@
+// Layers of the learned transformer as forward/backward free-function pairs (llm.c style): outputs
+// first, gradients prefixed d, values saved by forward passed back to backward explicitly. Templated
+// on the scalar so the same code runs in fp32 (training) and double (finite-difference checks).
+// Every backward *accumulates* (+=) into its parameter gradients and into dinp, so callers zero once.
+//
+// Shape legend (one sequence at a time; the batch is a loop over sequences, see trainer.cpp):
+//   T  tokens in the sequence          C  d_model           V  vocabulary (14)
+//   NH heads      HS d_head            F  d_ff (GEGLU hidden width)
+// All activations are row-major (T, ...) buffers; a weight W of an nn.Linear(C -> OC) is (OC, C).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include <Eigen/Core>
+
+namespace manyadd::learn {
+
+template <class S>
+using MatR = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class S>
+using MapR = Eigen::Map<MatR<S>>;
+template <class S>
+using CMapR = Eigen::Map<const MatR<S>>;
+template <class S>
+using MapV = Eigen::Map<Eigen::Matrix<S, Eigen::Dynamic, 1>>;
+template <class S>
+using CMapV = Eigen::Map<const Eigen::Matrix<S, Eigen::Dynamic, 1>>;
+
+// ---- embedding: token table plus one position table per level, summed ----------------------------
+// out (T, C) = wte[tok[t]] + sum_{lv < L} wpe[lv][pos[lv][t]]
+template <class S>
+void embedding_forward(S* out, const std::uint8_t* tok, const std::int32_t* const* pos, int L, const S* wte,
+                       const S* const* wpe, int T, int C) {
+  for (int t = 0; t < T; ++t) {
+    S* o = out + std::int64_t(t) * C;
+    const S* e = wte + std::int64_t(tok[t]) * C;
+    for (int c = 0; c < C; ++c) o[c] = e[c];
+    for (int lv = 0; lv < L; ++lv) {
+      const S* p = wpe[lv] + std::int64_t(pos[lv][t]) * C;
+      for (int c = 0; c < C; ++c) o[c] += p[c];
+    }
+  }
+}
+// d of the sum above: each row of dout flows to the rows it was read from.
+template <class S>
+void embedding_backward(S* dwte, S* const* dwpe, const S* dout, const std::uint8_t* tok,
+                        const std::int32_t* const* pos, int L, int T, int C) {
+  for (int t = 0; t < T; ++t) {
+    const S* g = dout + std::int64_t(t) * C;
+    S* e = dwte + std::int64_t(tok[t]) * C;
+    for (int c = 0; c < C; ++c) e[c] += g[c];
+    for (int lv = 0; lv < L; ++lv) {
+      S* p = dwpe[lv] + std::int64_t(pos[lv][t]) * C;
+      for (int c = 0; c < C; ++c) p[c] += g[c];
+    }
+  }
+}
+
+// ---- RMSNorm: out = w * x * rstd, rstd = (mean(x^2) + eps)^(-1/2) ---------------------------------
+template <class S>
+void rmsnorm_forward(S* out, S* rstd, const S* inp, const S* w, int T, int C, S eps) {
+  for (int t = 0; t < T; ++t) {
+    const S* x = inp + std::int64_t(t) * C;
+    S ss = 0;
+    for (int c = 0; c < C; ++c) ss += x[c] * x[c];
+    const S r = S(1) / std::sqrt(ss / S(C) + eps);
+    rstd[t] = r;
+    S* o = out + std::int64_t(t) * C;
+    for (int c = 0; c < C; ++c) o[c] = w[c] * x[c] * r;
+  }
+}
+// From y_c = w_c x_c r with dr/dx_j = -r^3 x_j / C:
+//   dx_j = w_j g_j r - x_j r^3 / C * sum_c g_c w_c x_c ;  dw_c += g_c x_c r
+template <class S>
+void rmsnorm_backward(S* dinp, S* dw, const S* dout, const S* inp, const S* w, const S* rstd, int T, int C) {
+  for (int t = 0; t < T; ++t) {
+    const S* x = inp + std::int64_t(t) * C;
+    const S* g = dout + std::int64_t(t) * C;
+    S* dx = dinp + std::int64_t(t) * C;
+    const S r = rstd[t];
+    S dot = 0;
+    for (int c = 0; c < C; ++c) dot += g[c] * w[c] * x[c];
+    const S k = dot * r * r * r / S(C);
+    for (int c = 0; c < C; ++c) {
+      dx[c] += w[c] * g[c] * r - x[c] * k;
+      dw[c] += g[c] * x[c] * r;
+    }
+  }
+}
+
+// ---- linear without bias: out (T, OC) = inp (T, C) @ w^T, w (OC, C) ------------------------------
+template <class S>
+void matmul_forward(S* out, const S* inp, const S* w, int T, int C, int OC) {
+  MapR<S>(out, T, OC).noalias() = CMapR<S>(inp, T, C) * CMapR<S>(w, OC, C).transpose();
+}
+// dinp (T, C) += dout @ w ; dw (OC, C) += dout^T @ inp
+template <class S>
+void matmul_backward(S* dinp, S* dw, const S* dout, const S* inp, const S* w, int T, int C, int OC) {
+  CMapR<S> g(dout, T, OC);
+  MapR<S>(dinp, T, C).noalias() += g * CMapR<S>(w, OC, C);
+  MapR<S>(dw, OC, C).noalias() += g.transpose() * CMapR<S>(inp, T, C);
+}
+
+// ---- causal multi-head self-attention (no biases) ------------------------------------------------
+// q, k, v (T, NH*HS), head h in columns [h HS, (h+1) HS); att (NH, T, T) post-softmax, zero above the
+// diagonal; out (T, NH*HS) = per head att_h @ v_h. Scores are scaled by 1/sqrt(HS).
+template <class S>
+void attention_forward(S* out, S* att, const S* q, const S* k, const S* v, int T, int NH, int HS) {
+  const int D = NH * HS;
+  const S scale = S(1) / std::sqrt(S(HS));
+  CMapR<S> Q(q, T, D), K(k, T, D), Vv(v, T, D);
+  MapR<S> O(out, T, D);
+  for (int h = 0; h < NH; ++h) {
+    MapR<S> P(att + std::int64_t(h) * T * T, T, T);
+    P.noalias() = Q.middleCols(h * HS, HS) * K.middleCols(h * HS, HS).transpose();
+    for (int i = 0; i < T; ++i) {
+      S mx = -std::numeric_limits<S>::infinity();
+      for (int j = 0; j <= i; ++j) mx = std::max(mx, P(i, j) * scale);
+      S sum = 0;
+      for (int j = 0; j <= i; ++j) {
+        const S e = std::exp(P(i, j) * scale - mx);
+        P(i, j) = e;
+        sum += e;
+      }
+      const S inv = S(1) / sum;
+      for (int j = 0; j <= i; ++j) P(i, j) *= inv;
+      for (int j = i + 1; j < T; ++j) P(i, j) = 0;
+    }
+    O.middleCols(h * HS, HS).noalias() = P * Vv.middleCols(h * HS, HS);
+  }
+}
+// Reverse of the forward per head, with P = att_h and S = scaled scores:
+//   out_h = P v_h                 -> dP = dout_h v_h^T ; dv_h += P^T dout_h
+//   P = softmax_row(S) (causal)   -> dS_ij = P_ij (dP_ij - sum_j' P_ij' dP_ij')
+//   S = scale q_h k_h^T           -> dq_h += scale dS k_h ; dk_h += scale dS^T q_h
+// scratch: (T, T) workspace.
+template <class S>
+void attention_backward(S* dq, S* dk, S* dv, S* scratch, const S* dout, const S* att, const S* q, const S* k,
+                        const S* v, int T, int NH, int HS) {
+  const int D = NH * HS;
+  const S scale = S(1) / std::sqrt(S(HS));
+  CMapR<S> Q(q, T, D), K(k, T, D), Vv(v, T, D), G(dout, T, D);
+  MapR<S> dQ(dq, T, D), dK(dk, T, D), dV(dv, T, D);
+  MapR<S> dP(scratch, T, T);
+  for (int h = 0; h < NH; ++h) {
+    CMapR<S> P(att + std::int64_t(h) * T * T, T, T);
+    dV.middleCols(h * HS, HS).noalias() += P.transpose() * G.middleCols(h * HS, HS);
+    dP.noalias() = G.middleCols(h * HS, HS) * Vv.middleCols(h * HS, HS).transpose();
+    for (int i = 0; i < T; ++i) {
+      S dot = 0;
+      for (int j = 0; j <= i; ++j) dot += P(i, j) * dP(i, j);
+      for (int j = 0; j <= i; ++j) dP(i, j) = scale * P(i, j) * (dP(i, j) - dot);
+      for (int j = i + 1; j < T; ++j) dP(i, j) = 0;
+    }
+    dQ.middleCols(h * HS, HS).noalias() += dP * K.middleCols(h * HS, HS);
+    dK.middleCols(h * HS, HS).noalias() += dP.transpose() * Q.middleCols(h * HS, HS);
+  }
+}
+
+// ---- GEGLU: inp (T, 2F) = [a | b] (gate, up), out (T, F) = gelu(a) * b ---------------------------
+// gelu is the tanh approximation (HF "gelu_new", what T5's gated-gelu uses).
+template <class S>
+inline S gelu_tanh(S x, S* dgelu) {
+  const S c = S(0.7978845608028654);  // sqrt(2/pi)
+  const S u = c * (x + S(0.044715) * x * x * x);
+  const S th = std::tanh(u);
+  if (dgelu) *dgelu = S(0.5) * (S(1) + th) + S(0.5) * x * (S(1) - th * th) * c * (S(1) + S(3 * 0.044715) * x * x);
+  return S(0.5) * x * (S(1) + th);
+}
+template <class S>
+void geglu_forward(S* out, const S* inp, int T, int F) {
+  for (int t = 0; t < T; ++t) {
+    const S* a = inp + std::int64_t(t) * 2 * F;
+    const S* b = a + F;
+    S* o = out + std::int64_t(t) * F;
+    for (int f = 0; f < F; ++f) o[f] = gelu_tanh<S>(a[f], nullptr) * b[f];
+  }
+}
+// da = g * b * gelu'(a) ; db = g * gelu(a)
+template <class S>
+void geglu_backward(S* dinp, const S* dout, const S* inp, int T, int F) {
+  for (int t = 0; t < T; ++t) {
+    const S* a = inp + std::int64_t(t) * 2 * F;
+    const S* b = a + F;
+    const S* g = dout + std::int64_t(t) * F;
+    S* da = dinp + std::int64_t(t) * 2 * F;
+    S* db = da + F;
+    for (int f = 0; f < F; ++f) {
+      S d;
+      const S ga = gelu_tanh<S>(a[f], &d);
+      da[f] += g[f] * b[f] * d;
+      db[f] += g[f] * ga;
+    }
+  }
+}
+
+// ---- residual: out = a + b ---------------------------------------------------------------------------
+template <class S>
+void residual_forward(S* out, const S* a, const S* b, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+// ---- softmax cross-entropy on the positions with target >= 0 --------------------------------------
+// probs (T, V) softmax of logits; losses (T) = -log probs[target] (0 where target < 0). Returns the sum.
+template <class S>
+S crossentropy_forward(S* losses, S* probs, const S* logits, const std::int32_t* targets, int T, int V) {
+  S total = 0;
+  for (int t = 0; t < T; ++t) {
+    const S* z = logits + std::int64_t(t) * V;
+    S* p = probs + std::int64_t(t) * V;
+    S mx = z[0];
+    for (int i = 1; i < V; ++i) mx = std::max(mx, z[i]);
+    S sum = 0;
+    for (int i = 0; i < V; ++i) sum += (p[i] = std::exp(z[i] - mx));
+    for (int i = 0; i < V; ++i) p[i] /= sum;
+    losses[t] = targets[t] >= 0 ? -(z[targets[t]] - mx - std::log(sum)) : S(0);
+    total += losses[t];
+  }
+  return total;
+}
+// d(scale * sum of losses)/dlogits = scale (probs - onehot(target)) on counted rows, 0 elsewhere.
+template <class S>
+void crossentropy_backward(S* dlogits, const S* probs, const std::int32_t* targets, S scale, int T, int V) {
+  for (int t = 0; t < T; ++t) {
+    S* d = dlogits + std::int64_t(t) * V;
+    if (targets[t] < 0) {
+      for (int i = 0; i < V; ++i) d[i] = 0;
+      continue;
+    }
+    const S* p = probs + std::int64_t(t) * V;
+    for (int i = 0; i < V; ++i) d[i] = scale * p[i];
+    d[targets[t]] -= scale;
+  }
+}
+
+}  // namespace manyadd::learn
