@@ -1,0 +1,96 @@
+// Training: SA(n, m) data with random position offsets, AdamW (betas 0.9/0.95, no weight decay,
+// global-norm clipping at 1.0 as the reference implementation), linear warm-up over 1% of the steps
+// then cosine decay to 0.1 x lr, periodic evaluation, atomic checksummed checkpoints, bit-identical
+// resume. The batch is split over threads in fixed contiguous blocks with one gradient buffer each,
+// reduced in thread order, so a run is deterministic for a given (seed, threads).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "manyadd/learn/model.hpp"
+
+namespace manyadd::learn {
+
+struct TrainConfig {
+  int train_n = 5, train_m = 5;          // SA(train_n, train_m)
+  std::int64_t train_size = 500'000;     // problems in the fixed training set (paper: 500,000)
+  std::int64_t steps = 10'000;
+  int batch = 64;
+  double lr = 1e-3;
+  double warmup_frac = 0.01, min_lr_frac = 0.1;
+  double beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8, weight_decay = 0.0, grad_clip = 1.0;
+  std::uint64_t seed = 1;
+  int threads = 2;
+  std::int64_t log_every = 50;
+  std::int64_t eval_every = 1000;        // 0 = never (except at the end)
+  std::int64_t eval_samples = 100;       // per in-distribution TA cell during training
+  std::int64_t checkpoint_every = 1000;  // 0 = only at the end
+  void validate() const;                 // throws InputError
+};
+void to_json(nlohmann::json& j, const TrainConfig& c);
+void from_json(const nlohmann::json& j, TrainConfig& c);  // throws InputError on unknown/bad fields
+
+// Learning rate at step t (1-based).
+double lr_at(const TrainConfig& c, std::int64_t t);
+
+struct StepStats {
+  double loss = 0;            // mean loss per counted target
+  std::int64_t tokens = 0;    // tokens processed (inputs, all positions)
+  std::int64_t targets = 0;   // counted targets
+  double grad_norm = 0;       // before clipping
+};
+
+class Trainer {
+ public:
+  Trainer(const ModelConfig& mc, const TrainConfig& tc);
+  // One optimizer step (the next one); returns its statistics.
+  StepStats step();
+  std::int64_t steps_done() const { return step_; }
+  const std::vector<float>& params() const { return params_; }
+  std::vector<float>& params() { return params_; }
+  const ModelConfig& model_config() const { return mc_; }
+  const TrainConfig& train_config() const { return tc_; }
+  const Layout& layout() const { return lay_; }
+
+  // A model directory: config.json, model.safetensors (weights only, PyTorch-loadable) and
+  // checkpoint.safetensors (weights + Adam moments + step; what --resume reads). Atomic per file.
+  void save(const std::string& dir) const;
+  // Restores weights, moments and step from dir/checkpoint.safetensors; the model config must match.
+  void load_checkpoint(const std::string& dir);
+
+  // Exact match per in-distribution TA cell (i in 1..train_n, j in 2..train_m), teacher-forced.
+  struct EvalSummary {
+    double mean = 0, min = 0;
+    std::vector<std::vector<double>> acc;  // [i-1][j-2]
+  };
+  EvalSummary eval_in_distribution(std::int64_t samples) const;
+
+ private:
+  ModelConfig mc_;
+  TrainConfig tc_;
+  Layout lay_;
+  std::vector<float> params_, m_, v_;
+  std::vector<std::vector<float>> tgrads_;  // per thread
+  std::vector<float> grad_;
+  std::vector<Acts<float>> acts_;          // per thread, reused between steps
+  std::vector<GradScratch<float>> scr_;
+  std::vector<Problem> data_;
+  std::int64_t step_ = 0;
+  std::int64_t perm_epoch_ = -1;
+  std::vector<std::int64_t> perm_;
+  std::int64_t sample_index(std::int64_t k);  // k-th sample of the run -> index into data_
+};
+
+// Runs the whole loop: resumes if asked, logs a progress line to `log` every log_every steps,
+// evaluates every eval_every steps (appends to dir/eval.csv), appends dir/log.csv, checkpoints.
+// stop_after > 0 stops (with a checkpoint) after that many total steps, simulating an interruption.
+// Returns a JSON summary.
+nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const std::string& dir, bool resume,
+                            std::int64_t stop_after, const std::function<void(const std::string&)>& log);
+
+}  // namespace manyadd::learn

@@ -1,0 +1,102 @@
+// Evaluation: see eval.hpp.
+#include "manyadd/learn/eval.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "manyadd/learn/data.hpp"
+
+namespace manyadd::learn {
+
+void parallel_for(int threads, std::int64_t n, const std::function<void(int, std::int64_t)>& f) {
+  threads = int(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n)));
+  if (threads <= 1) {
+    for (std::int64_t i = 0; i < n; ++i) f(0, i);
+    return;
+  }
+  std::vector<std::thread> pool;
+  std::exception_ptr err;
+  std::mutex mu;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      try {
+        const std::int64_t lo = n * t / threads, hi = n * (t + 1) / threads;
+        for (std::int64_t i = lo; i < hi; ++i) f(t, i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(mu);
+        if (!err) err = std::current_exception();
+      }
+    });
+  for (auto& th : pool) th.join();
+  if (err) std::rethrow_exception(err);
+}
+
+bool teacher_forced_correct(Acts<float>& a, const ModelConfig& c, const Layout& lay, const float* params,
+                            const Example& ex, std::vector<std::uint8_t>* pred) {
+  model_forward(a, c, lay, params, ex);
+  bool ok = true;
+  if (pred) pred->clear();
+  for (int t = 0; t < ex.T(); ++t) {
+    if (ex.targets[std::size_t(t)] < 0) continue;
+    const float* z = a.logits.data() + std::size_t(t) * std::size_t(c.vocab);
+    const int best = int(std::max_element(z, z + c.vocab) - z);
+    if (pred) pred->push_back(std::uint8_t(best));
+    ok = ok && best == ex.targets[std::size_t(t)];
+  }
+  return ok;
+}
+
+bool greedy_correct(const ModelConfig& c, const Layout& lay, const float* params, const Example& ex,
+                    std::vector<std::uint8_t>* out) {
+  // The counted targets start at the '=' index and run to the end.
+  int eq = 0;
+  while (eq < ex.T() && ex.targets[std::size_t(eq)] < 0) ++eq;
+  const std::vector<std::uint8_t> prefix(ex.tokens.begin(), ex.tokens.begin() + eq + 1);
+  const int n_new = ex.T() - eq;
+  KvDecoder dec(c, lay, params);
+  auto gen = dec.greedy(prefix, ex.pos, n_new);
+  bool ok = int(gen.size()) == n_new;
+  for (std::size_t i = 0; ok && i < gen.size(); ++i) ok = gen[i] == ex.targets[std::size_t(eq) + i];
+  if (out) *out = std::move(gen);
+  return ok;
+}
+
+std::uint64_t cell_seed(std::uint64_t seed, int n, int m) {
+  std::uint64_t z = seed * 0x9E3779B97F4A7C15ull + std::uint64_t(n) * 1000003ull + std::uint64_t(m);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+CellResult eval_cell(const ModelConfig& c, const Layout& lay, const float* params, int n, int m, std::int64_t samples,
+                     std::uint64_t seed, int threads, EvalMode mode) {
+  CellResult r;
+  const Shape shape = Shape::make(n, m, Padding::minimal);
+  if (!shape_fits(c, shape)) {
+    r.fits = false;
+    return r;
+  }
+  Rng rng(cell_seed(seed, n, m));
+  std::vector<Problem> probs;
+  probs.reserve(std::size_t(samples));
+  for (std::int64_t i = 0; i < samples; ++i) probs.push_back(sample_TA(rng, n, m));
+  std::vector<char> ok(std::size_t(samples), 0), dis(std::size_t(samples), 0);
+  std::vector<Acts<float>> acts(std::size_t(std::max(1, threads)));
+  parallel_for(threads, samples, [&](int t, std::int64_t i) {
+    const Example ex = make_example(probs[std::size_t(i)], c, 1, 1);
+    if (mode == EvalMode::greedy) {
+      ok[std::size_t(i)] = greedy_correct(c, lay, params, ex);
+      return;
+    }
+    ok[std::size_t(i)] = teacher_forced_correct(acts[std::size_t(t)], c, lay, params, ex);
+    if (mode == EvalMode::both) dis[std::size_t(i)] = char(greedy_correct(c, lay, params, ex)) != ok[std::size_t(i)];
+  });
+  r.samples = samples;
+  for (char v : ok) r.exact += v;
+  for (char v : dis) r.disagree += v;
+  return r;
+}
+
+}  // namespace manyadd::learn

@@ -1,0 +1,342 @@
+// Training loop, optimizer, checkpoints: see train.hpp.
+#include "manyadd/learn/train.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "manyadd/learn/data.hpp"
+#include "manyadd/learn/eval.hpp"
+#include "manyadd/learn/io.hpp"
+
+namespace manyadd::learn {
+
+namespace {
+std::uint64_t mix(std::uint64_t a, std::uint64_t b, std::uint64_t c = 0) {
+  std::uint64_t z = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full ^ c * 0x165667B19E3779F9ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+std::string human_seconds(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const auto t = std::int64_t(s);
+  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t / 60) % 60);
+  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+}  // namespace
+
+void TrainConfig::validate() const {
+  auto need = [](bool ok, const std::string& msg) {
+    if (!ok) throw InputError(msg);
+  };
+  need(train_n >= 1 && train_n <= 1000, fmt::format("train.train_n must be in [1, 1000] (got {})", train_n));
+  need(train_m >= 2 && train_m <= 1000, fmt::format("train.train_m must be in [2, 1000] (got {})", train_m));
+  need(train_size >= 1 && train_size <= 100'000'000, fmt::format("train.train_size must be in [1, 1e8] (got {})", train_size));
+  need(steps >= 1, fmt::format("train.steps must be >= 1 (got {})", steps));
+  need(batch >= 1 && batch <= 1'000'000, fmt::format("train.batch must be in [1, 1e6] (got {})", batch));
+  need(lr > 0 && lr < 10, fmt::format("train.lr must be in (0, 10) (got {})", lr));
+  need(warmup_frac >= 0 && warmup_frac <= 1, "train.warmup_frac must be in [0, 1]");
+  need(min_lr_frac >= 0 && min_lr_frac <= 1, "train.min_lr_frac must be in [0, 1]");
+  need(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "train.beta1 and train.beta2 must be in [0, 1)");
+  need(adam_eps > 0, "train.adam_eps must be > 0");
+  need(weight_decay >= 0, "train.weight_decay must be >= 0");
+  need(grad_clip >= 0, "train.grad_clip must be >= 0 (0 = no clipping)");
+  need(threads >= 1 && threads <= 256, fmt::format("train.threads must be in [1, 256] (got {})", threads));
+  need(log_every >= 1, "train.log_every must be >= 1");
+  need(eval_every >= 0 && checkpoint_every >= 0, "train.eval_every and train.checkpoint_every must be >= 0");
+  need(eval_samples >= 1, "train.eval_samples must be >= 1");
+}
+
+void to_json(nlohmann::json& j, const TrainConfig& c) {
+  j = nlohmann::json{{"train_n", c.train_n},     {"train_m", c.train_m},         {"train_size", c.train_size},
+                     {"steps", c.steps},         {"batch", c.batch},             {"lr", c.lr},
+                     {"warmup_frac", c.warmup_frac}, {"min_lr_frac", c.min_lr_frac}, {"beta1", c.beta1},
+                     {"beta2", c.beta2},         {"adam_eps", c.adam_eps},       {"weight_decay", c.weight_decay},
+                     {"grad_clip", c.grad_clip}, {"seed", c.seed},               {"threads", c.threads},
+                     {"log_every", c.log_every}, {"eval_every", c.eval_every},   {"eval_samples", c.eval_samples},
+                     {"checkpoint_every", c.checkpoint_every}};
+}
+
+void from_json(const nlohmann::json& j, TrainConfig& c) {
+  if (!j.is_object()) throw InputError("train config must be a JSON object");
+  nlohmann::json def;
+  to_json(def, TrainConfig{});
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (!def.contains(it.key())) throw InputError(fmt::format("train config: unknown field '{}'", it.key()));
+  auto geti = [&](const char* k, auto& v) {
+    if (!j.contains(k)) return;
+    if (!j[k].is_number_integer()) throw InputError(fmt::format("train.{} must be an integer", k));
+    const auto x = j[k].get<std::int64_t>();
+    using T = std::decay_t<decltype(v)>;
+    if (std::is_same<T, int>::value && (x < -1'000'000'000 || x > 1'000'000'000))
+      throw InputError(fmt::format("train.{} out of range", k));
+    if (std::is_unsigned<T>::value && x < 0) throw InputError(fmt::format("train.{} must be >= 0", k));
+    v = T(x);
+  };
+  auto getd = [&](const char* k, double& v) {
+    if (!j.contains(k)) return;
+    if (!j[k].is_number()) throw InputError(fmt::format("train.{} must be a number", k));
+    v = j[k].get<double>();
+  };
+  geti("train_n", c.train_n);
+  geti("train_m", c.train_m);
+  geti("train_size", c.train_size);
+  geti("steps", c.steps);
+  geti("batch", c.batch);
+  getd("lr", c.lr);
+  getd("warmup_frac", c.warmup_frac);
+  getd("min_lr_frac", c.min_lr_frac);
+  getd("beta1", c.beta1);
+  getd("beta2", c.beta2);
+  getd("adam_eps", c.adam_eps);
+  getd("weight_decay", c.weight_decay);
+  getd("grad_clip", c.grad_clip);
+  geti("seed", c.seed);
+  geti("threads", c.threads);
+  geti("log_every", c.log_every);
+  geti("eval_every", c.eval_every);
+  geti("eval_samples", c.eval_samples);
+  geti("checkpoint_every", c.checkpoint_every);
+  c.validate();
+}
+
+double lr_at(const TrainConfig& c, std::int64_t t) {
+  const auto warm = std::max<std::int64_t>(1, std::llround(c.warmup_frac * double(c.steps)));
+  if (t <= warm) return c.lr * double(t) / double(warm);
+  const double prog = c.steps > warm ? double(t - warm) / double(c.steps - warm) : 1.0;
+  const double cosv = 0.5 * (1.0 + std::cos(3.14159265358979323846 * std::min(1.0, prog)));
+  return c.lr * (c.min_lr_frac + (1.0 - c.min_lr_frac) * cosv);
+}
+
+Trainer::Trainer(const ModelConfig& mc, const TrainConfig& tc) : mc_(mc), tc_(tc), lay_(Layout::make(mc)) {
+  tc_.validate();
+  params_ = init_params<float>(mc_, lay_, mix(tc_.seed, 0x1417));
+  m_.assign(params_.size(), 0.f);
+  v_.assign(params_.size(), 0.f);
+  grad_.assign(params_.size(), 0.f);
+  tgrads_.assign(std::size_t(tc_.threads), std::vector<float>(params_.size(), 0.f));
+  Rng rng(mix(tc_.seed, 0xDA7A));
+  data_ = sample_SA(rng, tc_.train_n, tc_.train_m, tc_.train_size);
+  // Refuse a model whose position tables cannot hold the largest training shape.
+  const Shape big = Shape::make(tc_.train_n, tc_.train_m, Padding::minimal);
+  if (!shape_fits(mc_, big))
+    throw InputError(fmt::format("max_pos1={} / max_pos2={} cannot hold SA({}, {}) (l = {}, m = {}): need "
+                                 "max_pos1 > l{} and max_pos2 > m",
+                                 mc_.max_pos1, mc_.max_pos2, tc_.train_n, tc_.train_m, big.l, big.m,
+                                 mc_.pos_mode == PosMode::absolute ? " (absolute: >= N - 1)" : ""));
+}
+
+std::int64_t Trainer::sample_index(std::int64_t k) {
+  const std::int64_t size = std::int64_t(data_.size());
+  const std::int64_t epoch = k / size;
+  if (epoch != perm_epoch_) {
+    perm_.resize(std::size_t(size));
+    for (std::int64_t i = 0; i < size; ++i) perm_[std::size_t(i)] = i;
+    Rng rng(mix(tc_.seed, 0xE90C, std::uint64_t(epoch)));
+    for (std::int64_t i = size - 1; i > 0; --i)
+      std::swap(perm_[std::size_t(i)], perm_[std::size_t(rng.uniform(0, std::uint64_t(i)))]);
+    perm_epoch_ = epoch;
+  }
+  return perm_[std::size_t(k % size)];
+}
+
+StepStats Trainer::step() {
+  const std::int64_t t = step_ + 1;
+  const int B = tc_.batch, W = std::min(tc_.threads, B);
+  std::vector<const Problem*> probs(static_cast<std::size_t>(B));
+  StepStats st;
+  for (int b = 0; b < B; ++b) {
+    probs[std::size_t(b)] = &data_[std::size_t(sample_index(step_ * B + b))];
+    const Shape s = shape_of(*probs[std::size_t(b)]);
+    st.targets += response_len(s);
+    st.tokens += s.N();
+  }
+  const float scale = 1.f / float(st.targets);  // loss = mean over the batch's counted targets
+  std::vector<double> loss_sum(std::size_t(W), 0.0);
+  acts_.resize(std::size_t(W));
+  scr_.resize(std::size_t(W));
+  auto& acts = acts_;
+  auto& scr = scr_;
+  parallel_for(W, W, [&](int, std::int64_t w) {
+    auto& G = tgrads_[std::size_t(w)];
+    std::fill(G.begin(), G.end(), 0.f);
+    const int lo = int(std::int64_t(B) * w / W), hi = int(std::int64_t(B) * (w + 1) / W);
+    for (int b = lo; b < hi; ++b) {
+      // Offsets depend only on (seed, step, slot): the same with any thread count and on resume.
+      Rng rng(mix(tc_.seed, std::uint64_t(t), std::uint64_t(b) + 0x0FF5E7));
+      const Example ex = make_train_example(*probs[std::size_t(b)], mc_, rng);
+      loss_sum[std::size_t(w)] += double(model_forward(acts[std::size_t(w)], mc_, lay_, params_.data(), ex));
+      model_backward(G.data(), scr[std::size_t(w)], acts[std::size_t(w)], mc_, lay_, params_.data(), ex, scale);
+    }
+  });
+  // Reduce in thread order (deterministic), then global-norm clipping.
+  std::copy(tgrads_[0].begin(), tgrads_[0].end(), grad_.begin());
+  for (int w = 1; w < W; ++w)
+    for (std::size_t i = 0; i < grad_.size(); ++i) grad_[i] += tgrads_[std::size_t(w)][i];
+  double ss = 0;
+  for (float g : grad_) ss += double(g) * double(g);
+  st.grad_norm = std::sqrt(ss);
+  const double clip = (tc_.grad_clip > 0 && st.grad_norm > tc_.grad_clip) ? tc_.grad_clip / st.grad_norm : 1.0;
+  // AdamW (decoupled weight decay; 0 by default as the reference).
+  const double lr = lr_at(tc_, t);
+  const double bc1 = 1.0 - std::pow(tc_.beta1, double(t)), bc2 = 1.0 - std::pow(tc_.beta2, double(t));
+  const float b1 = float(tc_.beta1), b2 = float(tc_.beta2), eps = float(tc_.adam_eps);
+  const float step_size = float(lr / bc1), inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2)), wd = float(lr * tc_.weight_decay);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const float g = float(double(grad_[i]) * clip);
+    m_[i] = b1 * m_[i] + (1.f - b1) * g;
+    v_[i] = b2 * v_[i] + (1.f - b2) * g * g;
+    params_[i] -= step_size * m_[i] / (std::sqrt(v_[i]) * inv_sqrt_bc2 + eps) + wd * params_[i];
+  }
+  double total = 0;
+  for (double l : loss_sum) total += l;
+  st.loss = total / double(st.targets);
+  step_ = t;
+  return st;
+}
+
+void Trainer::save(const std::string& dir) const {
+  std::filesystem::create_directories(dir);
+  nlohmann::json cfg;
+  cfg["model"] = mc_;
+  cfg["train"] = tc_;
+  cfg["step"] = step_;
+  cfg["format"] = {{"vocabulary", "0123456789+=>$"},
+                   {"bos_eos", "$"},
+                   {"padding", "minimal"},
+                   {"sequence", "$ A_1 + ... + A_m = B_0 > B_1 > ... > B_m, operands zero-padded to l, "
+                                "partial sums reversed (least significant digit first)"}};
+  cfg["architecture"] = {
+      {"type", "decoder-only transformer"},
+      {"embedding", "tok_emb[token] + sum over levels of pos_emb.<level>[position id of that level]"},
+      {"block", "x = attn_norm2(x + attn(attn_norm1(x))); x = ffn_norm2(x + ffn(ffn_norm1(x)))"},
+      {"attention", "causal multi-head, no biases, q/k/v/o nn.Linear(bias=False), scores scaled by 1/sqrt(d_head)"},
+      {"ffn", "GEGLU: wi (2*d_ff, d_model) -> [gate | up]; gelu_tanh(gate) * up; wo (d_model, d_ff)"},
+      {"norm", "RMSNorm: w * x / sqrt(mean(x^2) + norm_eps)"},
+      {"readout", "final_norm then lm_head (vocab, d_model), no bias"}};
+  atomic_write(dir + "/config.json", cfg.dump(2) + "\n");
+  const std::map<std::string, std::string> meta = {{"format", "pt"}, {"step", std::to_string(step_)}};
+  write_safetensors(dir + "/model.safetensors", params_to_tensors(lay_, params_), meta);
+  auto ts = params_to_tensors(lay_, params_);
+  auto tm = params_to_tensors(lay_, m_, "adam.m.");
+  auto tv = params_to_tensors(lay_, v_, "adam.v.");
+  ts.insert(ts.end(), tm.begin(), tm.end());
+  ts.insert(ts.end(), tv.begin(), tv.end());
+  nlohmann::json mj = mc_;
+  write_safetensors(dir + "/checkpoint.safetensors", ts,
+                    {{"format", "pt"}, {"step", std::to_string(step_)}, {"model_config", mj.dump()}});
+}
+
+void Trainer::load_checkpoint(const std::string& dir) {
+  std::map<std::string, std::string> meta;
+  const auto ts = read_safetensors(dir + "/checkpoint.safetensors", &meta);
+  nlohmann::json mj = mc_;
+  if (!meta.count("model_config") || meta["model_config"] != mj.dump())
+    throw InputError(fmt::format("'{}/checkpoint.safetensors' was written for another model configuration", dir));
+  std::int64_t s = -1;
+  try {
+    s = std::stoll(meta.count("step") ? meta["step"] : std::string("x"));
+  } catch (const std::exception&) {
+    throw InputError(fmt::format("'{}/checkpoint.safetensors' has no valid step", dir));
+  }
+  if (s < 0) throw InputError(fmt::format("'{}/checkpoint.safetensors' has a negative step", dir));
+  tensors_to_params(lay_, ts, params_);
+  tensors_to_params(lay_, ts, m_, "adam.m.");
+  tensors_to_params(lay_, ts, v_, "adam.v.");
+  step_ = s;
+}
+
+Trainer::EvalSummary Trainer::eval_in_distribution(std::int64_t samples) const {
+  EvalSummary r;
+  r.min = 1.0;
+  double sum = 0;
+  int cells = 0;
+  for (int i = 1; i <= tc_.train_n; ++i) {
+    r.acc.emplace_back();
+    for (int j = 2; j <= tc_.train_m; ++j) {
+      const auto c = eval_cell(mc_, lay_, params_.data(), i, j, samples, tc_.seed + 1, tc_.threads, EvalMode::teacher);
+      r.acc.back().push_back(c.accuracy());
+      sum += c.accuracy();
+      r.min = std::min(r.min, c.accuracy());
+      ++cells;
+    }
+  }
+  r.mean = sum / cells;
+  return r;
+}
+
+nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const std::string& dir, bool resume,
+                            std::int64_t stop_after, const std::function<void(const std::string&)>& log) {
+  namespace fs = std::filesystem;
+  if (!resume && fs::exists(dir + "/checkpoint.safetensors"))
+    throw InputError(fmt::format("'{}' already holds a run (checkpoint.safetensors); pass --resume or choose another --out",
+                                 dir));
+  Trainer tr(mc, tc);
+  if (resume) tr.load_checkpoint(dir);
+  fs::create_directories(dir);
+  std::ofstream csv(dir + "/log.csv", std::ios::app);
+  if (!csv) throw std::runtime_error(fmt::format("cannot open '{}/log.csv'", dir));
+  if (tr.steps_done() == 0) csv << "step,loss,lr,grad_norm,tokens_per_s,elapsed_s\n";
+  std::ofstream ecsv(dir + "/eval.csv", std::ios::app);
+  if (tr.steps_done() == 0) ecsv << "step,mean_exact_match,min_exact_match,elapsed_s\n";
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  auto last = t0;
+  const std::int64_t start = tr.steps_done();
+  std::int64_t win_tokens = 0, total_tokens = 0, win_n = 0;
+  double win_loss = 0, last_loss = NAN;
+  nlohmann::json evals = nlohmann::json::array();
+  auto do_eval = [&] {
+    const auto e = tr.eval_in_distribution(tc.eval_samples);
+    const double el = std::chrono::duration<double>(clock::now() - t0).count();
+    ecsv << fmt::format("{},{:.4f},{:.4f},{:.1f}\n", tr.steps_done(), e.mean, e.min, el) << std::flush;
+    log(fmt::format("eval step {}: in-distribution exact match mean {:.4f} min {:.4f} ({} samples/cell)",
+                    tr.steps_done(), e.mean, e.min, tc.eval_samples));
+    evals.push_back({{"step", tr.steps_done()}, {"mean", e.mean}, {"min", e.min}});
+    return e;
+  };
+  const std::int64_t end = stop_after > 0 ? std::min(tc.steps, stop_after) : tc.steps;
+  while (tr.steps_done() < end) {
+    const StepStats st = tr.step();
+    const std::int64_t s = tr.steps_done();
+    win_loss += st.loss, win_n += 1, win_tokens += st.tokens, total_tokens += st.tokens;
+    last_loss = st.loss;
+    if (s % tc.log_every == 0 || s == end) {
+      const auto now = clock::now();
+      const double dt = std::chrono::duration<double>(now - last).count();
+      const double el = std::chrono::duration<double>(now - t0).count();
+      const double tps = dt > 0 ? double(win_tokens) / dt : 0;
+      const double eta = el / double(s - start) * double(tc.steps - s);
+      log(fmt::format("step {}/{} loss {:.4f} lr {:.2e} gnorm {:.2f} | {:.0f} tok/s | elapsed {} ETA {}", s, tc.steps,
+                      win_loss / double(win_n), lr_at(tc, s), st.grad_norm, tps, human_seconds(el), human_seconds(eta)));
+      csv << fmt::format("{},{:.6f},{:.6e},{:.4f},{:.0f},{:.1f}\n", s, win_loss / double(win_n), lr_at(tc, s),
+                         st.grad_norm, tps, el)
+          << std::flush;
+      last = now, win_loss = 0, win_n = 0, win_tokens = 0;
+    }
+    if (tc.eval_every > 0 && s % tc.eval_every == 0 && s != tc.steps) do_eval();
+    if (tc.checkpoint_every > 0 && s % tc.checkpoint_every == 0) tr.save(dir);
+  }
+  tr.save(dir);
+  nlohmann::json out;
+  const double secs = std::chrono::duration<double>(clock::now() - t0).count();
+  out["steps"] = tr.steps_done();
+  out["finished"] = tr.steps_done() >= tc.steps;
+  out["final_loss"] = last_loss;
+  out["seconds"] = secs;
+  out["tokens_per_s"] = secs > 0 ? double(total_tokens) / secs : 0;
+  if (tr.steps_done() >= tc.steps) {
+    const auto e = do_eval();
+    out["in_distribution"] = {{"mean", e.mean}, {"min", e.min}, {"samples_per_cell", tc.eval_samples}, {"acc", e.acc}};
+  }
+  out["evals"] = evals;
+  return out;
+}
+
+}  // namespace manyadd::learn

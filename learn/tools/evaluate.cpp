@@ -1,0 +1,121 @@
+// evaluate: exact match of a trained model on the paper's grid TA(i, j) (Sec. 4.2: i = 1..30 digits,
+// j = 2..30 operands, 1000 samples per cell), at offsets 1; CSV + PNG heatmap (the paper's axes, the
+// training region outlined). Exit codes: 0 done, 1 a failed check (--require, or teacher-forced and
+// greedy verdicts disagree under --mode both), 2 bad usage or input.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "manyadd/learn/eval.hpp"
+#include "manyadd/learn/io.hpp"
+
+using namespace manyadd;
+using namespace manyadd::learn;
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "Evaluate a model directory written by `train` on the grid TA(i, j): exact match of the whole\n"
+      "response (scratchpad and final EOS) per cell, offsets s1 = s2 = 1. Cells whose position IDs exceed\n"
+      "the model's max_pos are reported as NA (grey in the heatmap)."};
+  std::string model, csv, png, json_path, mode_s = "teacher";
+  int n_min = 1, n_max = 30, m_min = 2, m_max = 30, threads = 2;
+  std::int64_t samples = 1000;
+  std::uint64_t seed = 12345;
+  double require = -1;
+  app.add_option("--model", model, "model directory (config.json + model.safetensors)")->required();
+  app.add_option("--n-min", n_min, "smallest operand length i (default 1)");
+  app.add_option("--n-max", n_max, "largest operand length i (default 30)");
+  app.add_option("--m-min", m_min, "smallest operand count j (default 2)");
+  app.add_option("--m-max", m_max, "largest operand count j (default 30)");
+  app.add_option("--samples", samples, "TA samples per cell (default 1000, as the paper)");
+  app.add_option("--seed", seed, "seed of the test samples (each cell seeded from (seed, i, j))");
+  app.add_option("--threads", threads, "worker threads (default 2)");
+  app.add_option("--mode", mode_s,
+                 "teacher (one forward per instance) | greedy (KV-cache decoding) | both (teacher verdicts, "
+                 "greedy checked to agree)");
+  app.add_option("--csv", csv, "CSV output (default MODEL/grid.csv): n,m,samples,exact,accuracy");
+  app.add_option("--png", png, "PNG heatmap output (default MODEL/grid.png)");
+  app.add_option("--require", require,
+                 "fail (exit 1) if any evaluated cell inside the training region has accuracy below this");
+  app.add_option("--json", json_path, "JSON report");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  try {
+    if (n_min < 1 || n_max < n_min || n_max > 10000) throw InputError("need 1 <= --n-min <= --n-max <= 10000");
+    if (m_min < 2 || m_max < m_min || m_max > 10000) throw InputError("need 2 <= --m-min <= --m-max <= 10000");
+    if (samples < 1) throw InputError("--samples must be >= 1");
+    if (threads < 1 || threads > 256) throw InputError("--threads must be in [1, 256]");
+    EvalMode mode;
+    if (mode_s == "teacher") mode = EvalMode::teacher;
+    else if (mode_s == "greedy") mode = EvalMode::greedy;
+    else if (mode_s == "both") mode = EvalMode::both;
+    else throw InputError(fmt::format("--mode '{}' unknown (teacher|greedy|both)", mode_s));
+    const LoadedModel lm = load_model_dir(model);
+    int train_n = 0, train_m = 0;
+    if (lm.config_json.contains("train") && lm.config_json["train"].is_object()) {
+      train_n = lm.config_json["train"].value("train_n", 0);
+      train_m = lm.config_json["train"].value("train_m", 0);
+    }
+    if (csv.empty()) csv = model + "/grid.csv";
+    if (png.empty()) png = model + "/grid.png";
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::vector<double>> acc;
+    std::string csv_text = "n,m,samples,exact,accuracy\n";
+    nlohmann::json cells = nlohmann::json::array();
+    std::int64_t disagree = 0;
+    double worst_in = 2;
+    for (int i = n_min; i <= n_max; ++i) {
+      acc.emplace_back();
+      for (int j = m_min; j <= m_max; ++j) {
+        const auto r = eval_cell(lm.cfg, lm.lay, lm.params.data(), i, j, samples, seed, threads, mode);
+        const double a = r.fits ? r.accuracy() : NAN;
+        acc.back().push_back(a);
+        disagree += r.disagree;
+        if (r.fits && i <= train_n && j <= train_m) worst_in = std::min(worst_in, a);
+        csv_text += r.fits ? fmt::format("{},{},{},{},{:.4f}\n", i, j, r.samples, r.exact, a)
+                           : fmt::format("{},{},0,0,NA\n", i, j);
+        cells.push_back({{"n", i}, {"m", j}, {"samples", r.samples}, {"exact", r.exact},
+                         {"accuracy", r.fits ? nlohmann::json(a) : nlohmann::json(nullptr)}});
+      }
+      std::string row;
+      for (double a : acc.back()) row += std::isnan(a) ? "   NA" : fmt::format(" {:4.0f}", 100 * a);
+      std::fprintf(stderr, "n=%2d:%s\n", i, row.c_str());
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    atomic_write(csv, csv_text);
+    write_heatmap_png(png, acc, n_min, m_min, train_n, train_m);
+    bool failed = false;
+    if (mode == EvalMode::both && disagree > 0) {
+      std::fprintf(stderr, "evaluate: teacher-forced and greedy verdicts disagree on %lld instances\n",
+                   static_cast<long long>(disagree));
+      failed = true;
+    }
+    if (require >= 0 && worst_in <= 1 && worst_in < require) {
+      std::fprintf(stderr, "evaluate: an in-distribution cell has accuracy %.4f < --require %.4f\n", worst_in, require);
+      failed = true;
+    }
+    if (!json_path.empty()) {
+      nlohmann::json rep = {{"model", model},       {"mode", mode_s},     {"samples", samples},
+                            {"seed", seed},         {"n_range", {n_min, n_max}}, {"m_range", {m_min, m_max}},
+                            {"train_n", train_n},   {"train_m", train_m}, {"cells", cells},
+                            {"disagreements", disagree}, {"min_in_distribution", worst_in <= 1 ? nlohmann::json(worst_in) : nlohmann::json(nullptr)},
+                            {"seconds", secs},      {"failed", failed}};
+      atomic_write(json_path, rep.dump(2) + "\n");
+    }
+    std::printf("evaluated %d x %d cells x %lld samples in %.1f s; %s, %s\n", n_max - n_min + 1, m_max - m_min + 1,
+                static_cast<long long>(samples), secs, csv.c_str(), png.c_str());
+    return failed ? 1 : 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "evaluate: %s\n", e.what());
+    return 2;
+  }
+}
