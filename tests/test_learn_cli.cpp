@@ -1,0 +1,223 @@
+// The learn/ CLIs as a user runs them: train -> evaluate -> dump_attention work and write their files;
+// --resume through the CLI reproduces an uninterrupted run byte for byte; every corrupted, truncated or
+// malformed input gives exit code 2 with a message naming the problem, never a crash.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "manyadd/learn/io.hpp"
+
+namespace fs = std::filesystem;
+using namespace manyadd::learn;
+
+namespace {
+struct CliRun {
+  int rc;
+  std::string err;
+};
+const std::string& tmp() {
+  static const std::string d = [] {
+    auto p = fs::temp_directory_path() / ("manyadd_test_learn_cli_" + std::to_string(::getpid()));
+    fs::remove_all(p);
+    fs::create_directories(p);
+    return p.string();
+  }();
+  return d;
+}
+CliRun run(const std::string& cmd) {
+  const std::string errf = tmp() + "/stderr.txt";
+  const int st = std::system((cmd + " > /dev/null 2> " + errf).c_str());
+  CliRun r;
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  std::ifstream f(errf);
+  r.err.assign(std::istreambuf_iterator<char>(f), {});
+  return r;
+}
+const std::string kTrain = TRAIN_EXE, kEval = EVALUATE_EXE, kDump = DUMP_ATTENTION_EXE;
+// A small, fast configuration (about a second of training).
+const std::string kSmall =
+    " --train-n 2 --train-m 3 --train-size 500 --max-pos1 6 --max-pos2 6 --d-model 16 --d-head 4 --d-ff 16"
+    " --batch 8 --lr 0.01 --log-every 10 --eval-every 0 --eval-samples 5 --checkpoint-every 10 --steps 30";
+
+// Trains the reference small model once.
+const std::string& model_dir() {
+  static const std::string d = [] {
+    const std::string dir = tmp() + "/model";
+    const CliRun r = run(kTrain + " --out " + dir + kSmall);
+    EXPECT_EQ(r.rc, 0) << r.err;
+    return dir;
+  }();
+  return d;
+}
+std::string copy_model(const std::string& name) {
+  const std::string d = tmp() + "/" + name;
+  fs::remove_all(d);
+  fs::copy(model_dir(), d, fs::copy_options::recursive);
+  return d;
+}
+std::string slurp(const std::string& p) { return read_file(p); }
+void spit(const std::string& p, const std::string& s) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f << s;
+}
+}  // namespace
+
+TEST(LearnCli, TrainWritesAModelDirectory) {
+  const std::string d = model_dir();
+  for (const char* f : {"config.json", "model.safetensors", "checkpoint.safetensors", "log.csv", "eval.csv"})
+    EXPECT_TRUE(fs::exists(d + "/" + f)) << f;
+  const auto cfg = read_json_file(d + "/config.json");
+  EXPECT_EQ(cfg["model"]["d_model"], 16);
+  EXPECT_EQ(cfg["step"], 30);
+}
+
+TEST(LearnCli, EvaluateWritesGridAndAgreesWithGreedy) {
+  const std::string d = model_dir(), js = tmp() + "/eval.json";
+  const CliRun r = run(kEval + " --model " + d + " --n-max 3 --m-max 4 --samples 10 --mode both --json " + js);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(fs::exists(d + "/grid.csv"));
+  EXPECT_TRUE(fs::exists(d + "/grid.png"));
+  const auto rep = read_json_file(js);
+  EXPECT_EQ(rep["cells"].size(), 3u * 3u);
+  EXPECT_EQ(rep["disagreements"], 0);
+  // n = 3, m = 4 has l = 4: level-1 IDs up to 1 + 4 = 5 <= max_pos1 = 6, so it is evaluated, not NA.
+  EXPECT_FALSE(rep["cells"].back()["accuracy"].is_null());
+}
+
+TEST(LearnCli, EvaluateMarksCellsBeyondMaxPosAsNA) {
+  const std::string js = tmp() + "/eval_na.json";
+  const CliRun r = run(kEval + " --model " + model_dir() + " --n-min 6 --n-max 6 --m-min 2 --m-max 2 --samples 3 --json " + js +
+                    " --csv " + tmp() + "/na.csv --png " + tmp() + "/na.png");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(read_json_file(js)["cells"][0]["accuracy"].is_null());
+}
+
+TEST(LearnCli, RequireFailsWithExitOne) {
+  // No model is above 100%: --require 1.01 must fail on the training region.
+  const CliRun r = run(kEval + " --model " + model_dir() + " --n-max 2 --m-max 3 --samples 5 --require 1.01 --csv " + tmp() +
+                    "/r.csv --png " + tmp() + "/r.png");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("--require"), std::string::npos) << r.err;
+}
+
+TEST(LearnCli, DumpAttentionRowsAreDistributions) {
+  const std::string out = tmp() + "/att";
+  const CliRun r = run(kDump + " --model " + model_dir() + " --n 2 --m 3 --samples 6 --out " + out);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::map<std::string, std::string> meta;
+  const auto ts = read_safetensors(out + "/attention.safetensors", &meta);
+  ASSERT_EQ(ts.size(), 4u);  // 1 layer x 4 heads
+  EXPECT_TRUE(fs::exists(out + "/layer0_head3.png"));
+  // Each averaged row is a mean of probability rows: sums to 1 (fp32 sums of <= 50 terms: 1e-5).
+  for (auto& t : ts) {
+    const auto T = t.shape[0];
+    for (std::int64_t i = 0; i < T; ++i) {
+      double s = 0;
+      for (std::int64_t j = 0; j < T; ++j) s += t.data[std::size_t(i * T + j)];
+      EXPECT_NEAR(s, 1.0, 1e-5) << t.name << " row " << i;
+    }
+  }
+}
+
+TEST(LearnCli, ResumeThroughTheCliIsByteIdentical) {
+  const std::string d = tmp() + "/resumed";
+  fs::remove_all(d);
+  CliRun r = run(kTrain + " --out " + d + kSmall + " --stop-after 15");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(read_json_file(d + "/config.json")["step"], 15);
+  r = run(kTrain + " --out " + d + " --resume");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(slurp(d + "/model.safetensors"), slurp(model_dir() + "/model.safetensors"));
+  EXPECT_EQ(slurp(d + "/checkpoint.safetensors"), slurp(model_dir() + "/checkpoint.safetensors"));
+}
+
+// ---- bad input: exit 2 and a message that names the problem ----------------------------------------
+TEST(LearnCli, TruncatedWeightsExitTwo) {
+  const std::string d = copy_model("trunc");
+  const std::string s = slurp(d + "/model.safetensors");
+  spit(d + "/model.safetensors", s.substr(0, s.size() / 2));
+  const CliRun r = run(kEval + " --model " + d + " --n-max 1 --m-max 2 --samples 1");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("model.safetensors"), std::string::npos) << r.err;
+  spit(d + "/model.safetensors", s.substr(0, 5));
+  EXPECT_EQ(run(kEval + " --model " + d + " --samples 1").rc, 2);
+}
+
+TEST(LearnCli, CorruptedWeightsExitTwo) {
+  const std::string d = copy_model("flip");
+  std::string s = slurp(d + "/model.safetensors");
+  s[s.size() - 3] = char(s[s.size() - 3] ^ 0x40);  // one bit in the last weight
+  spit(d + "/model.safetensors", s);
+  const CliRun r = run(kEval + " --model " + d + " --n-max 1 --m-max 2 --samples 1");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("checksum"), std::string::npos) << r.err;
+}
+
+TEST(LearnCli, CorruptedHeaderExitTwo) {
+  const std::string d = copy_model("hdr");
+  std::string s = slurp(d + "/model.safetensors");
+  s[10] = '#';  // inside the JSON header
+  spit(d + "/model.safetensors", s);
+  const CliRun r = run(kEval + " --model " + d + " --n-max 1 --m-max 2 --samples 1");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("not a valid"), std::string::npos) << r.err;
+}
+
+TEST(LearnCli, BadConfigExitTwo) {
+  const std::string d = copy_model("cfg");
+  spit(d + "/config.json", "{\"model\": {\"d_model\": ");
+  CliRun r = run(kEval + " --model " + d + " --samples 1");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("not valid JSON"), std::string::npos) << r.err;
+  spit(d + "/config.json", "{\"model\": {\"d_model\": \"wide\"}}");
+  r = run(kEval + " --model " + d + " --samples 1");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("d_model"), std::string::npos) << r.err;
+  // A config that parses but disagrees with the weights' shapes.
+  spit(d + "/config.json", "{\"model\": {\"d_model\": 24, \"d_head\": 4, \"d_ff\": 16, \"max_pos1\": 6, \"max_pos2\": 6}}");
+  r = run(kEval + " --model " + d + " --samples 1");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("shape"), std::string::npos) << r.err;
+  EXPECT_EQ(run(kEval + " --model " + tmp() + "/does_not_exist").rc, 2);
+}
+
+TEST(LearnCli, TruncatedCheckpointRefusesResume) {
+  const std::string d = copy_model("ckpt");
+  const std::string s = slurp(d + "/checkpoint.safetensors");
+  spit(d + "/checkpoint.safetensors", s.substr(0, s.size() - 100));
+  const CliRun r = run(kTrain + " --out " + d + " --resume --steps 40");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("checkpoint.safetensors"), std::string::npos) << r.err;
+}
+
+TEST(LearnCli, BadFlagsExitTwo) {
+  EXPECT_EQ(run(kTrain + " --out " + tmp() + "/x --lr -1").rc, 2);
+  EXPECT_EQ(run(kTrain + " --out " + tmp() + "/x --pos-mode rotary").rc, 2);
+  EXPECT_EQ(run(kTrain + " --out " + tmp() + "/x --no-such-flag").rc, 2);
+  EXPECT_EQ(run(kTrain).rc, 2);  // --out is required
+  const std::string cfg = tmp() + "/bad_config.json";
+  spit(cfg, "{\"train\": {\"stepz\": 3}}");
+  const CliRun r = run(kTrain + " --out " + tmp() + "/x --config " + cfg);
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("stepz"), std::string::npos) << r.err;
+  // A model too small for its own training shapes is refused before any work.
+  EXPECT_EQ(run(kTrain + " --out " + tmp() + "/x --max-pos1 3").rc, 2);
+  // An existing run is not overwritten without --resume.
+  EXPECT_EQ(run(kTrain + " --out " + model_dir() + kSmall).rc, 2);
+  EXPECT_EQ(run(kEval + " --model " + model_dir() + " --mode fast").rc, 2);
+  EXPECT_EQ(run(kDump + " --model " + model_dir() + " --out " + tmp() + "/a2 --n 9 --m 9").rc, 2);  // beyond max_pos
+  EXPECT_EQ(run(kTrain + " --help").rc, 0);
+}
+
+namespace {
+// Removes the scratch directory after the whole suite.
+struct Cleanup : ::testing::Environment {
+  void TearDown() override { fs::remove_all(tmp()); }
+};
+const auto* const kCleanup = ::testing::AddGlobalTestEnvironment(new Cleanup);
+}  // namespace
