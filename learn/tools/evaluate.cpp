@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
 #include "manyadd/learn/io.hpp"
 
@@ -27,6 +28,8 @@ int main(int argc, char** argv) {
   std::int64_t samples = 1000;
   std::uint64_t seed = 12345;
   double require = -1;
+  std::string problem;
+  std::int64_t s1 = 1, s2 = 1;
   app.add_option("--model", model, "model directory (config.json + model.safetensors)")->required();
   app.add_option("--n-min", n_min, "smallest operand length i (default 1)");
   app.add_option("--n-max", n_max, "largest operand length i (default 30)");
@@ -43,6 +46,12 @@ int main(int argc, char** argv) {
   app.add_option("--require", require,
                  "fail (exit 1) if any evaluated cell inside the training region has accuracy below this");
   app.add_option("--json", json_path, "JSON report");
+  app.add_option("--problem", problem,
+                 "instead of the grid: one problem, e.g. 57+48+96; prints the expected response, the teacher-forced "
+                 "predictions and the greedy output (JSON adds tokens, position IDs and response logits); exit 1 if "
+                 "the greedy answer is wrong");
+  app.add_option("--s1", s1, "with --problem: level-1 position offset (default 1)");
+  app.add_option("--s2", s2, "with --problem: level-2 position offset (default 1)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -60,6 +69,37 @@ int main(int argc, char** argv) {
     else if (mode_s == "both") mode = EvalMode::both;
     else throw InputError(fmt::format("--mode '{}' unknown (teacher|greedy|both)", mode_s));
     const LoadedModel lm = load_model_dir(model);
+    if (!problem.empty()) {
+      const Problem p = parse_problem(problem);
+      if (p.operands.size() < 2) throw InputError("--problem needs at least two operands");
+      const Shape sh = shape_of(p);
+      const Example ex = make_example(p, lm.cfg, s1, s2);
+      Acts<float> a;
+      std::vector<std::uint8_t> tf, gr;
+      const bool ok_tf = teacher_forced_correct(a, lm.cfg, lm.lay, lm.params.data(), ex, &tf);
+      const bool ok_gr = greedy_correct(lm.cfg, lm.lay, lm.params.data(), ex, &gr);
+      const std::vector<std::uint8_t> expected(ex.tokens.begin() + sh.eq_index() + 1, ex.tokens.end());
+      std::vector<std::uint8_t> exp_eos = expected;
+      exp_eos.push_back(kDollar);
+      std::printf("problem  %s  (n=%d, m=%d, l=%d, N=%lld, sum %s)\n", p.to_string().c_str(), sh.n, sh.m, sh.l,
+                  static_cast<long long>(sh.N()), reference_sum(p).str().c_str());
+      std::printf("query    %s\n", tokens_to_string(std::vector<std::uint8_t>(ex.tokens.begin(),
+                                                                              ex.tokens.begin() + sh.eq_index() + 1)).c_str());
+      std::printf("expected %s\nteacher  %s  (%s)\ngreedy   %s  (%s)\n", tokens_to_string(exp_eos).c_str(),
+                  tokens_to_string(tf).c_str(), ok_tf ? "exact" : "wrong", tokens_to_string(gr).c_str(),
+                  ok_gr ? "exact" : "wrong");
+      if (!json_path.empty()) {
+        nlohmann::json logits = nlohmann::json::array();
+        for (std::int64_t k = sh.eq_index(); k < sh.N(); ++k)
+          logits.push_back(std::vector<float>(a.logits.begin() + k * lm.cfg.vocab, a.logits.begin() + (k + 1) * lm.cfg.vocab));
+        nlohmann::json rep = {{"problem", p.to_string()}, {"tokens", tokens_to_string(ex.tokens)},
+                              {"pos1", ex.pos[0]}, {"pos2", ex.pos[1]}, {"expected", tokens_to_string(exp_eos)},
+                              {"teacher", tokens_to_string(tf)}, {"greedy", tokens_to_string(gr)},
+                              {"teacher_exact", ok_tf}, {"greedy_exact", ok_gr}, {"logits_from_eq", logits}};
+        atomic_write(json_path, rep.dump() + "\n");
+      }
+      return ok_gr ? 0 : 1;
+    }
     int train_n = 0, train_m = 0;
     if (lm.config_json.contains("train") && lm.config_json["train"].is_object()) {
       train_n = lm.config_json["train"].value("train_n", 0);
