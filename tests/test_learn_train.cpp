@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <algorithm>
 #include <set>
 
 #include <unistd.h>
@@ -230,4 +231,42 @@ TEST(LearnData, RandomOffsetsStayInRange) {
   }
   // s1 in [1, max_pos1 - l] and the largest level-1 ID is s1 + l: every value in [l + 1, max_pos1] occurs.
   EXPECT_EQ(int(s1s.size()), c.max_pos1 - shape.l);
+}
+
+// The KV-cache decoder against the full forward, position by position: for every prefix length k the
+// greedy step after tokens[0..k] must give the full forward's argmax at k. Random 2-layer models in
+// every position mode, so every layer's cache and every embedding path is exercised. Positions whose
+// top-two logits are within 1e-4 are skipped (fp32 summation order differs between the two paths,
+// ~1e-6 relative; a genuine near-tie may flip legitimately).
+TEST(LearnDecode, KvCacheMatchesFullForwardAllModes) {
+  for (PosMode mode : {PosMode::coupled, PosMode::digits, PosMode::absolute, PosMode::none}) {
+    ModelConfig c;
+    c.n_layers = 2;
+    c.d_model = 24;
+    c.d_head = 6;
+    c.d_ff = 20;
+    c.pos_mode = mode;
+    c.max_pos1 = mode == PosMode::absolute ? 60 : 10;
+    c.max_pos2 = 8;
+    c.init_std = 0.5f;
+    const Layout lay = Layout::make(c);
+    const auto P = init_params<float>(c, lay, 99 + int(mode));
+    const Example ex = make_example(parse_problem("123+45+6+78"), c, 2, 1);
+    Acts<float> a;
+    model_forward(a, c, lay, P.data(), ex);
+    KvDecoder dec(c, lay, P.data());
+    int compared = 0;
+    for (int k = 0; k < ex.T(); ++k) {
+      const float* z = a.logits.data() + std::size_t(k) * kVocab;
+      std::vector<float> s(z, z + kVocab);
+      std::sort(s.rbegin(), s.rend());
+      if (s[0] - s[1] < 1e-4f) continue;
+      const std::vector<std::uint8_t> prefix(ex.tokens.begin(), ex.tokens.begin() + k + 1);
+      const auto out = dec.greedy(prefix, ex.pos, 1);
+      ASSERT_EQ(out.size(), 1u);
+      EXPECT_EQ(int(out[0]), int(std::max_element(z, z + kVocab) - z)) << pos_mode_name(mode) << " k=" << k;
+      ++compared;
+    }
+    EXPECT_GT(compared, ex.T() / 2) << pos_mode_name(mode);
+  }
 }
