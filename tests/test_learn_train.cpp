@@ -34,7 +34,7 @@ TrainConfig micro_train() {
   t.train_n = 2;
   t.train_m = 3;
   t.train_size = 5000;
-  t.steps = 2500;
+  t.steps = 4000;  // 2500 steps reach ~99%; 4000 reach 100% on 8000 in-distribution instances (measured), a margin for the exact-match test
   t.batch = 16;
   t.lr = 1e-2;
   t.threads = 2;
@@ -69,15 +69,16 @@ Micro& micro() {
 }
 }  // namespace
 
-// Chance level on a digit is ln 10 = 2.30; the first 100 steps average ~1.2 (the model quickly learns
-// the separators and the zero padding). With learning intact this run ends at a mean loss of ~0.003
-// over its last 100 steps (measured on this machine); 0.02 leaves a 6x margin yet fails if the model
-// only learns the format without the arithmetic (~1.0, the plateau before it learns carries).
+// Chance level on a digit is ln 10 = 2.30; the first 100 steps average ~1.3 (the model quickly learns
+// the separators and the zero padding). With learning intact this run ends at a mean loss of ~5e-5
+// over its last 100 steps (measured on this machine). The bound 0.005 is 100x above that, and below
+// both failure modes seen while tuning: the format-only plateau (~1.0, before carries are learned) and
+// a half-learned model (loss ~0.02 at ~95% exact match, this configuration stopped at 1500 steps).
 TEST(LearnTrain, MicroRunLossFalls) {
   auto& m = micro();
   std::printf("micro run: mean loss first 100 steps %.4f, last 100 steps %.5f\n", m.first_loss, m.last_loss);
   EXPECT_GT(m.first_loss, 0.5);
-  EXPECT_LT(m.last_loss, 0.02);
+  EXPECT_LT(m.last_loss, 0.005);
 }
 
 // A tiny fixed set: 10 instances of each in-distribution TA cell; every one must be exactly right,
