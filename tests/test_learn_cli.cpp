@@ -130,9 +130,17 @@ TEST(LearnCli, ResumeThroughTheCliIsByteIdentical) {
   CliRun r = run(kTrain + " --out " + d + kSmall + " --stop-after 15");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(read_json_file(d + "/config.json")["step"], 15);
+  // As if the process had logged step 25 and died before its next checkpoint: resume must drop it.
+  { std::ofstream(d + "/log.csv", std::ios::app) << "25,9.9,0,0,0,0\n"; }
   r = run(kTrain + " --out " + d + " --resume");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(slurp(d + "/model.safetensors"), slurp(model_dir() + "/model.safetensors"));
+  // The log describes one history: the steps column is 10, 20, 30 once each (log_every 10).
+  std::ifstream log(d + "/log.csv");
+  std::string line, steps;
+  std::getline(log, line);  // header
+  while (std::getline(log, line)) steps += line.substr(0, line.find(',')) + " ";
+  EXPECT_EQ(steps, "10 15 20 30 ");  // 15: the progress row written where --stop-after ended the first part
   EXPECT_EQ(slurp(d + "/checkpoint.safetensors"), slurp(model_dir() + "/checkpoint.safetensors"));
 }
 

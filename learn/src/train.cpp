@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -280,6 +281,24 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
   Trainer tr(mc, tc);
   if (resume) tr.load_checkpoint(dir);
   fs::create_directories(dir);
+  // A run killed between checkpoints logged steps the checkpoint does not hold; on resume drop those
+  // rows so the CSVs describe exactly one history.
+  auto trim = [&](const std::string& path) {
+    if (!fs::exists(path)) return;
+    std::ifstream in(path);
+    std::string line, kept;
+    while (std::getline(in, line)) {
+      char* end = nullptr;
+      const long long st = std::strtoll(line.c_str(), &end, 10);
+      if (end == line.c_str() || st <= tr.steps_done()) kept += line + "\n";  // header or an old row
+    }
+    in.close();
+    atomic_write(path, kept);
+  };
+  if (resume) {
+    trim(dir + "/log.csv");
+    trim(dir + "/eval.csv");
+  }
   std::ofstream csv(dir + "/log.csv", std::ios::app);
   if (!csv) throw std::runtime_error(fmt::format("cannot open '{}/log.csv'", dir));
   if (tr.steps_done() == 0) csv << "step,loss,lr,grad_norm,tokens_per_s,elapsed_s\n";
