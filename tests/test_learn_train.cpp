@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include "manyadd/learn/cli_common.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
 #include "manyadd/learn/io.hpp"
@@ -270,4 +271,33 @@ TEST(LearnDecode, KvCacheMatchesFullForwardAllModes) {
     }
     EXPECT_GT(compared, ex.T() / 2) << pos_mode_name(mode);
   }
+}
+
+// `train --help` documents every configuration field, and the defaults it states are the real ones.
+TEST(LearnConfig, HelpDocumentsEveryFieldWithItsDefault) {
+  nlohmann::json mj = ModelConfig{}, tj = TrainConfig{};
+  std::set<std::string> documented;
+  for (auto& f : config_fields()) {
+    const std::string sec = f.section;
+    const nlohmann::json& j = sec == "model" ? mj : tj;
+    ASSERT_TRUE(j.contains(f.name)) << sec << "." << f.name << " is documented but not a field";
+    documented.insert(sec + "." + f.name);
+    const std::string help = f.help;
+    const auto k = help.find("(default ");
+    ASSERT_NE(k, std::string::npos) << f.name << ": no default stated";
+    const std::string d = help.substr(k + 9, help.find(')', k) - k - 9);
+    const auto& v = j[f.name];
+    if (v.is_string()) {
+      EXPECT_EQ(d, v.get<std::string>()) << f.name;
+    } else {
+      const double want = v.get<double>(), got = std::stod(d);
+      EXPECT_NEAR(got, want, 1e-6 * std::abs(want)) << f.name << ": help says " << d;
+    }
+  }
+  for (auto it = mj.begin(); it != mj.end(); ++it)
+    if (it.key() != "vocab" && it.key() != "vocabulary") {  // fixed by the task, not settable
+      EXPECT_TRUE(documented.count("model." + it.key())) << "model." << it.key() << " undocumented";
+    }
+  for (auto it = tj.begin(); it != tj.end(); ++it)
+    EXPECT_TRUE(documented.count("train." + it.key())) << "train." << it.key() << " undocumented";
 }
