@@ -231,10 +231,25 @@ void write_png(const std::string& path, int w, int h, const std::vector<std::uin
 }
 
 namespace {
-// 3x5 bitmap digits for tick labels (bit 2 = left column).
-const std::uint8_t kFont[10][5] = {{7, 5, 5, 5, 7}, {2, 6, 2, 2, 7}, {7, 1, 7, 4, 7}, {7, 1, 7, 1, 7},
-                                   {5, 5, 7, 1, 1}, {7, 4, 7, 1, 7}, {7, 4, 7, 5, 7}, {7, 1, 1, 1, 1},
-                                   {7, 5, 7, 5, 7}, {7, 5, 7, 1, 7}};
+// 3x5 bitmap glyphs for tick labels and axis titles (bit 2 = left column); unknown characters blank.
+const std::uint8_t* glyph(char ch) {
+  static const std::uint8_t digits[10][5] = {{7, 5, 5, 5, 7}, {2, 6, 2, 2, 7}, {7, 1, 7, 4, 7}, {7, 1, 7, 1, 7},
+                                             {5, 5, 7, 1, 1}, {7, 4, 7, 1, 7}, {7, 4, 7, 5, 7}, {7, 1, 1, 1, 1},
+                                             {7, 5, 7, 5, 7}, {7, 5, 7, 1, 7}};
+  static const struct {
+    char c;
+    std::uint8_t rows[5];
+  } letters[] = {{'A', {2, 5, 7, 5, 5}}, {'B', {6, 5, 6, 5, 6}}, {'C', {3, 4, 4, 4, 3}}, {'D', {6, 5, 5, 5, 6}},
+                 {'E', {7, 4, 6, 4, 7}}, {'F', {7, 4, 6, 4, 4}}, {'G', {3, 4, 5, 5, 3}}, {'H', {5, 5, 7, 5, 5}},
+                 {'L', {4, 4, 4, 4, 7}}, {'M', {5, 7, 7, 5, 5}}, {'N', {6, 5, 5, 5, 5}}, {'O', {2, 5, 5, 5, 2}},
+                 {'P', {6, 5, 6, 4, 4}}, {'R', {6, 5, 6, 5, 5}}, {'S', {3, 4, 2, 1, 6}}, {'T', {7, 2, 2, 2, 2}},
+                 {'U', {5, 5, 5, 5, 7}}};
+  static const std::uint8_t blank[5] = {0, 0, 0, 0, 0};
+  if (ch >= '0' && ch <= '9') return digits[ch - '0'];
+  for (auto& l : letters)
+    if (l.c == ch) return l.rows;
+  return blank;
+}
 struct Canvas {
   int w, h;
   std::vector<std::uint8_t> px;
@@ -244,14 +259,21 @@ struct Canvas {
     auto* p = &px[(std::size_t(y) * std::size_t(w) + std::size_t(x)) * 3];
     p[0] = r, p[1] = g, p[2] = b;
   }
-  void text(int x, int y, int value, int scale) {  // digits of value, left-aligned at x
-    const std::string s = std::to_string(value);
-    for (std::size_t i = 0; i < s.size(); ++i)
+  // Draws s left to right from (x, y), or, if vertical, bottom to top from (x, y) (rotated 90 degrees
+  // counter-clockwise, as a y-axis title).
+  void text(int x, int y, const std::string& s, int scale, bool vertical = false) {
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      const std::uint8_t* g = glyph(s[i]);
       for (int r = 0; r < 5; ++r)
         for (int c = 0; c < 3; ++c)
-          if (kFont[s[i] - '0'][r] & (4 >> c))
+          if (g[r] & (4 >> c))
             for (int dy = 0; dy < scale; ++dy)
-              for (int dx = 0; dx < scale; ++dx) set(x + int(i) * 4 * scale + c * scale + dx, y + r * scale + dy, 0, 0, 0);
+              for (int dx = 0; dx < scale; ++dx) {
+                const int along = int(i) * 4 * scale + c * scale + dx, across = r * scale + dy;
+                if (vertical) set(x + across, y - along, 0, 0, 0);
+                else set(x + along, y + across, 0, 0, 0);
+              }
+    }
   }
 };
 // Accuracy 0 -> dark blue, 1 -> yellow (a short viridis-like ramp).
@@ -270,8 +292,12 @@ void write_heatmap_png(const std::string& path, const std::vector<std::vector<do
                        int train_n, int train_m) {
   const int rows = int(acc.size()), cols = rows ? int(acc[0].size()) : 0;
   if (!rows || !cols) throw InputError("empty grid");
-  const int cell = 16, left = 24, top = 24, sc = 2;
-  Canvas cv(left + cols * cell + 8, top + rows * cell + 8);
+  // Layout: axis title, then tick labels, then the cells (x = operand count, y = operand length).
+  const std::string xtitle = "NUMBER OF OPERANDS", ytitle = "LENGTH OF EACH OPERAND";
+  const int cell = 16, left = 38, top = 38, sc = 2;
+  const int ylen = int(ytitle.size()) * 4;  // title length in pixels at scale 1
+  Canvas cv(std::max(left + cols * cell + 8, left + int(xtitle.size()) * 4 + 8),
+            std::max(top + rows * cell + 8, top + ylen + 8));
   for (int i = 0; i < rows; ++i)
     for (int j = 0; j < cols; ++j) {
       std::uint8_t r = 160, g = 160, b = 160;
@@ -279,11 +305,13 @@ void write_heatmap_png(const std::string& path, const std::vector<std::vector<do
       for (int y = 0; y < cell; ++y)
         for (int x = 0; x < cell; ++x) cv.set(left + j * cell + x, top + i * cell + y, r, g, b);
     }
+  cv.text(left + std::max(0, (cols * cell - int(xtitle.size()) * 4) / 2), 4, xtitle, 1);
+  cv.text(4, top + std::max(ylen, (rows * cell + ylen) / 2), ytitle, 1, true);
   // Ticks: the first value and every multiple of 5 (as the paper's axes).
   for (int j = 0; j < cols; ++j)
-    if (j == 0 || (m_min + j) % 5 == 0) cv.text(left + j * cell + 1, 6, m_min + j, sc);
+    if (j == 0 || (m_min + j) % 5 == 0) cv.text(left + j * cell + 1, 20, std::to_string(m_min + j), sc);
   for (int i = 0; i < rows; ++i)
-    if (i == 0 || (n_min + i) % 5 == 0) cv.text(1, top + i * cell + 3, n_min + i, sc);
+    if (i == 0 || (n_min + i) % 5 == 0) cv.text(14, top + i * cell + 3, std::to_string(n_min + i), sc);
   // Training region [1, train_n] x [2, train_m], clipped to the grid, in red (2 px).
   const int i0 = std::max(0, 1 - n_min), i1 = std::min(rows, train_n - n_min + 1);
   const int j0 = std::max(0, 2 - m_min), j1 = std::min(cols, train_m - m_min + 1);
