@@ -122,7 +122,8 @@ void model_backward(S* grads, GradScratch<S>& g, const Acts<S>& a, const ModelCo
 // Greedy decoding with a key/value cache: feeds `prefix` (tokens and positions for every index the
 // caller will use, i.e. positions sized to the full length) and then generates up to `max_new` tokens,
 // stopping after EOS. Returns the generated tokens (the prediction after the last prefix token first).
-// If att_sum is non-null it is unused here (attention dumps use the full forward).
+// Each new token costs O(t d) attention against the cached keys/values instead of a full forward;
+// the numbered passes mirror model_forward (tests check they pick the same tokens).
 struct KvDecoder {
   const ModelConfig& c;
   const Layout& lay;
