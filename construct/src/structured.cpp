@@ -8,7 +8,7 @@
 namespace manyadd {
 
 namespace {
-std::int64_t code(std::int64_t p, int P) { return (p - 1) & ((std::int64_t(1) << P) - 1); }
+std::int64_t code(std::int64_t p, int P) { return stream_code(p, P); }
 
 // CSR of real IDs base + o (o = 0..count-1) grouped by code(base + o + shift).
 void build_lists(std::int64_t base, std::int64_t count, std::int64_t shift, int P, std::vector<std::int32_t>& start,
@@ -39,72 +39,6 @@ StructuredStream::StructuredStream(const Shape& shape, std::int64_t s1, std::int
 double StructuredStream::estimate_bytes(const Shape& s) {
   // two bytes per real ID pair (count <= 2, value sum <= 54), the level-1 counts, the lists
   return 2.0 * double(s.l + 1) * double(s.m + 1) + 8.0 * double(s.l + 1) + 64.0 * double(s.l + s.m + 2);
-}
-
-void StructuredStream::run(const std::uint8_t* tokens, const std::function<void(const QueryMatch&)>& visit) const {
-  const std::int64_t W = shape_.m + 1;  // row width of the pair table (p1 - s1, p2 - s2)
-  // Per real ID pair, the keys seen so far: at most 2 share a pair (A_{i+1} and B_i digits of one
-  // significance; '+' after A_{i+1} and the separator before B_i), so bytes suffice.
-  std::vector<std::uint8_t> cnt(std::size_t((shape_.l + 1) * W), 0), val(std::size_t((shape_.l + 1) * W), 0);
-  std::vector<std::int64_t> cnt1(std::size_t(shape_.l + 1), 0);
-  std::int64_t prefix_value = 0;
-  const std::int64_t eq = shape_.eq_index();
-  QueryMatch q;
-
-  auto pairs = [&](const std::vector<std::int32_t>& s1v, const std::vector<std::int32_t>& i1, std::int64_t c1,
-                   const std::vector<std::int32_t>& s2v, const std::vector<std::int32_t>& i2, std::int64_t c2,
-                   HeadMatch& h) {
-    h.x = 1;
-    h.vsum = 0;
-    h.pairs = 0;
-    h.pair_t = h.pair_j = -1;
-    h.only_separators = true;
-    for (std::int32_t a = s1v[std::size_t(c1)]; a < s1v[std::size_t(c1 + 1)]; ++a)
-      for (std::int32_t b = s2v[std::size_t(c2)]; b < s2v[std::size_t(c2 + 1)]; ++b) {
-        const std::size_t cell = std::size_t(std::int64_t(i1[std::size_t(a)]) * W + i2[std::size_t(b)]);
-        if (!cnt[cell]) continue;
-        h.x += cnt[cell];
-        h.vsum += val[cell];
-        ++h.pairs;
-        h.pair_t = i1[std::size_t(a)];
-        h.pair_j = i2[std::size_t(b)];
-        if (h.pair_t != 0) h.only_separators = false;  // level-1 offset 0 = separators only
-      }
-  };
-
-  for_each_id(shape_, s1_, s2_, [&](std::int64_t k, std::int64_t p1, std::int64_t p2) {
-    const int tok = tokens ? tokens[k] : 0;
-    const int v = tok < 10 ? 3 * tok : 0;  // V1 = V2 = 3 e_NUM (Eqs. 9, 13)
-    if (k > 0) {  // insert key k (causal: a query sees itself)
-      const std::size_t cell = std::size_t((p1 - s1_) * W + (p2 - s2_));
-      ++cnt[cell];
-      val[cell] = std::uint8_t(val[cell] + v);
-      ++cnt1[std::size_t(p1 - s1_)];
-      prefix_value += v;
-    }
-    if (k < eq) return;
-    q.j = k;
-    const std::int64_t c1 = code(p1, P1_), c1n = code(p1 + 1, P1_), c2 = code(p2, P2_);
-    // head 1: key (POS_1, POS_2_NEXT) = query (POS_1_NEXT, POS_2)   (Eqs. 7-8)
-    pairs(l1_start_, l1_ids_, c1n, l2n_start_, l2n_ids_, c2, q.h[0]);
-    // head 2: key (POS_1, POS_2_NEXT) = query (POS_1, POS_2)        (Eqs. 11-12)
-    pairs(l1_start_, l1_ids_, c1, l2n_start_, l2n_ids_, c2, q.h[1]);
-    // head 4: key (POS_1, POS_2) = query (POS_1, POS_2)             (Eqs. 19-20)
-    pairs(l1_start_, l1_ids_, c1, l2_start_, l2_ids_, c2, q.h[3]);
-    // head 3: key POS_1 = query POS_1_NEXT                           (Eqs. 15-16)
-    HeadMatch& h3 = q.h[2];
-    h3.x = 1;
-    for (std::int32_t a = l1_start_[std::size_t(c1n)]; a < l1_start_[std::size_t(c1n + 1)]; ++a)
-      h3.x += cnt1[std::size_t(l1_ids_[std::size_t(a)])];
-    for (int h = 0; h < 4; ++h) q.h[std::size_t(h)].u = k + 1 - q.h[std::size_t(h)].x;
-    for (int h : {0, 1}) q.h[std::size_t(h)].usum = prefix_value - q.h[std::size_t(h)].vsum;
-    // heads 3-4 carry IS_BOS: value 1 on BOS (always matched), 0 elsewhere
-    for (int h : {2, 3}) {
-      q.h[std::size_t(h)].vsum = 1;
-      q.h[std::size_t(h)].usum = 0;
-    }
-    visit(q);
-  });
 }
 
 CompiledFFN CompiledFFN::build(const ConstructedModel& M) {
@@ -144,19 +78,31 @@ CompiledFFN CompiledFFN::build(const ConstructedModel& M) {
     }
     g->units.push_back(u);
   }
+  // Flat evaluation order: units grouped, each with its nonzero readout coefficients.
+  F.cs_start.push_back(0);
+  for (const Group& G : F.groups)
+    for (int u : G.units) {
+      F.order.push_back(u);
+      for (int t = 0; t < kVocab; ++t)
+        if (Cm(t, u) != 0) {
+          F.cs_tok.push_back(t);
+          F.cs_coef.push_back(Cm(t, u));
+        }
+      F.cs_start.push_back(int(F.cs_tok.size()));
+    }
   return F;
 }
 
 std::array<double, kVocab> CompiledFFN::logits(const std::array<double, 7>& y) const {
   std::array<double, kVocab> out = c0;
+  std::size_t pos = 0;
   for (const Group& G : groups) {
     double z = 0;
     for (int c = 0; c < 7; ++c) z += G.w[std::size_t(c)] * y[std::size_t(c)];
-    for (int u : G.units) {
-      const double h = std::max(0.0, z + b1[std::size_t(u)]);
-      if (h == 0) continue;
-      const auto& Cu = C[std::size_t(u)];
-      for (int t = 0; t < kVocab; ++t) out[std::size_t(t)] += Cu[std::size_t(t)] * h;
+    for (std::size_t e = pos + G.units.size(); pos < e; ++pos) {
+      const double h = z + b1[std::size_t(order[pos])];
+      if (h <= 0) continue;
+      for (int q = cs_start[pos]; q < cs_start[pos + 1]; ++q) out[std::size_t(cs_tok[std::size_t(q)])] += cs_coef[std::size_t(q)] * h;
     }
   }
   return out;
@@ -213,6 +159,20 @@ RowEngine::RowEngine(const ConstructedModel& M, const Shape& shape, std::int64_t
     : M_(M), shape_(shape), s1_(s1), s2_(s2), tokens_(tokens), num_(tokens.size()) {
   if (std::int64_t(tokens.size()) != shape.N()) throw InputError("RowEngine: token count differs from the shape's N");
   for (std::size_t k = 0; k < tokens.size(); ++k) num_[k] = tokens[k] < 10 ? tokens[k] : 0;
+  const int d = M.d();
+  pe1_ = Eigen::MatrixXd::Zero(shape.l + 1, d);
+  pe2_ = Eigen::MatrixXd::Zero(shape.m + 1, d);
+  Eigen::VectorXd x(d);
+  for (std::int64_t o = 0; o <= shape.l; ++o) {
+    x.setZero();
+    write_position(M.layout, std::int32_t(s1 + o), 0, x.data());
+    pe1_.row(o) = x.transpose();
+  }
+  for (std::int64_t o = 0; o <= shape.m; ++o) {
+    x.setZero();
+    write_position(M.layout, 0, std::int32_t(s2 + o), x.data());
+    pe2_.row(o) = x.transpose();
+  }
 }
 
 RowResult RowEngine::row(std::int64_t j, const CompiledFFN& F) const {
@@ -232,15 +192,11 @@ RowResult RowEngine::row(std::int64_t j, const CompiledFFN& F) const {
   for (int h = 0; h < 4; ++h) {
     const Head& H = M_.heads[std::size_t(h)];
     const Eigen::VectorXd q = H.Q * xq;
-    // K is linear: a key's score = level-1 part + level-2 part + token part, each from the weights.
-    auto part = [&](std::int32_t p1, std::int32_t p2) {
-      Eigen::VectorXd x = Eigen::VectorXd::Zero(d);
-      write_position(L, p1, p2, x.data());
-      return (H.K * x).dot(q);
-    };
-    std::vector<double> a1(std::size_t(l + 1)), a2(std::size_t(m + 1));
-    for (std::int64_t o = 0; o <= l; ++o) a1[std::size_t(o)] = part(std::int32_t(s1_ + o), 0);
-    for (std::int64_t o = 0; o <= m; ++o) a2[std::size_t(o)] = part(0, std::int32_t(s2_ + o));
+    // K is linear: a key's score = level-1 part + level-2 part + token part, each from the weights:
+    // part = (K x_part) . q = x_part . (K^T q).
+    const Eigen::VectorXd kq = H.K.transpose() * q;
+    const Eigen::VectorXd a1v = pe1_ * kq, a2v = pe2_ * kq;
+    const std::vector<double> a1(a1v.data(), a1v.data() + a1v.size()), a2(a2v.data(), a2v.data() + a2v.size());
     Eigen::VectorXd xt = Eigen::VectorXd::Zero(d);
     xt(Layout::FULL_ONES) = 1;
     const double tokpart = (H.K * xt).dot(q);
@@ -292,7 +248,8 @@ RowResult RowEngine::row(std::int64_t j, const CompiledFFN& F) const {
           const double* v = num_.data() + k0;
           const double* e = isA ? e1rev.data() : e1.data() + 1;
           double dot = 0;
-          for (std::int64_t r = 0; r < len; ++r) dot += e[r] * v[r];
+          if (vnum != 0)
+            for (std::int64_t r = 0; r < len; ++r) dot += e[r] * v[r];
           z += e2[std::size_t(b)] * sumDigits;
           acc += e2[std::size_t(b)] * (vnum * dot + vone * sumDigits);
         },

@@ -11,7 +11,7 @@
 
 #include <array>
 #include <cstdint>
-#include <functional>
+#include <algorithm>
 #include <vector>
 
 #include "manyadd/model.hpp"
@@ -37,6 +37,9 @@ struct QueryMatch {
   std::array<HeadMatch, 4> h;
 };
 
+// Hypercube code of a position ID: v_p = v_{code + 1} (the wrap rule of hypercube()).
+inline std::int64_t stream_code(std::int64_t p, int P) { return (p - 1) & ((std::int64_t(1) << P) - 1); }
+
 // The digit-independent part of the stream: IDs, code classes, aggregates.
 class StructuredStream {
  public:
@@ -44,7 +47,8 @@ class StructuredStream {
   // Streams over all N positions in order; calls visit(match) for every response position
   // (index >= shape.eq_index()). `tokens` may be null: then values are all taken as 0 (the
   // certificate's structure pass needs only counts and pairs).
-  void run(const std::uint8_t* tokens, const std::function<void(const QueryMatch&)>& visit) const;
+  template <class Visit>
+  void run(const std::uint8_t* tokens, Visit&& visit) const;
   // Estimated peak memory of run(), in bytes (the aggregate tables).
   static double estimate_bytes(const Shape& shape);
   const Shape& shape() const { return shape_; }
@@ -70,6 +74,9 @@ struct CompiledFFN {
   std::vector<Group> groups;
   std::vector<double> b1;                // (H)
   std::vector<std::array<double, kVocab>> C;  // (H) rows: Wout W2 column u
+  std::vector<int> order;                      // units in evaluation order (grouped)
+  std::vector<int> cs_start, cs_tok;           // per unit in `order`: its nonzero readout coefficients
+  std::vector<double> cs_coef;
   std::array<double, kVocab> c0{};       // Wout b2
   static CompiledFFN build(const ConstructedModel& M);  // throws InputError on other structures
   std::array<double, kVocab> logits(const std::array<double, 7>& y) const;
@@ -121,6 +128,8 @@ class RowEngine {
   std::int64_t s1_, s2_;
   std::vector<std::uint8_t> tokens_;
   std::vector<double> num_;  // NUM of every position (0 for non-digits)
+  // Position parts of a residual column per real ID: level 1 (l+1, d) and level 2 (m+1, d).
+  Eigen::MatrixXd pe1_, pe2_;
 };
 
 // Calls f(k, p1, p2) for k = 0 .. N-1 in order, with the IDs of position_id_at, in O(1) each.
@@ -137,5 +146,73 @@ void for_each_id(const Shape& s, std::int64_t s1, std::int64_t s2, F&& f) {
     for (std::int64_t t = 1; t <= s.l; ++t) f(k++, s1 + t, s2 + j);
   }
 }
+
+template <class Visit>
+void StructuredStream::run(const std::uint8_t* tokens, Visit&& visit) const {
+  const std::int64_t W = shape_.m + 1;  // row width of the pair table (p1 - s1, p2 - s2)
+  // Per real ID pair, the keys seen so far: at most 2 share a pair (A_{i+1} and B_i digits of one
+  // significance; '+' after A_{i+1} and the separator before B_i), so bytes suffice.
+  std::vector<std::uint8_t> cnt(std::size_t((shape_.l + 1) * W), 0), val(std::size_t((shape_.l + 1) * W), 0);
+  std::vector<std::int64_t> cnt1(std::size_t(shape_.l + 1), 0);
+  std::int64_t prefix_value = 0;
+  const std::int64_t eq = shape_.eq_index();
+  QueryMatch q;
+
+  auto pairs = [&](const std::vector<std::int32_t>& s1v, const std::vector<std::int32_t>& i1, std::int64_t c1,
+                   const std::vector<std::int32_t>& s2v, const std::vector<std::int32_t>& i2, std::int64_t c2,
+                   HeadMatch& h) {
+    h.x = 1;
+    h.vsum = 0;
+    h.pairs = 0;
+    h.pair_t = h.pair_j = -1;
+    h.only_separators = true;
+    for (std::int32_t a = s1v[std::size_t(c1)]; a < s1v[std::size_t(c1 + 1)]; ++a)
+      for (std::int32_t b = s2v[std::size_t(c2)]; b < s2v[std::size_t(c2 + 1)]; ++b) {
+        const std::size_t cell = std::size_t(std::int64_t(i1[std::size_t(a)]) * W + i2[std::size_t(b)]);
+        if (!cnt[cell]) continue;
+        h.x += cnt[cell];
+        h.vsum += val[cell];
+        ++h.pairs;
+        h.pair_t = i1[std::size_t(a)];
+        h.pair_j = i2[std::size_t(b)];
+        if (h.pair_t != 0) h.only_separators = false;  // level-1 offset 0 = separators only
+      }
+  };
+
+  for_each_id(shape_, s1_, s2_, [&](std::int64_t k, std::int64_t p1, std::int64_t p2) {
+    const int tok = tokens ? tokens[k] : 0;
+    const int v = tok < 10 ? 3 * tok : 0;  // V1 = V2 = 3 e_NUM (Eqs. 9, 13)
+    if (k > 0) {  // insert key k (causal: a query sees itself)
+      const std::size_t cell = std::size_t((p1 - s1_) * W + (p2 - s2_));
+      ++cnt[cell];
+      val[cell] = std::uint8_t(val[cell] + v);
+      ++cnt1[std::size_t(p1 - s1_)];
+      prefix_value += v;
+    }
+    if (k < eq) return;
+    q.j = k;
+    const std::int64_t c1 = stream_code(p1, P1_), c1n = stream_code(p1 + 1, P1_), c2 = stream_code(p2, P2_);
+    // head 1: key (POS_1, POS_2_NEXT) = query (POS_1_NEXT, POS_2)   (Eqs. 7-8)
+    pairs(l1_start_, l1_ids_, c1n, l2n_start_, l2n_ids_, c2, q.h[0]);
+    // head 2: key (POS_1, POS_2_NEXT) = query (POS_1, POS_2)        (Eqs. 11-12)
+    pairs(l1_start_, l1_ids_, c1, l2n_start_, l2n_ids_, c2, q.h[1]);
+    // head 4: key (POS_1, POS_2) = query (POS_1, POS_2)             (Eqs. 19-20)
+    pairs(l1_start_, l1_ids_, c1, l2_start_, l2_ids_, c2, q.h[3]);
+    // head 3: key POS_1 = query POS_1_NEXT                           (Eqs. 15-16)
+    HeadMatch& h3 = q.h[2];
+    h3.x = 1;
+    for (std::int32_t a = l1_start_[std::size_t(c1n)]; a < l1_start_[std::size_t(c1n + 1)]; ++a)
+      h3.x += cnt1[std::size_t(l1_ids_[std::size_t(a)])];
+    for (int h = 0; h < 4; ++h) q.h[std::size_t(h)].u = k + 1 - q.h[std::size_t(h)].x;
+    for (int h : {0, 1}) q.h[std::size_t(h)].usum = prefix_value - q.h[std::size_t(h)].vsum;
+    // heads 3-4 carry IS_BOS: value 1 on BOS (always matched), 0 elsewhere
+    for (int h : {2, 3}) {
+      q.h[std::size_t(h)].vsum = 1;
+      q.h[std::size_t(h)].usum = 0;
+    }
+    visit(q);
+  });
+}
+
 
 }  // namespace manyadd
