@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <tuple>
 
 #include <boost/multiprecision/cpp_int.hpp>
@@ -301,21 +303,29 @@ struct Worst {
   int S = -1, S2 = -1, carry = -1;
 };
 
-// The minimum margin over all classes for one precision. `eps[h]`, fp models per head.
+// Digit-side tables A[kind][e][k]: min over the kind's configurations with expected token e of
+// the digit groups' contribution to logit_e - logit_k. Each configuration fixes NUM and the boxes
+// of PRE_SUM / PRE_CARRY. u1, u2: the unmatched-key counts the boxes assume (a bound).
 template <class T>
-T class_margins(const Structure& st, const Shape& s, const ExactFFN<T>& E, const std::array<FpModel, 4>& fp, Worst& worst,
-                std::vector<std::int64_t>* risky) {
-  // Digit-side part A[kind][e][k]: min over the kind's configurations with expected token e of
-  // the digit groups' contribution to logit_e - logit_k. Each configuration fixes NUM and the
-  // boxes of PRE_SUM / PRE_CARRY.
-  const T big = T(1e300);
+struct DigitTables {
   std::array<std::array<std::array<T, kVocab>, kVocab>, kKinds> A;
-  std::array<std::array<std::array<std::array<int, 3>, kVocab>, kVocab>, kKinds> Acfg{};  // a configuration reaching A's min
+  std::array<std::array<std::array<std::array<int, 3>, kVocab>, kVocab>, kKinds> Acfg{};
+};
+
+template <class T>
+T big_value() { return T(1e300); }
+
+template <class T>
+DigitTables<T> digit_tables(const ExactFFN<T>& E, const std::array<FpModel, 4>& fp, std::int64_t u1, std::int64_t u2) {
+  const T big = big_value<T>();
+  DigitTables<T> D;
+  auto& A = D.A;
+  auto& Acfg = D.Acfg;
   for (auto& a : A)
     for (auto& r : a) r.fill(big);
   std::vector<PLTable<T>> tables;
   for (const auto& g : E.groups) tables.push_back(g.digit_side ? pl_table(g.units, E.b1, E.C) : PLTable<T>{});
-  const Box<T> sep1 = head_box<T>(0, 1, st.u1, 27, fp[0]), sep2 = head_box<T>(0, 1, st.u2, 27, fp[1]);
+  const Box<T> sep1 = head_box<T>(0, 1, u1, 27, fp[0]), sep2 = head_box<T>(0, 1, u2, 27, fp[1]);
   for (int kind = 0; kind < kKinds; ++kind) {
     struct Cfg {
       int S, S2, c, numv, e;
@@ -333,8 +343,8 @@ T class_margins(const Structure& st, const Shape& s, const ExactFFN<T>& E, const
             const int total = S2 + c, carry = kind == kD0 ? 0 : total >= 10;
             const int numv = kind == kD0 ? 0 : total % 10;
             const int e = (S + carry) % 10;
-            const Box<T> ps = head_box<T>(3 * S, 3, st.u1, 27, fp[0]);
-            const Box<T> pc = kind == kD0 ? sep2 : head_box<T>(3 * S2, 3, st.u2, 27, fp[1]);
+            const Box<T> ps = head_box<T>(3 * S, 3, u1, 27, fp[0]);
+            const Box<T> pc = kind == kD0 ? sep2 : head_box<T>(3 * S2, 3, u2, 27, fp[1]);
             cfgs.push_back({S, S2, c, numv, e, ps, pc});
           }
     }
@@ -376,6 +386,16 @@ T class_margins(const Structure& st, const Shape& s, const ExactFFN<T>& E, const
         }
     }
   }
+  return D;
+}
+
+// The minimum margin over all classes for one precision.
+template <class T>
+T class_margins(const Structure& st, const ExactFFN<T>& E, const std::array<FpModel, 4>& fp, const DigitTables<T>& D,
+                Worst& worst, std::vector<std::int64_t>* risky) {
+  const T big = big_value<T>();
+  const auto& A = D.A;
+  const auto& Acfg = D.Acfg;
   // Per class: the arrow/EOS side with the class's head-3/4 boxes. Classes of one (kind, expected
   // token) are first merged into the hull of their boxes (sound: the hull contains every box); only
   // when a merged class fails are its classes checked one by one, to locate the failure.
@@ -459,7 +479,7 @@ T class_margins(const Structure& st, const Shape& s, const ExactFFN<T>& E, const
     if (d < worst.margin || (d == worst.margin && first < worst.position)) {
       worst.margin = d;
       worst.position = first;
-      if (arge >= 0) {
+      if (arge >= 0 && kind <= kD0) {
         const auto& cfg = Acfg[std::size_t(kind)][std::size_t(arge)][std::size_t(argk)];
         worst.S = cfg[0];
         worst.S2 = cfg[1];
@@ -482,7 +502,6 @@ T class_margins(const Structure& st, const Shape& s, const ExactFFN<T>& E, const
       record(eval_class(kv->first.kind, kv->first.expect, bx.first, bx.second, e2, k2), kv->first.kind, e2, k2, kv->second.first);
     }
   }
-  (void)s;
   return best;
 }
 
@@ -521,31 +540,32 @@ double ffn_logit_error(const ConstructedModel& M, double r) {
 
 }  // namespace
 
-CertResult certify(const ConstructedModel& M, const Shape& shape, std::int64_t s1, std::int64_t s2, const CertOptions& opt) {
-  const auto t0 = std::chrono::steady_clock::now();
-  CertResult R;
-  const CompiledFFN F = CompiledFFN::build(M);  // throws unless the model has the Theorem 4.1 structure
-  // Part 1.
-  const Structure st = analyze(shape, s1, s2, M.layout.P1, M.layout.P2);
-  R.positions = st.positions;
-  R.classes = std::int64_t(st.classes.size());
-  if (st.failure) {
-    R.failure = st.failure;
-    R.risky_positions.push_back(st.failure->position);
-  }
-  std::string err;
-  const auto Eq = exact_ffn<Rational>(M, F, false, err);
-  if (!err.empty()) throw InputError("certificate: " + err);
-
-  // Part 2 in exact rationals at the model's scales: eps_h = an upper bound of e^{-2 lambda_h}.
+struct Certifier::Impl {
+  const ConstructedModel& M;
+  Shape shape;
+  CertOptions opt;
+  CompiledFFN F;
+  ExactFFN<Rational> Eq, E32;
+  ExactFFN<double> Ed;
+  std::int64_t ubound;  // unmatched keys of any query: fewer than N
   std::array<FpModel, 4> real{};
-  for (int h = 0; h < 4; ++h) real[std::size_t(h)].eps = exp_neg2_upper(M.heads[std::size_t(h)].lambda);
-  Worst w;
-  const Rational mreal = class_margins<Rational>(st, shape, Eq, real, w, &R.risky_positions);
-  R.min_margin = mreal.convert_to<double>();
-  R.margins.push_back({"real", R.min_margin, !st.failure && mreal > 0});
-  if (!(mreal > 0) && !R.failure) R.failure = CertFailure{w.first_fail, "local", "the margin is not positive", w.S, w.S2, w.carry, w.margin};
+  std::array<std::array<FpModel, 4>, 2> fpm{};
+  std::array<double, 2> logit_err{};
+  DigitTables<Rational> Dreal;
+  std::array<DigitTables<Rational>, 2> Dfp;
+  std::mutex memo_mu;
+  std::map<double, std::shared_ptr<const DigitTables<double>>> memo;  // lambda -> tables (bisection)
 
+  Impl(const ConstructedModel& model, const Shape& s, const CertOptions& o)
+      : M(model), shape(s), opt(o), F(CompiledFFN::build(model)), ubound(s.N()) {
+    std::string err;
+    Eq = exact_ffn<Rational>(M, F, false, err);
+    E32 = exact_ffn<Rational>(M, F, true, err);
+    Ed = exact_ffn<double>(M, F, false, err);
+    if (!err.empty()) throw InputError("certificate: " + err);
+    // Part 2 in exact rationals at the model's scales: eps_h = an upper bound of e^{-2 lambda_h}.
+    for (int h = 0; h < 4; ++h) real[std::size_t(h)].eps = exp_neg2_upper(M.heads[std::size_t(h)].lambda);
+    Dreal = digit_tables<Rational>(Eq, real, ubound, ubound);
   // Part 3. The program is the dense engine (construct/src/dense.cpp) in precision p with unit
   // roundoff r (2^-53, 2^-24):
   //  * Q, K entries are fl_p(fl_64(sqrt(lambda))) etc.: relative error <= 2r each, so a product
@@ -562,52 +582,94 @@ CertResult certify(const ConstructedModel& M, const Shape& shape, std::int64_t s
   //    bounded by |NUM| <= 9, |PRE_SUM|, |PRE_CARRY| <= 27, |PRE_ARROW|, |PRE_EOS| <= 1; the margin
   //    loses at most twice the resulting logit error (ffn_logit_error). The exact part of part 3
   //    uses the precision's own (cast) weights.
-  bool fp_ok = true;
-  if (opt.floating_point) {
-    for (int p = 0; p < 2; ++p) {
-      const double r = p == 0 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
-      const auto E = p == 0 ? Eq : exact_ffn<Rational>(M, F, true, err);
-      std::array<FpModel, 4> fm;
-      for (int h = 0; h < 4; ++h) fm[std::size_t(h)] = fp_model(M, h, r);
-      Worst wf;
-      const Rational mf = class_margins<Rational>(st, shape, E, fm, wf, nullptr) - Rational(2 * ffn_logit_error(M, r));
-      const bool ok = !st.failure && mf > 0;
-      fp_ok = fp_ok && ok;
-      const char* name = p == 0 ? "float64" : "float32";
-      R.margins.push_back({name, mf.convert_to<double>(), ok});
-      if (!ok && !R.failure) R.failure = CertFailure{wf.first_fail >= 0 ? wf.first_fail : wf.position, name, "the margin is not positive with rounding", wf.S, wf.S2, wf.carry, mf.convert_to<double>()};
-    }
-  }
-  R.proven = !st.failure && mreal > 0 && fp_ok;
-
-  // lambda_min: the structure does not depend on lambda, the local margins grow with it; bisect a
-  // common lambda in double (a report, not part of the proof; the proof is at the model's lambda).
-  if (opt.lambda_min && !st.failure) {
-    std::string e2;
-    const auto Ed = exact_ffn<double>(M, F, false, e2);
-    auto holds = [&](double lam) {
-      std::array<FpModel, 4> fm{};
-      for (auto& f : fm) f.eps = exp_neg2_upper(lam);
-      Worst ww;
-      return class_margins<double>(st, shape, Ed, fm, ww, nullptr) > 0;
-    };
-    double hi = std::max(1.0, M.heads[0].lambda);
-    while (!holds(hi) && hi < 1e4) hi *= 2;
-    if (holds(hi)) {
-      double lo = 0;
-      while (hi - lo > 1e-3 * hi) {
-        const double mid = 0.5 * (lo + hi);
-        (holds(mid) ? hi : lo) = mid;
+    if (opt.floating_point)
+      for (int p = 0; p < 2; ++p) {
+        const double r = p == 0 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
+        for (int h = 0; h < 4; ++h) fpm[std::size_t(p)][std::size_t(h)] = fp_model(M, h, r);
+        logit_err[std::size_t(p)] = ffn_logit_error(M, r);
+        Dfp[std::size_t(p)] = digit_tables<Rational>(p == 0 ? Eq : E32, fpm[std::size_t(p)], ubound, ubound);
       }
-      R.lambda_min = hi;
-    } else {
-      R.lambda_min = std::numeric_limits<double>::infinity();
-    }
-  } else {
-    R.lambda_min = std::numeric_limits<double>::infinity();
   }
-  R.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return R;
+
+  std::shared_ptr<const DigitTables<double>> tables_at(double lam) {
+    std::lock_guard<std::mutex> g(memo_mu);
+    auto it = memo.find(lam);
+    if (it != memo.end()) return it->second;
+    std::array<FpModel, 4> fm{};
+    for (auto& f : fm) f.eps = exp_neg2_upper(lam);
+    auto t = std::make_shared<const DigitTables<double>>(digit_tables<double>(Ed, fm, ubound, ubound));
+    memo[lam] = t;
+    return t;
+  }
+
+  CertResult run(std::int64_t s1, std::int64_t s2) {
+    const auto t0 = std::chrono::steady_clock::now();
+    CertResult R;
+    // Part 1.
+    const Structure st = analyze(shape, s1, s2, M.layout.P1, M.layout.P2);
+    R.positions = st.positions;
+    R.classes = std::int64_t(st.classes.size());
+    if (st.failure) {
+      R.failure = st.failure;
+      R.risky_positions.push_back(st.failure->position);
+    }
+    // Part 2.
+    Worst w;
+    const Rational mreal = class_margins<Rational>(st, Eq, real, Dreal, w, &R.risky_positions);
+    R.min_margin = mreal.convert_to<double>();
+    R.margins.push_back({"real", R.min_margin, !st.failure && mreal > 0});
+    if (!(mreal > 0) && !R.failure)
+      R.failure = CertFailure{w.first_fail, "local", "the margin is not positive", w.S, w.S2, w.carry, w.margin};
+    // Part 3.
+    bool fp_ok = true;
+    if (opt.floating_point) {
+      for (int p = 0; p < 2; ++p) {
+        Worst wf;
+        const Rational mf = class_margins<Rational>(st, p == 0 ? Eq : E32, fpm[std::size_t(p)], Dfp[std::size_t(p)], wf, nullptr) -
+                            Rational(2 * logit_err[std::size_t(p)]);
+        const bool ok = !st.failure && mf > 0;
+        fp_ok = fp_ok && ok;
+        const char* name = p == 0 ? "float64" : "float32";
+        R.margins.push_back({name, mf.convert_to<double>(), ok});
+        if (!ok && !R.failure)
+          R.failure = CertFailure{wf.first_fail >= 0 ? wf.first_fail : wf.position, name, "the margin is not positive with rounding",
+                                  wf.S, wf.S2, wf.carry, mf.convert_to<double>()};
+      }
+    }
+    R.proven = !st.failure && mreal > 0 && fp_ok;
+    // lambda_min: the structure does not depend on lambda, the local margins grow with it; bisect a
+    // common lambda in double (a report, not part of the proof; the proof is at the model's lambda).
+    R.lambda_min = std::numeric_limits<double>::infinity();
+    if (opt.lambda_min && !st.failure) {
+      auto holds = [&](double lam) {
+        std::array<FpModel, 4> fm{};
+        for (auto& f : fm) f.eps = exp_neg2_upper(lam);
+        Worst ww;
+        return class_margins<double>(st, Ed, fm, *tables_at(lam), ww, nullptr) > 0;
+      };
+      double hi = 16;
+      while (!holds(hi) && hi < 1e4) hi *= 2;
+      if (holds(hi)) {
+        double lo = 0;
+        while (hi - lo > 1e-3 * hi) {
+          const double mid = 0.5 * (lo + hi);
+          (holds(mid) ? hi : lo) = mid;
+        }
+        R.lambda_min = hi;
+      }
+    }
+    R.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return R;
+  }
+};
+
+Certifier::Certifier(const ConstructedModel& M, const Shape& shape, const CertOptions& opt)
+    : impl_(std::make_unique<Impl>(M, shape, opt)) {}
+Certifier::~Certifier() = default;
+CertResult Certifier::run(std::int64_t s1, std::int64_t s2) const { return impl_->run(s1, s2); }
+
+CertResult certify(const ConstructedModel& M, const Shape& shape, std::int64_t s1, std::int64_t s2, const CertOptions& opt) {
+  return Certifier(M, shape, opt).run(s1, s2);
 }
 
 }  // namespace manyadd

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -56,6 +57,19 @@ struct CertResult {
 struct CertOptions {
   bool floating_point = true;  // part 3 (float64 and float32)
   bool lambda_min = true;      // compute lambda_min
+};
+
+// Certifies one shape at many offsets: the configuration tables (which depend on the model and
+// the shape, not on the offsets) are built once. run() may be called from several threads.
+class Certifier {
+ public:
+  Certifier(const ConstructedModel& M, const Shape& shape, const CertOptions& opt = {});
+  ~Certifier();
+  CertResult run(std::int64_t s1, std::int64_t s2) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 CertResult certify(const ConstructedModel& M, const Shape& shape, std::int64_t s1, std::int64_t s2,
