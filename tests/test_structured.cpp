@@ -1,6 +1,8 @@
 // The structured O(N) engine and the exact row engine against the dense engine, their independent
 // twin, on random small shapes, offsets, scales and operands - undersized hypercubes included
 // (IDs that alias modulo 2^P must be handled identically by all engines).
+#include <algorithm>
+
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
@@ -51,7 +53,11 @@ RC_GTEST_PROP(Structured, LimitModeEqualsDense, ()) {
   const auto eq = c.shape.eq_index();
   for (std::int64_t k = eq; k < c.shape.N(); ++k) {
     const auto r = std::size_t(k - eq);
-    RC_ASSERT(S.pred[r] == D.pred[std::size_t(k)]);
+    // Predictions must agree unless the dense logits nearly tie (undersized dimensions can put g
+    // on a kink where two digits score the same: then argmax is decided by rounding alone).
+    std::vector<double> lg(D.logits.col(k).data(), D.logits.col(k).data() + kVocab);
+    std::sort(lg.rbegin(), lg.rend());
+    if (lg[0] - lg[1] > 1e-9) RC_ASSERT(S.pred[r] == D.pred[std::size_t(k)]);
     for (int h = 0; h < 4; ++h)
       RC_ASSERT(std::abs(S.out[r][std::size_t(h)] - (D.Y(3 + h, k) - 0.0)) <= 1e-12);
   }

@@ -46,7 +46,10 @@ TEST(VerifyCli, SmallShapeVerifies) {
   EXPECT_EQ(j["N"], (2 * 5 + 1) * (4 + 1 + 0 + 1));
   EXPECT_EQ(j["samples"]["checked"], 5);
   EXPECT_EQ(j["samples"]["exact"], 5);
-  EXPECT_EQ(j["certificate"]["status"], "not_run");
+  EXPECT_EQ(j["certificate"]["status"], "proven");
+  EXPECT_GT(j["certificate"]["lambda_min"].get<double>(), 0.0);
+  EXPECT_LT(j["certificate"]["lambda_min"].get<double>(), j["lambda"].get<double>());
+  EXPECT_EQ(j["cross_check"]["agree"], j["cross_check"]["rows"]);
   EXPECT_TRUE(j["counterexample"].is_null());
   EXPECT_TRUE(j["engines_agree"].get<bool>());
 }
@@ -90,9 +93,22 @@ TEST(VerifyCli, PaperDimsFailWithCounterexample) {
   EXPECT_EQ(j["counterexample"]["position"], 16);  // B_0's last digit predicts the first '>'
 }
 
-TEST(VerifyCli, WeakenedModelFails) {
-  const auto j = run_json({"--n", "3", "--m", "4", "--lambda", "0.05", "--samples", "2"}, 1);
-  EXPECT_FALSE(j["counterexample"].is_null());
+// The certificate can fail, and its failures are real: a lambda far too small, a head switched
+// off, dimensions too small each give "failed" and a counterexample that the dense engine confirms.
+TEST(VerifyCli, WeakenedModelsFailWithConfirmedCounterexamples) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--n", "3", "--m", "4", "--lambda", "0.3"},
+           {"--n", "3", "--m", "4", "--lambdas", "6,6,0,6"},
+           {"--n", "3", "--m", "4", "--lambdas", "0,6,6,6"},
+           {"--n", "3", "--m", "4", "--p1", "2", "--allow-aliasing"},
+           {"--n", "2", "--m", "4", "--p2", "2", "--allow-aliasing"}}) {
+    const auto j = run_json(args, 1);
+    EXPECT_EQ(j["certificate"]["status"], "failed") << args[4];
+    ASSERT_FALSE(j["counterexample"].is_null()) << args[4] << " " << args[5];
+    EXPECT_EQ(j["counterexample"]["confirmed_by"], "dense") << args[4];
+  }
+  // With the dense engine as the sample engine the samples fail too.
+  const auto j = run_json({"--n", "3", "--m", "4", "--lambda", "0.05", "--engine", "dense", "--samples", "2"}, 1);
   EXPECT_LT(j["samples"]["exact"].get<int>(), 2);
 }
 
@@ -122,9 +138,13 @@ TEST(VerifyCli, BadInputExitsTwoWithMessage) {
       {{"--n", "3", "--m", "3", "--dump", "weights"}, "--dump 'weights'"},
       {{"--n", "3", "--m", "3", "--json", "/nonexistent-dir/x.json"}, "cannot write --json"},
       {{"--n", "3", "--m", "3", "--bogus"}, "bogus"},
-      // Too large for the dense engine: refused with the estimate before anything is allocated.
-      {{"--n", "1000", "--m", "1000"}, "GiB"},
-      {{"--n", "100000", "--m", "100000"}, "tokens"},
+      // Too large: refused with the estimate before anything is allocated.
+      {{"--n", "1000", "--m", "1000", "--engine", "dense"}, "GiB"},
+      {{"--n", "100000", "--m", "100000"}, "GiB"},
+      {{"--n", "100000000", "--m", "100000000"}, "GiB"},
+      {{"--n", "3", "--m", "3", "--engine", "cuda"}, "no CUDA engine"},
+      {{"--n", "3", "--m", "3", "--lambdas", "1,2,3"}, "--lambdas"},
+      {{"--n", "3", "--m", "3", "--lambdas", "1,2,3,-4"}, "must be >= 0"},
   };
   for (const auto& c : cases) {
     const auto r = run(c.args);

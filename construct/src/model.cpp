@@ -41,8 +41,9 @@ Head make_head(const Layout& L, const std::string& name, double lambda, bool lev
   // Last row: sqrt(lambda P) FULL_ONES in the query against sqrt(lambda P) IS_BOS in the key, so
   // that BOS scores lambda P = the score of a key whose IDs match the query's target IDs exactly
   // (the worked example's Tables 5/6 show sqrt(P) in that row of Q/sqrt(lambda) and K/sqrt(lambda)).
-  if (!(lambda > 0) || !std::isfinite(lambda))
-    throw InputError(fmt::format("attention scale lambda must be a positive finite number (got {})", lambda));
+  // lambda = 0 is allowed (a switched-off head: uniform causal attention), for ablations.
+  if (!(lambda >= 0) || !std::isfinite(lambda))
+    throw InputError(fmt::format("attention scale lambda must be a finite number >= 0 (got {})", lambda));
   const int P = level2 ? L.P1 + L.P2 : L.P1;
   const int d = L.d();
   Head h;

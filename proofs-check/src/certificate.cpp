@@ -618,7 +618,7 @@ struct Certifier::Impl {
     const Rational mreal = class_margins<Rational>(st, Eq, real, Dreal, w, &R.risky_positions);
     R.min_margin = mreal.convert_to<double>();
     R.margins.push_back({"real", R.min_margin, !st.failure && mreal > 0});
-    if (!(mreal > 0) && !R.failure)
+    if (!(mreal > 0) && (!R.failure || (w.first_fail >= 0 && w.first_fail < R.failure->position)))
       R.failure = CertFailure{w.first_fail, "local", "the margin is not positive", w.S, w.S2, w.carry, w.margin};
     // Part 3.
     bool fp_ok = true;

@@ -47,8 +47,9 @@ struct Options {
   std::string problem;
   std::string dump;
   std::string engine = "structured";
-  bool certify = true, exhaustive = false, force = false;
+  bool certify = true, exhaustive = false, force = false, allow_aliasing = false;
   std::int64_t cross_check = 256;
+  std::vector<double> lambdas;
   int threads = 2;
   std::string json_path;
 };
@@ -68,7 +69,11 @@ std::string pretty(double v) {
 
 std::vector<std::pair<std::int64_t, std::int64_t>> choose_offsets(const Options& o, const Shape& shape, const Dims& dm,
                                                                   bool s1_given, bool s2_given) {
-  const std::int64_t hi1 = max_s1(shape, dm.P1), hi2 = max_s2(shape, dm.P2);
+  std::int64_t hi1 = max_s1(shape, dm.P1), hi2 = max_s2(shape, dm.P2);
+  if (o.allow_aliasing) {  // IDs may exceed 2^P: their hypercube vectors wrap (v_{k + 2^P} = v_k)
+    hi1 = std::max<std::int64_t>(hi1, std::int64_t(1) << dm.P1);
+    hi2 = std::max<std::int64_t>(hi2, std::int64_t(1) << dm.P2);
+  }
   auto need_range = [&] {
     if (hi1 < 1)
       throw InputError(fmt::format("P1 = {} gives max_pos1 = 2^P1 = {} < l + 1 = {}: no valid level-1 offset exists "
@@ -397,7 +402,16 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, std::ostream& 
   }
 
   // ---- build
-  const ConstructedModel M = build_model(dm.P1, dm.P2, lambda);
+  std::array<double, 4> lams = {lambda, lambda, lambda, lambda};
+  if (!o.lambdas.empty()) {
+    if (app.count("--lambda")) throw InputError("--lambda and --lambdas are exclusive");
+    for (int h = 0; h < 4; ++h) {
+      lams[std::size_t(h)] = o.lambdas[std::size_t(h)];
+      if (!(lams[std::size_t(h)] >= 0) || !std::isfinite(lams[std::size_t(h)]))
+        throw InputError(fmt::format("--lambdas: scale {} of head {} must be >= 0", lams[std::size_t(h)], h + 1));
+    }
+  }
+  const ConstructedModel M = build_model(dm.P1, dm.P2, lams);
   const CompiledFFN F = CompiledFFN::build(M);
   json report;
   report["n"] = shape.n;
@@ -409,6 +423,7 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, std::ostream& 
   report["dims_rule"] = app.count("--p1") || app.count("--p2") ? "explicit" : o.dims;
   report["d"] = M.d();
   report["lambda"] = lambda;
+  if (!o.lambdas.empty()) report["lambdas"] = lams;
   report["N"] = N;
   json offs = json::array();
   for (auto& [a, b] : offsets) offs.push_back({a, b});
@@ -630,6 +645,9 @@ int verify_construction_main(int argc, const char* const* argv, std::ostream& ou
   app.add_option("--dims", o.dims, "dimension rule: ours (default) or paper (P1 = ceil(log2 l))");
   app.add_option("--padding", o.padding, "zero-padding rule: theorem (l = n+1+floor(log10 m), default) or minimal");
   app.add_option("--lambda", o.lambda, "attention scale of every head (default: sufficient for N, see README)");
+  app.add_option("--lambdas", o.lambdas, "per-head scales L1,L2,L3,L4 (>= 0; 0 switches a head's selection off)")
+      ->delimiter(',')
+      ->expected(4);
   app.add_option("--s1", o.s1, "level-1 offset, in [1, 2^P1 - l]");
   app.add_option("--s2", o.s2, "level-2 offset, in [1, 2^P2 - m]");
   app.add_option("--offsets", o.offsets, "first (s1=s2=1), all, or random:K");
@@ -642,6 +660,8 @@ int verify_construction_main(int argc, const char* const* argv, std::ostream& ou
   app.add_option("--cross-check", o.cross_check, "random response rows recomputed by the exact softmax (default 256; 0 = off)");
   app.add_option("--threads", o.threads, "worker threads (default 2)");
   app.add_flag("--exhaustive", o.exhaustive, "every digit string of the shape (not in this build)");
+  app.add_flag("--allow-aliasing", o.allow_aliasing,
+               "accept offsets whose position IDs exceed 2^P (their hypercube vectors alias): undersized models");
   app.add_flag("--force", o.force, "run even when the estimated time is above an hour");
   app.add_option("--json", o.json_path, "write the machine-readable report to FILE");
   try {
