@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <tuple>
 
 #include <boost/multiprecision/cpp_int.hpp>
@@ -540,6 +541,42 @@ double ffn_logit_error(const ConstructedModel& M, double r) {
 
 }  // namespace
 
+// Digit tables depend on the feed-forward weights, the head-1/2 enclosure models and the bound on
+// unmatched keys only, not on P1, P2 or the offsets: a process-wide cache lets --dims-table and
+// --offsets all build each table once.
+std::string ffn_fingerprint(const ConstructedModel& M) {
+  std::string k;
+  auto add = [&](const auto& mat) {
+    k.append(reinterpret_cast<const char*>(mat.data()), std::size_t(mat.size()) * sizeof(double));
+  };
+  add(M.W1);
+  add(M.b1);
+  add(M.W2);
+  add(M.b2);
+  add(M.Wout);
+  return std::to_string(std::hash<std::string>{}(k));
+}
+
+std::shared_ptr<const DigitTables<Rational>> cached_tables(const std::string& ffn, bool f32, const ExactFFN<Rational>& E,
+                                                          const std::array<FpModel, 4>& fp, std::int64_t u) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<const DigitTables<Rational>>> cache;
+  std::string key = ffn + (f32 ? "f" : "d") + std::to_string(u);
+  for (int h = 0; h < 2; ++h)
+    key += fmt::format("|{:a},{:a},{:a},{:a},{}", fp[std::size_t(h)].eps, fp[std::size_t(h)].wlo, fp[std::size_t(h)].whi,
+                       fp[std::size_t(h)].r, fp[std::size_t(h)].exact);
+  {
+    std::lock_guard<std::mutex> g(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  auto t = std::make_shared<const DigitTables<Rational>>(digit_tables<Rational>(E, fp, u, u));
+  std::lock_guard<std::mutex> g(mu);
+  if (cache.size() > 64) cache.clear();
+  cache[key] = t;
+  return t;
+}
+
 struct Certifier::Impl {
   const ConstructedModel& M;
   Shape shape;
@@ -551,8 +588,8 @@ struct Certifier::Impl {
   std::array<FpModel, 4> real{};
   std::array<std::array<FpModel, 4>, 2> fpm{};
   std::array<double, 2> logit_err{};
-  DigitTables<Rational> Dreal;
-  std::array<DigitTables<Rational>, 2> Dfp;
+  std::shared_ptr<const DigitTables<Rational>> Dreal;
+  std::array<std::shared_ptr<const DigitTables<Rational>>, 2> Dfp;
   std::mutex memo_mu;
   std::map<double, std::shared_ptr<const DigitTables<double>>> memo;  // lambda -> tables (bisection)
 
@@ -565,7 +602,7 @@ struct Certifier::Impl {
     if (!err.empty()) throw InputError("certificate: " + err);
     // Part 2 in exact rationals at the model's scales: eps_h = an upper bound of e^{-2 lambda_h}.
     for (int h = 0; h < 4; ++h) real[std::size_t(h)].eps = exp_neg2_upper(M.heads[std::size_t(h)].lambda);
-    Dreal = digit_tables<Rational>(Eq, real, ubound, ubound);
+    const std::string fpr = ffn_fingerprint(M);
   // Part 3. The program is the dense engine (construct/src/dense.cpp) in precision p with unit
   // roundoff r (2^-53, 2^-24):
   //  * Q, K entries are fl_p(fl_64(sqrt(lambda))) etc.: relative error <= 2r each, so a product
@@ -582,13 +619,21 @@ struct Certifier::Impl {
   //    bounded by |NUM| <= 9, |PRE_SUM|, |PRE_CARRY| <= 27, |PRE_ARROW|, |PRE_EOS| <= 1; the margin
   //    loses at most twice the resulting logit error (ffn_logit_error). The exact part of part 3
   //    uses the precision's own (cast) weights.
-    if (opt.floating_point)
+    // The three tables are independent: build them on two threads.
+    std::thread side;
+    if (opt.floating_point) {
       for (int p = 0; p < 2; ++p) {
         const double r = p == 0 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
         for (int h = 0; h < 4; ++h) fpm[std::size_t(p)][std::size_t(h)] = fp_model(M, h, r);
         logit_err[std::size_t(p)] = ffn_logit_error(M, r);
-        Dfp[std::size_t(p)] = digit_tables<Rational>(p == 0 ? Eq : E32, fpm[std::size_t(p)], ubound, ubound);
       }
+      side = std::thread([&] {
+        Dfp[0] = cached_tables(fpr, false, Eq, fpm[0], ubound);
+        Dfp[1] = cached_tables(fpr, true, E32, fpm[1], ubound);
+      });
+    }
+    Dreal = cached_tables(fpr, false, Eq, real, ubound);
+    if (side.joinable()) side.join();
   }
 
   std::shared_ptr<const DigitTables<double>> tables_at(double lam) {
@@ -615,7 +660,7 @@ struct Certifier::Impl {
     }
     // Part 2.
     Worst w;
-    const Rational mreal = class_margins<Rational>(st, Eq, real, Dreal, w, &R.risky_positions);
+    const Rational mreal = class_margins<Rational>(st, Eq, real, *Dreal, w, &R.risky_positions);
     R.min_margin = mreal.convert_to<double>();
     R.margins.push_back({"real", R.min_margin, !st.failure && mreal > 0});
     if (!(mreal > 0) && (!R.failure || (w.first_fail >= 0 && w.first_fail < R.failure->position)))
@@ -625,7 +670,7 @@ struct Certifier::Impl {
     if (opt.floating_point) {
       for (int p = 0; p < 2; ++p) {
         Worst wf;
-        const Rational mf = class_margins<Rational>(st, p == 0 ? Eq : E32, fpm[std::size_t(p)], Dfp[std::size_t(p)], wf, nullptr) -
+        const Rational mf = class_margins<Rational>(st, p == 0 ? Eq : E32, fpm[std::size_t(p)], *Dfp[std::size_t(p)], wf, nullptr) -
                             Rational(2 * logit_err[std::size_t(p)]);
         const bool ok = !st.failure && mf > 0;
         fp_ok = fp_ok && ok;

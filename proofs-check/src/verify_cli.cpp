@@ -211,10 +211,11 @@ EngineRun run_dense(const ConstructedModel& M, const std::vector<std::uint8_t>& 
 }
 
 EngineRun run_structured(const ConstructedModel& M, const CompiledFFN& F, const std::vector<std::uint8_t>& seq,
-                         const Shape& shape, std::int64_t s1, std::int64_t s2, const std::string& reference) {
+                         const Shape& shape, std::int64_t s1, std::int64_t s2, const std::string& reference,
+                         StructuredResult* keep = nullptr) {
   EngineRun r;
   r.engine = "structured";
-  const auto R = structured_forward(M, F, seq, shape, s1, s2);
+  const auto R = structured_forward(M, F, seq, shape, s1, s2, StructuredOptions{false, keep != nullptr});
   // the answer greedy decoding writes: predictions of B_m's digits
   std::string a;
   const std::int64_t N = shape.N(), eq = shape.eq_index();
@@ -230,6 +231,7 @@ EngineRun run_structured(const ConstructedModel& M, const CompiledFFN& F, const 
     r.got = R.pred[std::size_t(j - eq)];
   }
   r.pred = R.pred;
+  if (keep) *keep = R;
   return r;
 }
 
@@ -517,37 +519,68 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, std::ostream& 
   }
   json sample_offs = json::array();
   for (auto& [a, b] : sample_offsets) sample_offs.push_back({a, b});
+  // Problems are drawn in order (the seed decides them), then checked in parallel.
+  std::vector<Problem> problems;
+  for (std::int64_t s = 0; s < samples; ++s) problems.push_back(problem ? *problem : sample_TA(rng, shape.n, shape.m));
+  struct Job {
+    std::size_t p, o;
+    std::vector<EngineRun> runs;
+  };
+  std::vector<Job> jobs;
+  for (std::size_t p = 0; p < problems.size(); ++p)
+    for (std::size_t q = 0; q < sample_offsets.size(); ++q) jobs.push_back({p, q, {}});
+  const bool want_xc = o.cross_check > 0 && std::count(engines.begin(), engines.end(), "structured") > 0;
+  StructuredResult first_structured;  // the first job's finite-mode structured pass, reused by the cross-check
   std::vector<std::uint8_t> first_seq;
-  for (std::int64_t s = 0; s < samples; ++s) {
-    const Problem p = problem ? *problem : sample_TA(rng, shape.n, shape.m);
-    const auto seq = build_sequence(p, shape);
-    if (s == 0) first_seq = seq;
-    const std::string reference = reference_sum(p).str();
-    for (auto& [s1, s2] : sample_offsets) {
-      std::vector<EngineRun> runs;
-      PositionIds ids;
-      if (use_dense || !o.dump.empty()) ids = position_ids(shape, s1, s2);
-      for (const auto& e : engines) {
-        if (e == "structured") runs.push_back(run_structured(M, F, seq, shape, s1, s2, reference));
-        if (e == "dense") runs.push_back(run_dense(M, seq, shape, ids, false, reference));
-        if (e == "dense-float32") runs.push_back(run_dense(M, seq, shape, ids, true, reference));
-      }
-      ++checked;
-      bool all_ok = true;
-      for (const auto& r : runs) {
-        all_ok = all_ok && r.ok;
-        min_margin = std::min(min_margin, r.margin);
-        if (r.pred != runs.front().pred) agree = false;
-        if (!r.ok && !counterexample)
-          counterexample = Counterexample{p, s1, s2, r.position, r.expected, r.got, r.engine};
-      }
-      exact += all_ok;
-      if (!o.dump.empty()) {
-        const auto R = dense_forward<double>(M, embed(M, seq, ids), dopt);
-        if (o.dump == "residual") dump_residual(out, M, seq, ids, R.X1, report);
-        else dump_attention(out, M, seq, R.attention, shape, report);
-      }
+  {
+    std::atomic<std::size_t> next{0};
+    std::mutex ex_mu;
+    std::exception_ptr ex;
+    std::vector<std::thread> pool;
+    const int T = o.dump.empty() ? int(std::min<std::size_t>(std::size_t(o.threads), jobs.size())) : 1;
+    for (int t = 0; t < T; ++t)
+      pool.emplace_back([&] {
+        try {
+          for (std::size_t i; (i = next++) < jobs.size();) {
+            Job& jb = jobs[i];
+            const Problem& p = problems[jb.p];
+            const auto seq = build_sequence(p, shape);
+            const std::string reference = reference_sum(p).str();
+            const auto [s1, s2] = sample_offsets[jb.o];
+            PositionIds ids;
+            if (use_dense || !o.dump.empty()) ids = position_ids(shape, s1, s2);
+            for (const auto& e : engines) {
+              if (e == "structured") jb.runs.push_back(run_structured(M, F, seq, shape, s1, s2, reference, i == 0 && want_xc ? &first_structured : nullptr));
+              if (e == "dense") jb.runs.push_back(run_dense(M, seq, shape, ids, false, reference));
+              if (e == "dense-float32") jb.runs.push_back(run_dense(M, seq, shape, ids, true, reference));
+            }
+            if (i == 0) first_seq = seq;
+            if (!o.dump.empty()) {
+              const auto R = dense_forward<double>(M, embed(M, seq, ids), dopt);
+              if (o.dump == "residual") dump_residual(out, M, seq, ids, R.X1, report);
+              else dump_attention(out, M, seq, R.attention, shape, report);
+            }
+          }
+        } catch (...) {
+          std::lock_guard<std::mutex> g(ex_mu);
+          ex = std::current_exception();
+        }
+      });
+    for (auto& th : pool) th.join();
+    if (ex) std::rethrow_exception(ex);
+  }
+  for (const auto& jb : jobs) {
+    ++checked;
+    bool all_ok = true;
+    for (const auto& r : jb.runs) {
+      all_ok = all_ok && r.ok;
+      min_margin = std::min(min_margin, r.margin);
+      if (r.pred != jb.runs.front().pred) agree = false;
+      if (!r.ok && !counterexample)
+        counterexample = Counterexample{problems[jb.p], sample_offsets[jb.o].first, sample_offsets[jb.o].second, r.position,
+                                        r.expected, r.got, r.engine};
     }
+    exact += all_ok;
   }
   report["samples"] = {{"checked", checked}, {"exact", exact}, {"min_margin", min_margin}, {"offsets", sample_offs}};
   report["engines_agree"] = agree;
@@ -559,7 +592,7 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, std::ostream& 
   if (o.cross_check > 0 && !first_seq.empty()) {
     const auto tx = std::chrono::steady_clock::now();
     const auto [s1, s2] = sample_offsets.front();
-    const auto S = structured_forward(M, F, first_seq, shape, s1, s2, StructuredOptions{false, true});
+    const auto S = want_xc ? std::move(first_structured) : structured_forward(M, F, first_seq, shape, s1, s2, StructuredOptions{false, true});
     RowEngine E(M, shape, s1, s2, first_seq);
     const std::int64_t eq = shape.eq_index();
     Rng pick(o.seed ^ 0x70c5ULL);
