@@ -301,6 +301,7 @@ struct Worst {
   double margin = std::numeric_limits<double>::infinity();
   std::int64_t position = -1;     // the first position of the class with the smallest margin
   std::int64_t first_fail = -1;   // the smallest position whose class fails
+  std::string what;               // what that class is
   int S = -1, S2 = -1, carry = -1;
 };
 
@@ -470,12 +471,19 @@ T class_margins(const Structure& st, const ExactFFN<T>& E, const std::array<FpMo
     }
   }
   T best = big;
-  auto record = [&](const T& cls, int kind, int arge, int argk, std::int64_t first) {
+  auto record = [&](const T& cls, int kind, int arge, int argk, std::int64_t first, std::int64_t x3, std::int64_t x4) {
     if (cls < best) best = cls;
     const double d = to_d(cls);
     if (!(cls > 0)) {
       if (risky && risky->size() < 16) risky->push_back(first);
-      if (worst.first_fail < 0 || first < worst.first_fail) worst.first_fail = first;
+      if (worst.first_fail < 0 || first < worst.first_fail) {
+        worst.first_fail = first;
+        static const char* kinds[] = {"a digit (t >= 2)", "a digit (t = 1)", "a digit after a separator", "a digit of B_0",
+                                      "'>' or '$'"};
+        worst.what = fmt::format("predicting {}: head 3 attends to {} keys with BOS (PRE_ARROW ~ 1/{}), head 4 to {} (PRE_EOS ~ "
+                                 "1/{}); worst rival '{}'",
+                                 kinds[kind], x3, x3, x4, x4, argk >= 0 ? token_char(argk) : '?');
+      }
     }
     if (d < worst.margin || (d == worst.margin && first < worst.position)) {
       worst.margin = d;
@@ -494,13 +502,14 @@ T class_margins(const Structure& st, const ExactFFN<T>& E, const std::array<FpMo
     std::int64_t first = -1;
     for (auto* kv : mg.members) first = first < 0 ? kv->second.first : std::min(first, kv->second.first);
     if (cls > 0) {
-      record(cls, mk.first, arge, argk, first);
+      record(cls, mk.first, arge, argk, first, 0, 0);
       continue;
     }
     for (auto* kv : mg.members) {  // locate: class by class
       int e2 = -1, k2 = -1;
       const auto& bx = boxes[kv];
-      record(eval_class(kv->first.kind, kv->first.expect, bx.first, bx.second, e2, k2), kv->first.kind, e2, k2, kv->second.first);
+      const T cm = eval_class(kv->first.kind, kv->first.expect, bx.first, bx.second, e2, k2);  // sets e2, k2
+      record(cm, kv->first.kind, e2, k2, kv->second.first, kv->first.x3, kv->first.x4);
     }
   }
   return best;
@@ -664,7 +673,7 @@ struct Certifier::Impl {
     R.min_margin = mreal.convert_to<double>();
     R.margins.push_back({"real", R.min_margin, !st.failure && mreal > 0});
     if (!(mreal > 0) && (!R.failure || (w.first_fail >= 0 && w.first_fail < R.failure->position)))
-      R.failure = CertFailure{w.first_fail, "local", "the margin is not positive", w.S, w.S2, w.carry, w.margin};
+      R.failure = CertFailure{w.first_fail, "local", "margin not positive " + w.what, w.S, w.S2, w.carry, w.margin};
     // Part 3.
     bool fp_ok = true;
     if (opt.floating_point) {
@@ -677,7 +686,7 @@ struct Certifier::Impl {
         const char* name = p == 0 ? "float64" : "float32";
         R.margins.push_back({name, mf.convert_to<double>(), ok});
         if (!ok && !R.failure)
-          R.failure = CertFailure{wf.first_fail >= 0 ? wf.first_fail : wf.position, name, "the margin is not positive with rounding",
+          R.failure = CertFailure{wf.first_fail >= 0 ? wf.first_fail : wf.position, name, "margin not positive with rounding " + wf.what,
                                   wf.S, wf.S2, wf.carry, mf.convert_to<double>()};
       }
     }

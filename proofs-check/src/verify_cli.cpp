@@ -50,6 +50,8 @@ struct Options {
   bool certify = true, exhaustive = false, force = false, allow_aliasing = false;
   std::int64_t cross_check = 256;
   std::vector<double> lambdas;
+  bool dims_table = false;
+  std::int64_t n_max = 0, m_max = 0;
   int threads = 2;
   std::string json_path;
 };
@@ -324,6 +326,92 @@ json ce_json(const Counterexample& c) {
     j["got"] = c.got >= 0 ? std::string(1, token_char(c.got)) : std::string("tie");
   }
   return j;
+}
+
+// --dims-table: for each (n, m), the smallest (P1, P2) that the certificate proves at every
+// offset pair (real arithmetic, at the default or given lambda), beside the paper's formula.
+struct AllOffsets {
+  bool proven = false;
+  std::string reason;
+  std::int64_t s1 = 0, s2 = 0;
+  std::vector<std::int64_t> risky;
+};
+
+AllOffsets certify_all_offsets(const Shape& shape, int P1, int P2, double lambda) {
+  AllOffsets a;
+  const std::int64_t h1 = max_s1(shape, P1), h2 = max_s2(shape, P2);
+  if (h1 < 1 || h2 < 1) {
+    a.reason = h1 < 1 ? fmt::format("2^P1 = {} < l + 1 = {}: no valid level-1 offset", std::int64_t(1) << P1, shape.l + 1)
+                      : fmt::format("2^P2 = {} < m + 1 = {}: no valid level-2 offset", std::int64_t(1) << P2, shape.m + 1);
+    return a;
+  }
+  const ConstructedModel M = build_model(P1, P2, lambda);
+  Certifier C(M, shape, CertOptions{false, false});
+  for (std::int64_t s1 = 1; s1 <= h1; ++s1)
+    for (std::int64_t s2 = 1; s2 <= h2; ++s2) {
+      const auto r = C.run(s1, s2);
+      if (!r.proven) {
+        a.s1 = s1;
+        a.s2 = s2;
+        a.reason = fmt::format("{} at token {}: {}", r.failure->part, r.failure->position + 1, r.failure->reason);
+        a.risky = r.risky_positions;
+        return a;
+      }
+    }
+  a.proven = true;
+  return a;
+}
+
+int run_dims_table(const Options& o, const CLI::App& app, std::ostream& out) {
+  if (o.n_max < 1 || o.m_max < 1) throw InputError("--dims-table needs --n-max A --m-max B (both >= 1)");
+  if (o.n_max * o.m_max > 4096) throw InputError("--dims-table: at most 4096 shapes (n-max x m-max)");
+  const Padding padding = parse_padding(o.padding);
+  if (app.count("--lambda") && !(o.lambda > 0)) throw InputError("--lambda must be > 0");
+  json rows = json::array();
+  bool all_found = true;
+  out << fmt::format("{:>4} {:>4} {:>4} | {:>6} {:>6} | {:>8} {:>8} | {}\n", "n", "m", "l", "P1_min", "P2_min", "P1_paper",
+                     "P2_paper", "paper");
+  for (std::int64_t n = 1; n <= o.n_max; ++n)
+    for (std::int64_t m = 1; m <= o.m_max; ++m) {
+      const Shape shape = Shape::make(n, m, padding);
+      const double lam = app.count("--lambda") ? o.lambda : default_lambda(shape.N());
+      const Dims ours = dims_ours(shape), paper = dims_paper(shape);
+      // smallest P1 with P2 generous, smallest P2 with P1 generous, then the pair together
+      int P1 = std::max(1, ceil_log2(shape.l + 1)), P2 = std::max(1, ceil_log2(shape.m + 1));
+      while (P1 < ours.P1 + 3 && !certify_all_offsets(shape, P1, ours.P2 + 1, lam).proven) ++P1;
+      while (P2 < ours.P2 + 3 && !certify_all_offsets(shape, ours.P1 + 1, P2, lam).proven) ++P2;
+      bool found = certify_all_offsets(shape, P1, P2, lam).proven;
+      for (int bump = 0; !found && bump < 4; ++bump) {
+        (bump % 2 ? P2 : P1)++;
+        found = certify_all_offsets(shape, P1, P2, lam).proven;
+      }
+      all_found = all_found && found;
+      const AllOffsets pa = certify_all_offsets(shape, paper.P1, paper.P2, lam);
+      json ce = nullptr;
+      if (!pa.proven && pa.s1 > 0) {
+        const ConstructedModel M = build_model(paper.P1, paper.P2, lam);
+        const CompiledFFN F = CompiledFFN::build(M);
+        if (auto c = find_counterexample(M, F, shape, pa.s1, pa.s2, pa.risky, o.seed)) ce = ce_json(*c);
+      }
+      json row = {{"n", n}, {"m", m}, {"l", shape.l}, {"lambda", lam},
+                  {"P1_min", found ? json(P1) : json(nullptr)}, {"P2_min", found ? json(P2) : json(nullptr)},
+                  {"P1_paper", paper.P1}, {"P2_paper", paper.P2}, {"P1_ours", ours.P1}, {"P2_ours", ours.P2},
+                  {"paper_holds", pa.proven}, {"paper_failure", pa.proven ? json(nullptr) : json(pa.reason)},
+                  {"counterexample", ce}};
+      rows.push_back(row);
+      std::string verdict = pa.proven ? "holds" : "FAILS: " + pa.reason;
+      if (!ce.is_null())
+        verdict += fmt::format("; e.g. {} at s1={} s2={}", ce["problem"].get<std::string>(), ce["s1"].get<std::int64_t>(),
+                               ce["s2"].get<std::int64_t>());
+      out << fmt::format("{:>4} {:>4} {:>4} | {:>6} {:>6} | {:>8} {:>8} | {}\n", n, m, shape.l, found ? std::to_string(P1) : "-",
+                         found ? std::to_string(P2) : "-", paper.P1, paper.P2, verdict);
+    }
+  if (!o.json_path.empty()) {
+    std::ofstream f(o.json_path);
+    if (!f) throw InputError(fmt::format("cannot write --json file '{}'", o.json_path));
+    f << json({{"dims_table", rows}, {"padding", padding_name(padding)}}).dump(2) << '\n';
+  }
+  return all_found ? 0 : 1;
 }
 
 int run(const Options& o, const CLI::App& app, std::ostream& out, std::ostream& err) {
@@ -642,7 +730,7 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, std::ostream& 
   out << fmt::format("  samples     {} checked, {} exact (engines: {}), min margin {:.4g}; engines {}\n", checked, exact,
                      fmt::join(engines, ", "), min_margin, agree ? "agree" : "DISAGREE");
   if (!xc.is_null())
-    out << fmt::format("  cross-check {} of {} random response rows: exact softmax (double, O(N) each) inside the structured intervals\n",
+    out << fmt::format("  cross-check {} of {} random response rows agree (exact finite-lambda softmax, double, O(N) each: inside the structured interval, same prediction)\n",
                        xc["agree"].get<std::int64_t>(), xc["rows"].get<std::int64_t>());
   if (counterexample) {
     const auto& c = *counterexample;
@@ -693,6 +781,9 @@ int verify_construction_main(int argc, const char* const* argv, std::ostream& ou
   app.add_option("--cross-check", o.cross_check, "random response rows recomputed by the exact softmax (default 256; 0 = off)");
   app.add_option("--threads", o.threads, "worker threads (default 2)");
   app.add_flag("--exhaustive", o.exhaustive, "every digit string of the shape (not in this build)");
+  app.add_flag("--dims-table", o.dims_table, "smallest (P1, P2) proven over all offsets for every n <= --n-max, m <= --m-max");
+  app.add_option("--n-max", o.n_max, "--dims-table: largest n");
+  app.add_option("--m-max", o.m_max, "--dims-table: largest m");
   app.add_flag("--allow-aliasing", o.allow_aliasing,
                "accept offsets whose position IDs exceed 2^P (their hypercube vectors alias): undersized models");
   app.add_flag("--force", o.force, "run even when the estimated time is above an hour");
@@ -707,6 +798,7 @@ int verify_construction_main(int argc, const char* const* argv, std::ostream& ou
     return 2;
   }
   try {
+    if (o.dims_table) return run_dims_table(o, app, out);
     return run(o, app, out, err);
   } catch (const InputError& e) {
     err << "verify_construction: " << e.what() << '\n';
