@@ -66,7 +66,7 @@ struct ClassInfo {
   std::int64_t u3 = 0, u4 = 0, first = -1, count = 0;
 };
 struct Structure {
-  std::map<ClassKey, ClassInfo> classes;
+  std::map<ClassKey, ClassInfo> classes;  // filled from `fast` at the end
   std::int64_t u1 = 0, u2 = 0;  // worst unmatched counts of heads 1-2 over all response positions
   std::int64_t positions = 0;
   std::optional<CertFailure> failure;
@@ -74,6 +74,9 @@ struct Structure {
 
 Structure analyze(const Shape& s, std::int64_t s1, std::int64_t s2, int P1, int P2) {
   Structure st;
+  std::map<ClassKey, ClassInfo>& fast = st.classes;  // consecutive positions mostly share a class
+  ClassInfo* last_c = nullptr;
+  ClassKey last_key{-1, -1, -1, -1};
   StructuredStream stream(s, s1, s2, P1, P2);
   const std::int64_t eq = s.eq_index(), L = s.l + 1;
   stream.run(nullptr, [&](const QueryMatch& q) {
@@ -106,7 +109,12 @@ Structure analyze(const Shape& s, std::int64_t s1, std::int64_t s2, int P1, int 
       return;
     }
     const int expect = kind == kM ? (i < s.m ? int(kArrow) : int(kDollar)) : -1;
-    auto& c = st.classes[ClassKey{kind, expect, q.h[2].x, q.h[3].x}];
+    const ClassKey key{kind, expect, q.h[2].x, q.h[3].x};
+    if (!(last_c && !(key < last_key) && !(last_key < key))) {
+      last_c = &fast[key];
+      last_key = key;
+    }
+    auto& c = *last_c;
     c.u3 = std::max(c.u3, q.h[2].u);
     c.u4 = std::max(c.u4, q.h[3].u);
     if (c.first < 0) c.first = q.j;
@@ -451,25 +459,41 @@ T class_margins(const Structure& st, const ExactFFN<T>& E, const std::array<FpMo
     return cls;
   };
   struct Merged {
-    Box<T> pa, pe;
+    std::int64_t x3lo, x3hi, u3lo, u3hi, x4lo, x4hi, u4lo, u4hi;
     std::vector<const std::pair<const ClassKey, ClassInfo>*> members;
   };
   std::map<std::pair<int, int>, Merged> merged;
-  std::map<const void*, std::pair<Box<T>, Box<T>>> boxes;
+  // The hull of a merged group's boxes from the extreme counts: a head-3/4 enclosure is monotone in
+  // x (matched keys) and u (unmatched keys), so its lowest lo and highest hi sit at corners of the
+  // (x, u) ranges; this costs a few exact operations per group instead of two boxes per class.
   for (const auto& kv : st.classes) {
     const auto& [key, info] = kv;
-    const Box<T> pa = head_box<T>(1, key.x3, info.u3, 0, fp[2]), pe = head_box<T>(1, key.x4, info.u4, 0, fp[3]);
-    boxes[&kv] = {pa, pe};
     auto it = merged.find({key.kind, key.expect});
     if (it == merged.end()) {
-      merged[{key.kind, key.expect}] = Merged{pa, pe, {&kv}};
+      merged[{key.kind, key.expect}] = Merged{key.x3, key.x3, info.u3, info.u3, key.x4, key.x4, info.u4, info.u4, {&kv}};
     } else {
       Merged& mg = it->second;
-      mg.pa = {std::min(mg.pa.lo, pa.lo), std::max(mg.pa.hi, pa.hi)};
-      mg.pe = {std::min(mg.pe.lo, pe.lo), std::max(mg.pe.hi, pe.hi)};
+      mg.x3lo = std::min(mg.x3lo, key.x3);
+      mg.x3hi = std::max(mg.x3hi, key.x3);
+      mg.u3lo = std::min(mg.u3lo, info.u3);
+      mg.u3hi = std::max(mg.u3hi, info.u3);
+      mg.x4lo = std::min(mg.x4lo, key.x4);
+      mg.x4hi = std::max(mg.x4hi, key.x4);
+      mg.u4lo = std::min(mg.u4lo, info.u4);
+      mg.u4hi = std::max(mg.u4hi, info.u4);
       mg.members.push_back(&kv);
     }
   }
+  auto hull = [&](std::int64_t xlo, std::int64_t xhi, std::int64_t ulo, std::int64_t uhi, const FpModel& f) {
+    Box<T> b{big, -big};
+    for (std::int64_t x : {xlo, xhi})
+      for (std::int64_t u : {ulo, uhi}) {
+        const Box<T> c = head_box<T>(1, x, u, 0, f);
+        if (c.lo < b.lo) b.lo = c.lo;
+        if (c.hi > b.hi) b.hi = c.hi;
+      }
+    return b;
+  };
   T best = big;
   auto record = [&](const T& cls, int kind, int arge, int argk, std::int64_t first, std::int64_t x3, std::int64_t x4) {
     if (cls < best) best = cls;
@@ -498,7 +522,8 @@ T class_margins(const Structure& st, const ExactFFN<T>& E, const std::array<FpMo
   };
   for (const auto& [mk, mg] : merged) {
     int arge = -1, argk = -1;
-    const T cls = eval_class(mk.first, mk.second, mg.pa, mg.pe, arge, argk);
+    const T cls = eval_class(mk.first, mk.second, hull(mg.x3lo, mg.x3hi, mg.u3lo, mg.u3hi, fp[2]),
+                             hull(mg.x4lo, mg.x4hi, mg.u4lo, mg.u4hi, fp[3]), arge, argk);
     std::int64_t first = -1;
     for (auto* kv : mg.members) first = first < 0 ? kv->second.first : std::min(first, kv->second.first);
     if (cls > 0) {
@@ -507,8 +532,9 @@ T class_margins(const Structure& st, const ExactFFN<T>& E, const std::array<FpMo
     }
     for (auto* kv : mg.members) {  // locate: class by class
       int e2 = -1, k2 = -1;
-      const auto& bx = boxes[kv];
-      const T cm = eval_class(kv->first.kind, kv->first.expect, bx.first, bx.second, e2, k2);  // sets e2, k2
+      const Box<T> pa = head_box<T>(1, kv->first.x3, kv->second.u3, 0, fp[2]);
+      const Box<T> pe = head_box<T>(1, kv->first.x4, kv->second.u4, 0, fp[3]);
+      const T cm = eval_class(kv->first.kind, kv->first.expect, pa, pe, e2, k2);  // sets e2, k2
       record(cm, kv->first.kind, e2, k2, kv->second.first, kv->first.x3, kv->first.x4);
     }
   }

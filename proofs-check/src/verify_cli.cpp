@@ -414,6 +414,92 @@ int run_dims_table(const Options& o, const CLI::App& app, std::ostream& out) {
   return all_found ? 0 : 1;
 }
 
+// --exhaustive: every instance of the shape (m operands of at most n digits), at every offset
+// pair asked for, through the real model in double. Attention weights depend on position IDs
+// only (a key's token enters its score through IS_BOS alone), so the four N x N attention matrices
+// come from one dense pass per offset pair; each instance then costs the two digit heads' rows
+// (A_h times 3 NUM) and the feed-forward layer at the response positions.
+struct ExhaustiveResult {
+  std::uint64_t instances = 0, failures = 0;
+  std::optional<Counterexample> first;
+};
+
+ExhaustiveResult run_exhaustive(const ConstructedModel& M, const CompiledFFN& F, const Shape& shape,
+                                const std::vector<std::pair<std::int64_t, std::int64_t>>& offsets, int threads) {
+  ExhaustiveResult res;
+  std::uint64_t per = 1;
+  for (int i = 0; i < shape.n; ++i) per *= 10;  // operand values 0 .. 10^n - 1
+  std::uint64_t total = 1;
+  for (int i = 0; i < shape.m; ++i) total *= per;
+  const std::int64_t N = shape.N(), eq = shape.eq_index();
+  for (const auto& [s1, s2] : offsets) {
+    Problem rep;
+    for (int i = 0; i < shape.m; ++i) rep.operands.push_back("0");
+    const auto ids = position_ids(shape, s1, s2);
+    DenseOptions dopt;
+    dopt.keep_attention = true;
+    const auto R = dense_forward<double>(M, embed(M, build_sequence(rep, shape), ids), dopt);
+    std::mutex mu;
+    std::atomic<std::uint64_t> next{0}, fails{0};
+    const std::uint64_t chunk = 4096;
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&] {
+        std::vector<double> num(static_cast<std::size_t>(N));
+        for (std::uint64_t c0; (c0 = next.fetch_add(chunk)) < total;) {
+          for (std::uint64_t code = c0; code < std::min(total, c0 + chunk); ++code) {
+            Problem p;
+            std::uint64_t rest = code;
+            std::int64_t sum = 0;
+            for (int i = 0; i < shape.m; ++i) {
+              const std::uint64_t v = rest % per;
+              rest /= per;
+              p.operands.push_back(std::to_string(v));
+              sum += std::int64_t(v);
+            }
+            const auto seq = build_sequence(p, shape);
+            if (parse_sequence(seq).partial_sums.back() != std::to_string(sum)) {  // independent 64-bit reference
+              fails++;
+              continue;
+            }
+            for (std::int64_t k = 0; k < N; ++k) num[std::size_t(k)] = seq[std::size_t(k)] < 10 ? seq[std::size_t(k)] : 0;
+            for (std::int64_t j = eq; j < N; ++j) {
+              std::array<double, 7> y{};
+              y[Layout::NUM] = num[std::size_t(j)];
+              y[Layout::FULL_ONES] = 1;
+              for (int h = 0; h < 2; ++h) {
+                const double vs = M.heads[std::size_t(h)].V(0, Layout::NUM);
+                double acc = 0;
+                for (std::int64_t i = 0; i <= j; ++i) acc += R.attention[std::size_t(h)](j, i) * num[std::size_t(i)];
+                y[std::size_t(3 + h)] = vs * acc;
+              }
+              y[Layout::PRE_ARROW] = R.Y(Layout::PRE_ARROW, j);
+              y[Layout::PRE_EOS] = R.Y(Layout::PRE_EOS, j);
+              const auto lg = F.logits(y);
+              const int expected = j + 1 < N ? seq[std::size_t(j + 1)] : int(kDollar);
+              int best = 0;
+              double other = -1e300;
+              for (int t2 = 0; t2 < kVocab; ++t2) {
+                if (lg[std::size_t(t2)] > lg[std::size_t(best)]) best = t2;
+                if (t2 != expected) other = std::max(other, lg[std::size_t(t2)]);
+              }
+              if (!(lg[std::size_t(expected)] > other)) {
+                fails++;
+                std::lock_guard<std::mutex> g(mu);
+                if (!res.first) res.first = Counterexample{p, s1, s2, j + 1, expected, best == expected ? -1 : best, "exhaustive (dense attention)"};
+                break;
+              }
+            }
+          }
+        }
+      });
+    for (auto& th : pool) th.join();
+    res.instances += total;
+    res.failures += fails;
+  }
+  return res;
+}
+
 int run(const Options& o, const CLI::App& app, std::ostream& out, std::ostream& err) {
   const auto t0 = std::chrono::steady_clock::now();
   // ---- validate everything before allocating anything large
@@ -427,7 +513,7 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, std::ostream& 
   if (!o.dump.empty() && o.problem.empty()) throw InputError("--dump needs one explicit --problem");
   if (o.dims != "ours" && o.dims != "paper") throw InputError(fmt::format("--dims '{}': expected ours or paper", o.dims));
   if (o.cross_check < 0) throw InputError("--cross-check must be >= 0");
-  if (o.exhaustive) throw InputError("--exhaustive: not available in this build yet");
+
   if (o.threads < 1 || o.threads > 256) throw InputError("--threads must be in [1, 256]");
   const bool n_given = app.count("--n") > 0, m_given = app.count("--m") > 0;
   const Padding padding = parse_padding(o.padding);
@@ -459,6 +545,17 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, std::ostream& 
   const auto offsets = choose_offsets(o, shape, dm, app.count("--s1") > 0, app.count("--s2") > 0);
   const std::int64_t samples = problem ? 1 : (o.samples < 0 ? 4 : o.samples);
   if (samples < 1) throw InputError("--samples must be >= 1");
+  if (o.exhaustive) {
+    if (problem) throw InputError("--exhaustive and --problem are exclusive");
+    // cost: instances x offsets x (response rows x N x 2 + FFN); refuse above ~10 minutes
+    const double inst = std::pow(10.0, double(shape.n) * double(shape.m));
+    const double resp = double(N - shape.eq_index());
+    const double est = inst * double(offsets.size()) * (resp * double(N) * 2.0 + resp * 300.0) / 1.5e9 / o.threads;
+    if (N > 2000 || (est > 600 && !o.force))
+      throw InputError(fmt::format("--exhaustive: {:.3g} instances x {} offset pair(s), ~{:.0f} s estimated; "
+                                   "the limit is 600 s (add --force) and N <= 2000",
+                                   inst, offsets.size(), est));
+  }
 
   // engines
   const bool dense_fits = N <= 20000;
@@ -593,6 +690,20 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, std::ostream& 
   }
   report["certificate"] = cert;
 
+  // ---- 1b. every instance, when asked
+  bool exhaustive_ok = true;
+  std::string exhaustive_line;
+  if (o.exhaustive) {
+    const auto te = std::chrono::steady_clock::now();
+    const auto E = run_exhaustive(M, F, shape, offsets, o.threads);
+    exhaustive_ok = E.failures == 0;
+    if (E.first && !counterexample) counterexample = E.first;
+    report["exhaustive"] = {{"instances", E.instances}, {"failures", E.failures},
+                            {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - te).count()}};
+    exhaustive_line = fmt::format("{} (instance, offset pair) runs, {} failing{}", E.instances, E.failures,
+                                  !cert_ok && exhaustive_ok ? " -- every instance verified: the certificate was conservative here" : "");
+  }
+
   // ---- 2. samples through the engines, each against Boost.Multiprecision
   Rng rng(o.seed);
   std::int64_t checked = 0, exact = 0;
@@ -723,10 +834,13 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, std::ostream& 
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   report["seconds"] = secs;
 
-  const bool pass = cert_ok && exact == checked && agree && xc_ok;
+  // An exhaustive run that passes settles the shape at its offsets even where the (conservative)
+  // certificate failed; the certificate's own status stays "failed" in the report.
+  const bool pass = (cert_ok || (o.exhaustive && exhaustive_ok)) && exact == checked && agree && xc_ok && exhaustive_ok;
   out << fmt::format("verify_construction  n={} m={} l={} ({} padding)  P1={} P2={} d={}  lambda={}  N={}\n", shape.n,
                      shape.m, shape.l, padding_name(padding), dm.P1, dm.P2, M.d(), lambda, N);
   out << fmt::format("  certificate {}\n", cert_line);
+  if (o.exhaustive) out << fmt::format("  exhaustive  {}\n", exhaustive_line);
   out << fmt::format("  samples     {} checked, {} exact (engines: {}), min margin {:.4g}; engines {}\n", checked, exact,
                      fmt::join(engines, ", "), min_margin, agree ? "agree" : "DISAGREE");
   if (!xc.is_null())
@@ -739,7 +853,7 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, std::ostream& 
       out << fmt::format(": token {} predicts '{}', expected '{}' ({})", c.position, c.got >= 0 ? std::string(1, token_char(c.got)) : "tie",
                          std::string(1, token_char(c.expected)), c.confirmed_by);
     out << '\n';
-  } else if (!cert_ok) {
+  } else if (!cert_ok && !(o.exhaustive && exhaustive_ok)) {
     out << "  (no concrete counterexample found among the candidates tried: the certificate is conservative here)\n";
   }
   out << fmt::format("  result      {}  ({:.2f} s)\n", pass ? "VERIFIED" : "FAILED", secs);
@@ -780,7 +894,7 @@ int verify_construction_main(int argc, const char* const* argv, std::ostream& ou
   app.add_flag("--certify,!--no-certify", o.certify, "prove the shape for every digit input (default on)");
   app.add_option("--cross-check", o.cross_check, "random response rows recomputed by the exact softmax (default 256; 0 = off)");
   app.add_option("--threads", o.threads, "worker threads (default 2)");
-  app.add_flag("--exhaustive", o.exhaustive, "every digit string of the shape (not in this build)");
+  app.add_flag("--exhaustive", o.exhaustive, "every instance of the shape at every offset pair asked for (refused above ~10 min unless --force)");
   app.add_flag("--dims-table", o.dims_table, "smallest (P1, P2) proven over all offsets for every n <= --n-max, m <= --m-max");
   app.add_option("--n-max", o.n_max, "--dims-table: largest n");
   app.add_option("--m-max", o.m_max, "--dims-table: largest m");
