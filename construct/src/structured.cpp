@@ -93,6 +93,24 @@ CompiledFFN CompiledFFN::build(const ConstructedModel& M) {
   return F;
 }
 
+void CompiledFFN::add_groups(const std::array<double, 7>& y, bool digit_side, std::array<double, kVocab>& out) const {
+  std::size_t pos = 0;
+  for (const Group& G : groups) {
+    const bool digit = G.w[Layout::NUM] != 0 || G.w[Layout::PRE_SUM] != 0 || G.w[Layout::PRE_CARRY] != 0;
+    if (digit != digit_side) {
+      pos += G.units.size();
+      continue;
+    }
+    double z = 0;
+    for (int c = 0; c < 7; ++c) z += G.w[std::size_t(c)] * y[std::size_t(c)];
+    for (std::size_t e = pos + G.units.size(); pos < e; ++pos) {
+      const double h = z + b1[std::size_t(order[pos])];
+      if (h <= 0) continue;
+      for (int q = cs_start[pos]; q < cs_start[pos + 1]; ++q) out[std::size_t(cs_tok[std::size_t(q)])] += cs_coef[std::size_t(q)] * h;
+    }
+  }
+}
+
 std::array<double, kVocab> CompiledFFN::logits(const std::array<double, 7>& y) const {
   std::array<double, kVocab> out = c0;
   std::size_t pos = 0;
@@ -122,10 +140,13 @@ StructuredResult structured_forward(const ConstructedModel& M, const CompiledFFN
   const std::int64_t eq = shape.eq_index(), N = shape.N();
   R.pred.resize(std::size_t(N - eq));
   if (opt.keep_outputs) R.out.resize(std::size_t(N - eq));
-  if (opt.finite) R.iv.resize(std::size_t(N - eq));
+  if (opt.finite) R.iv.resize(opt.rows.empty() ? std::size_t(N - eq) : opt.rows.size());
+  std::size_t next_row = 0;
   std::array<double, 4> eps{};
   for (int h = 0; h < 4; ++h) eps[std::size_t(h)] = std::nextafter(std::exp(-2.0 * M.heads[std::size_t(h)].lambda), 1.0) * (1 + 1e-15);
   R.min_margin = 1e300;
+  std::vector<std::uint64_t> cache_key(4096, 0);
+  std::vector<std::array<double, kVocab>> cache_val(4096);
   stream.run(tokens.data(), [&](const QueryMatch& q) {
     std::array<double, 7> y{};
     const int tok = tokens[std::size_t(q.j)];
@@ -133,7 +154,27 @@ StructuredResult structured_forward(const ConstructedModel& M, const CompiledFFN
     y[Layout::IS_BOS] = 0;
     y[Layout::FULL_ONES] = 1;
     for (int h = 0; h < 4; ++h) y[std::size_t(3 + h)] = double(q.h[std::size_t(h)].vsum) / double(q.h[std::size_t(h)].x);
-    const auto lg = F.logits(y);
+    // The digit-side groups see only (NUM, PRE_SUM, PRE_CARRY), which in limit mode take few
+    // values: a direct-mapped cache keyed by the exact integers (NUM, vsum_1, x_1, vsum_2, x_2)
+    // returns their logits; the other groups (two units) are evaluated every time.
+    std::array<double, kVocab> lg;
+    const HeadMatch &m1 = q.h[0], &m2 = q.h[1];
+    const bool cacheable = m1.x < 256 && m2.x < 256 && m1.vsum < 4096 && m2.vsum < 4096;
+    if (cacheable) {
+      const std::uint64_t key = 1 + (std::uint64_t(y[Layout::NUM]) | std::uint64_t(m1.x) << 4 | std::uint64_t(m1.vsum) << 12 |
+                                     std::uint64_t(m2.x) << 24 | std::uint64_t(m2.vsum) << 32);
+      const std::size_t slot = std::size_t((key * 0x9E3779B97F4A7C15ULL) >> 52);  // 4096 slots
+      if (cache_key[slot] != key) {
+        cache_key[slot] = key;
+        cache_val[slot] = F.c0;
+        F.add_groups(y, true, cache_val[slot]);
+      }
+      lg = cache_val[slot];
+    } else {
+      lg = F.c0;
+      F.add_groups(y, true, lg);
+    }
+    F.add_groups(y, false, lg);
     const std::size_t r = std::size_t(q.j - eq);
     const int expected = q.j + 1 < N ? tokens[std::size_t(q.j + 1)] : int(kDollar);
     int best = 0;
@@ -148,8 +189,14 @@ StructuredResult structured_forward(const ConstructedModel& M, const CompiledFFN
     if (!(margin > 0) && R.first_mismatch < 0) R.first_mismatch = q.j;
     if (opt.keep_outputs)
       for (int h = 0; h < 4; ++h) R.out[r][std::size_t(h)] = y[std::size_t(3 + h)];
-    if (opt.finite)
-      for (int h = 0; h < 4; ++h) R.iv[r][std::size_t(h)] = head_interval(q.h[std::size_t(h)], eps[std::size_t(h)]);
+    if (opt.finite) {
+      if (opt.rows.empty()) {
+        for (int h = 0; h < 4; ++h) R.iv[r][std::size_t(h)] = head_interval(q.h[std::size_t(h)], eps[std::size_t(h)]);
+      } else {
+        for (; next_row < opt.rows.size() && opt.rows[next_row] == q.j; ++next_row)
+          for (int h = 0; h < 4; ++h) R.iv[next_row][std::size_t(h)] = head_interval(q.h[std::size_t(h)], eps[std::size_t(h)]);
+      }
+    }
   });
   return R;
 }

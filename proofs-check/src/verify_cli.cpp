@@ -214,10 +214,13 @@ EngineRun run_dense(const ConstructedModel& M, const std::vector<std::uint8_t>& 
 
 EngineRun run_structured(const ConstructedModel& M, const CompiledFFN& F, const std::vector<std::uint8_t>& seq,
                          const Shape& shape, std::int64_t s1, std::int64_t s2, const std::string& reference,
-                         StructuredResult* keep = nullptr) {
+                         StructuredResult* keep = nullptr, const std::vector<std::int64_t>& rows = {}) {
   EngineRun r;
   r.engine = "structured";
-  const auto R = structured_forward(M, F, seq, shape, s1, s2, StructuredOptions{false, keep != nullptr});
+  StructuredOptions so;
+  so.finite = keep != nullptr;
+  so.rows = rows;
+  const auto R = structured_forward(M, F, seq, shape, s1, s2, so);
   // the answer greedy decoding writes: predictions of B_m's digits
   std::string a;
   const std::int64_t N = shape.N(), eq = shape.eq_index();
@@ -575,7 +578,9 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, std::ostream& 
   if (o.dump == "attention") dopt.max_tokens = 2000;  // the printed matrix is N x N
   if (use_dense || !o.dump.empty()) check_dense_fits(N, d, dopt, 8);
   // memory of the structured pass, the sequence and the row engine (8 bytes per token)
-  const double bytes = StructuredStream::estimate_bytes(shape) + 10.0 * double(N) + double(N);
+  // per worker: the sequence (N), the pair table, the predictions (N/2); plus the row engine's
+  // copy of the tokens and their values (9 N) and the first sequence (N)
+  const double bytes = double(o.threads) * (StructuredStream::estimate_bytes(shape) + 1.5 * double(N)) + 10.0 * double(N);
   const double limit = double(std::int64_t(16) << 30);
   if (bytes > limit)
     throw InputError(fmt::format("n={} m={} needs ~{:.1f} GiB (N = {} tokens); the limit is {:.0f} GiB", shape.n, shape.m,
@@ -729,6 +734,19 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, std::ostream& 
   for (std::size_t p = 0; p < problems.size(); ++p)
     for (std::size_t q = 0; q < sample_offsets.size(); ++q) jobs.push_back({p, q, {}});
   const bool want_xc = o.cross_check > 0 && std::count(engines.begin(), engines.end(), "structured") > 0;
+  // the cross-check rows, chosen now so that the first structured pass keeps just their intervals
+  std::vector<std::int64_t> xc_rows;
+  {
+    const std::int64_t eq = shape.eq_index();
+    Rng pick(o.seed ^ 0x70c5ULL);
+    const std::int64_t rows = std::min<std::int64_t>(o.cross_check, N - eq);
+    if (rows == N - eq)
+      for (std::int64_t j = eq; j < N; ++j) xc_rows.push_back(j);
+    else
+      for (std::int64_t i = 0; i < rows; ++i) xc_rows.push_back(std::int64_t(pick.uniform(std::uint64_t(eq), std::uint64_t(N - 1))));
+    std::sort(xc_rows.begin(), xc_rows.end());
+    xc_rows.erase(std::unique(xc_rows.begin(), xc_rows.end()), xc_rows.end());
+  }
   StructuredResult first_structured;  // the first job's finite-mode structured pass, reused by the cross-check
   std::vector<std::uint8_t> first_seq;
   {
@@ -749,7 +767,8 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, std::ostream& 
             PositionIds ids;
             if (use_dense || !o.dump.empty()) ids = position_ids(shape, s1, s2);
             for (const auto& e : engines) {
-              if (e == "structured") jb.runs.push_back(run_structured(M, F, seq, shape, s1, s2, reference, i == 0 && want_xc ? &first_structured : nullptr));
+              if (e == "structured") jb.runs.push_back(run_structured(M, F, seq, shape, s1, s2, reference, i == 0 && want_xc ? &first_structured : nullptr,
+                                                                   i == 0 && want_xc ? xc_rows : std::vector<std::int64_t>{}));
               if (e == "dense") jb.runs.push_back(run_dense(M, seq, shape, ids, false, reference));
               if (e == "dense-float32") jb.runs.push_back(run_dense(M, seq, shape, ids, true, reference));
             }
@@ -791,16 +810,13 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, std::ostream& 
   if (o.cross_check > 0 && !first_seq.empty()) {
     const auto tx = std::chrono::steady_clock::now();
     const auto [s1, s2] = sample_offsets.front();
-    const auto S = want_xc ? std::move(first_structured) : structured_forward(M, F, first_seq, shape, s1, s2, StructuredOptions{false, true});
+    StructuredOptions so;
+    so.finite = true;
+    so.rows = xc_rows;
+    const auto S = want_xc ? std::move(first_structured) : structured_forward(M, F, first_seq, shape, s1, s2, so);
     RowEngine E(M, shape, s1, s2, first_seq);
     const std::int64_t eq = shape.eq_index();
-    Rng pick(o.seed ^ 0x70c5ULL);
-    const std::int64_t rows = std::min<std::int64_t>(o.cross_check, N - eq);
-    std::vector<std::int64_t> js;
-    if (rows == N - eq)
-      for (std::int64_t j = eq; j < N; ++j) js.push_back(j);
-    else
-      for (std::int64_t i = 0; i < rows; ++i) js.push_back(std::int64_t(pick.uniform(std::uint64_t(eq), std::uint64_t(N - 1))));
+    const std::vector<std::int64_t>& js = xc_rows;
     std::vector<int> bad(js.size(), 0);
     std::vector<double> dev(js.size(), 0);
     std::atomic<std::size_t> next{0};
@@ -810,7 +826,7 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, std::ostream& 
         for (std::size_t i; (i = next++) < js.size();) {
           const std::int64_t j = js[i];
           const auto rr = E.row(j, F);
-          const auto& iv = S.iv[std::size_t(j - eq)];
+          const auto& iv = S.iv[i];
           for (int h = 0; h < 4; ++h) {
             // inside the interval up to the row engine's own rounding (relative 1e-12, see tests)
             const double v = rr.out[std::size_t(h)], tol = 1e-12 * (1 + std::abs(v));

@@ -80,6 +80,9 @@ struct CompiledFFN {
   std::array<double, kVocab> c0{};       // Wout b2
   static CompiledFFN build(const ConstructedModel& M);  // throws InputError on other structures
   std::array<double, kVocab> logits(const std::array<double, 7>& y) const;
+  // Adds the contribution of the groups that read (digit_side) or do not read NUM, PRE_SUM,
+  // PRE_CARRY; logits(y) = c0 + both parts. Lets the structured engine cache the digit side.
+  void add_groups(const std::array<double, 7>& y, bool digit_side, std::array<double, kVocab>& out) const;
 };
 
 // Interval of a head output with finite lambda: matched keys share the top weight 1, each of the
@@ -93,7 +96,8 @@ Interval head_interval(const HeadMatch& m, double eps);
 struct StructuredResult {
   std::vector<std::uint8_t> pred;          // prediction at each response position (index - eq_index)
   std::vector<std::array<double, 4>> out;  // limit-mode head outputs per response position (if kept)
-  std::vector<std::array<Interval, 4>> iv; // finite-mode intervals per response position (if kept)
+  std::vector<std::array<Interval, 4>> iv; // finite-mode intervals per response position (if kept), or
+                                           // per entry of StructuredOptions::rows when that is given
   std::int64_t first_mismatch = -1;        // 0-based query index of the first wrong prediction
   double min_margin = 0;                   // over response positions, limit mode
 };
@@ -101,6 +105,9 @@ struct StructuredResult {
 struct StructuredOptions {
   bool keep_outputs = false;
   bool finite = false;  // also compute the finite-lambda intervals
+  // When non-empty (sorted 0-based query indices >= eq_index), keep intervals only for these rows:
+  // O(rows) memory instead of O(N) at full size.
+  std::vector<std::int64_t> rows;
 };
 
 // The forward pass over a teacher-forced sequence, O(N).
