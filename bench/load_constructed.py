@@ -140,7 +140,7 @@ def forward(W, tokens, p1, p2):
     idx = lambda v: torch.tensor(v, dtype=torch.long)
     X = W["embed.token"][idx(tokens)] + W["embed.pos1"][idx(p1)] + W["embed.pos2"][idx(p2)]  # (N, d)
     N = X.shape[0]
-    causal = torch.ones(N, N, dtype=torch.bool).tril()  # query j sees keys i <= j
+    causal = torch.tril(torch.ones(N, N)).bool()  # query j sees keys i <= j (tril of float: any torch)
     Y = X.clone()
     for h in range(1, 5):
         Q, K, V, U = (W[f"heads.{h}.{t}"] for t in "QKVU")  # (dqk,d) (dqk,d) (1,d) (d,1)
