@@ -153,6 +153,18 @@ TEST(VerifyCli, BadInputExitsTwoWithMessage) {
   }
 }
 
+TEST(VerifyCli, ExportWritesTheModel) {
+  const std::string dir = ::testing::TempDir() + "/exported_model";
+  const auto r = run({"--n", "2", "--m", "3", "--samples", "1", "--export", dir});
+  EXPECT_EQ(r.code, 0) << r.err;
+  std::ifstream cfg(dir + "/config.json");
+  ASSERT_TRUE(cfg.good());
+  const auto j = nlohmann::json::parse(cfg);
+  EXPECT_EQ(j.dump().find("PRE_ARROW") != std::string::npos, true);
+  EXPECT_TRUE(std::ifstream(dir + "/model.safetensors").good());
+  EXPECT_EQ(run({"--n", "2", "--m", "3", "--export", "/proc/forbidden/x"}).code, 2);
+}
+
 TEST(VerifyCli, RealBinaryExitCodes) {
   const std::string exe = std::string(MANYADD_BINARY_DIR) + "/proofs-check/verify_construction";
   auto status = [&](const std::string& args) {

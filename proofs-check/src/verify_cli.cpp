@@ -25,6 +25,7 @@
 
 #include "manyadd/certificate.hpp"
 #include "manyadd/dense.hpp"
+#include "manyadd/export.hpp"
 #include "manyadd/structured.hpp"
 #include "manyadd/model.hpp"
 #include "manyadd/verify.hpp"
@@ -51,6 +52,7 @@ struct Options {
   std::int64_t cross_check = 256;
   std::vector<double> lambdas;
   bool dims_table = false;
+  std::string export_dir;
   std::int64_t n_max = 0, m_max = 0;
   int threads = 2;
   std::string json_path;
@@ -605,6 +607,8 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, std::ostream& 
   }
   const ConstructedModel M = build_model(dm.P1, dm.P2, lams);
   const CompiledFFN F = CompiledFFN::build(M);
+  if (!o.export_dir.empty())
+    export_model(M, &shape, std::int64_t(1) << dm.P1, std::int64_t(1) << dm.P2, o.export_dir);
   json report;
   report["n"] = shape.n;
   report["m"] = shape.m;
@@ -918,6 +922,7 @@ int verify_construction_main(int argc, const char* const* argv, std::ostream& ou
                "accept offsets whose position IDs exceed 2^P (their hypercube vectors alias): undersized models");
   app.add_flag("--force", o.force, "run even when the estimated time is above an hour");
   app.add_option("--json", o.json_path, "write the machine-readable report to FILE");
+  app.add_option("--export", o.export_dir, "also write the built model to DIR (model.safetensors + config.json)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
