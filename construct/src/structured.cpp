@@ -113,16 +113,8 @@ void CompiledFFN::add_groups(const std::array<double, 7>& y, bool digit_side, st
 
 std::array<double, kVocab> CompiledFFN::logits(const std::array<double, 7>& y) const {
   std::array<double, kVocab> out = c0;
-  std::size_t pos = 0;
-  for (const Group& G : groups) {
-    double z = 0;
-    for (int c = 0; c < 7; ++c) z += G.w[std::size_t(c)] * y[std::size_t(c)];
-    for (std::size_t e = pos + G.units.size(); pos < e; ++pos) {
-      const double h = z + b1[std::size_t(order[pos])];
-      if (h <= 0) continue;
-      for (int q = cs_start[pos]; q < cs_start[pos + 1]; ++q) out[std::size_t(cs_tok[std::size_t(q)])] += cs_coef[std::size_t(q)] * h;
-    }
-  }
+  add_groups(y, true, out);
+  add_groups(y, false, out);
   return out;
 }
 

@@ -21,36 +21,26 @@ namespace manyadd {
 
 using Rational = boost::multiprecision::cpp_rational;
 
-double exp_neg2_upper(double lambda) {
+namespace {
+// e^a rounded outward: a directed-rounding enclosure from MPFR (128-bit intermediate precision).
+double exp_bound(double a, bool upper) {
+  const mpfr_rnd_t rnd = upper ? MPFR_RNDU : MPFR_RNDD;
   mpfr_t x;
   mpfr_init2(x, 128);
-  mpfr_set_d(x, -2.0 * lambda, MPFR_RNDU);  // -2 lambda is exact in double for our lambdas; RNDU keeps it an upper bound
-  mpfr_exp(x, x, MPFR_RNDU);
-  const double r = mpfr_get_d(x, MPFR_RNDU);
+  mpfr_set_d(x, a, rnd);  // exact: a is a double
+  mpfr_exp(x, x, rnd);
+  const double r = mpfr_get_d(x, rnd);
   mpfr_clear(x);
   return r;
 }
+double exp_lower(double a) { return exp_bound(a, false); }
+double exp_upper(double a) { return exp_bound(a, true); }
+}  // namespace
+
+// -2 lambda is computed in double first; rounding it up keeps the result an upper bound.
+double exp_neg2_upper(double lambda) { return exp_upper(std::nextafter(-2.0 * lambda, 0.0)); }
 
 namespace {
-
-double exp_lower(double a) {  // a lower bound of e^a
-  mpfr_t x;
-  mpfr_init2(x, 128);
-  mpfr_set_d(x, a, MPFR_RNDD);
-  mpfr_exp(x, x, MPFR_RNDD);
-  const double r = mpfr_get_d(x, MPFR_RNDD);
-  mpfr_clear(x);
-  return r;
-}
-double exp_upper(double a) {
-  mpfr_t x;
-  mpfr_init2(x, 128);
-  mpfr_set_d(x, a, MPFR_RNDU);
-  mpfr_exp(x, x, MPFR_RNDU);
-  const double r = mpfr_get_d(x, MPFR_RNDU);
-  mpfr_clear(x);
-  return r;
-}
 
 // ---- Part 1: classes of response positions ---------------------------------------------------
 enum Kind { kD2 = 0, kD1, kD0, kZ, kM, kKinds };  // digit query t >= 2, t = 1, separator; B_0; MSD
