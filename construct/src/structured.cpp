@@ -52,6 +52,8 @@ CompiledFFN CompiledFFN::build(const ConstructedModel& M) {
     if (!same_matrix(hd.Q, ref.Q) || !same_matrix(hd.K, ref.K) || !same_matrix(hd.V, ref.V) || !same_matrix(hd.U, ref.U))
       throw InputError(fmt::format("structured engine: head {} does not have the Theorem 4.1 structure", h + 1));
   }
+  if (!same_matrix(M.tok_emb, build_model(L.P1, L.P2, 1.0).tok_emb))
+    throw InputError("structured engine: the token embedding is not the construction's (D.4.1)");
   for (int c = 7; c < d; ++c)
     if (M.W1.col(c).cwiseAbs().maxCoeff() != 0)
       throw InputError("structured engine: the feed-forward layer reads beyond NUM .. PRE_EOS");
