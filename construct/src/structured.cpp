@@ -1,0 +1,312 @@
+// Structured O(N) engine, compiled FFN, and the exact row engine; see structured.hpp.
+#include "manyadd/structured.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fmt/format.h>
+
+namespace manyadd {
+
+namespace {
+std::int64_t code(std::int64_t p, int P) { return stream_code(p, P); }
+
+// CSR of real IDs base + o (o = 0..count-1) grouped by code(base + o + shift).
+void build_lists(std::int64_t base, std::int64_t count, std::int64_t shift, int P, std::vector<std::int32_t>& start,
+                 std::vector<std::int32_t>& ids) {
+  const std::int64_t C = std::int64_t(1) << P;
+  start.assign(std::size_t(C + 1), 0);
+  for (std::int64_t o = 0; o < count; ++o) ++start[std::size_t(code(base + o + shift, P) + 1)];
+  for (std::int64_t c = 0; c < C; ++c) start[std::size_t(c + 1)] += start[std::size_t(c)];
+  ids.assign(std::size_t(count), 0);
+  std::vector<std::int32_t> fill(start.begin(), start.end() - 1);
+  for (std::int64_t o = 0; o < count; ++o) ids[std::size_t(fill[std::size_t(code(base + o + shift, P))]++)] = std::int32_t(o);
+}
+
+// The canonical head weights for (P1, P2, lambda_h): the structure every engine here assumes.
+bool same_matrix(const Eigen::MatrixXd& a, const Eigen::MatrixXd& b) {
+  return a.rows() == b.rows() && a.cols() == b.cols() && a == b;
+}
+}  // namespace
+
+StructuredStream::StructuredStream(const Shape& shape, std::int64_t s1, std::int64_t s2, int P1, int P2)
+    : shape_(shape), s1_(s1), s2_(s2), P1_(P1), P2_(P2) {
+  if (s1 < 1 || s2 < 1) throw InputError(fmt::format("offsets must be >= 1 (got s1={}, s2={})", s1, s2));
+  build_lists(s1, shape.l + 1, 0, P1, l1_start_, l1_ids_);
+  build_lists(s2, shape.m + 1, 0, P2, l2_start_, l2_ids_);
+  build_lists(s2, shape.m + 1, 1, P2, l2n_start_, l2n_ids_);
+}
+
+double StructuredStream::estimate_bytes(const Shape& s) {
+  // two bytes per real ID pair (count <= 2, value sum <= 54), the level-1 counts, the lists
+  return 2.0 * double(s.l + 1) * double(s.m + 1) + 8.0 * double(s.l + 1) + 64.0 * double(s.l + s.m + 2);
+}
+
+CompiledFFN CompiledFFN::build(const ConstructedModel& M) {
+  const Layout& L = M.layout;
+  const int d = L.d(), H = int(M.W1.rows());
+  // Structure: heads read/write what the construction says (so Y's SUM/ARROW/EOS dims stay 0 and
+  // only PRE_* change); W1 reads only NUM .. PRE_EOS; Wout reads only SUM .. EOS.
+  for (int h = 0; h < 4; ++h) {
+    const Head& hd = M.heads[std::size_t(h)];
+    const auto ref = build_model(L.P1, L.P2, hd.lambda).heads[std::size_t(h)];
+    if (!same_matrix(hd.Q, ref.Q) || !same_matrix(hd.K, ref.K) || !same_matrix(hd.V, ref.V) || !same_matrix(hd.U, ref.U))
+      throw InputError(fmt::format("structured engine: head {} does not have the Theorem 4.1 structure", h + 1));
+  }
+  if (!same_matrix(M.tok_emb, build_model(L.P1, L.P2, 1.0).tok_emb))
+    throw InputError("structured engine: the token embedding is not the construction's (D.4.1)");
+  for (int c = 7; c < d; ++c)
+    if (M.W1.col(c).cwiseAbs().maxCoeff() != 0)
+      throw InputError("structured engine: the feed-forward layer reads beyond NUM .. PRE_EOS");
+  for (int c = 0; c < d; ++c) {
+    const bool out_dim = c >= Layout::SUM_0 && c <= Layout::EOS;
+    if (!out_dim && M.Wout.col(c).cwiseAbs().maxCoeff() != 0)
+      throw InputError("structured engine: the readout reads a dimension other than SUM_k, ARROW, EOS");
+  }
+  CompiledFFN F;
+  F.b1.assign(std::size_t(H), 0);
+  F.C.assign(std::size_t(H), {});
+  const Eigen::MatrixXd Cm = M.Wout * M.W2;  // (14, H)
+  const Eigen::VectorXd c0 = M.Wout * M.b2;
+  for (int t = 0; t < kVocab; ++t) F.c0[std::size_t(t)] = c0(t);
+  for (int u = 0; u < H; ++u) {
+    F.b1[std::size_t(u)] = M.b1(u);
+    for (int t = 0; t < kVocab; ++t) F.C[std::size_t(u)][std::size_t(t)] = Cm(t, u);
+    std::array<double, 7> w{};
+    for (int c = 0; c < 7; ++c) w[std::size_t(c)] = M.W1(u, c);
+    auto g = std::find_if(F.groups.begin(), F.groups.end(), [&](const Group& G) { return G.w == w; });
+    if (g == F.groups.end()) {
+      F.groups.push_back(Group{w, {}});
+      g = F.groups.end() - 1;
+    }
+    g->units.push_back(u);
+  }
+  // Flat evaluation order: units grouped, each with its nonzero readout coefficients.
+  F.cs_start.push_back(0);
+  for (const Group& G : F.groups)
+    for (int u : G.units) {
+      F.order.push_back(u);
+      for (int t = 0; t < kVocab; ++t)
+        if (Cm(t, u) != 0) {
+          F.cs_tok.push_back(t);
+          F.cs_coef.push_back(Cm(t, u));
+        }
+      F.cs_start.push_back(int(F.cs_tok.size()));
+    }
+  return F;
+}
+
+void CompiledFFN::add_groups(const std::array<double, 7>& y, bool digit_side, std::array<double, kVocab>& out) const {
+  std::size_t pos = 0;
+  for (const Group& G : groups) {
+    const bool digit = G.w[Layout::NUM] != 0 || G.w[Layout::PRE_SUM] != 0 || G.w[Layout::PRE_CARRY] != 0;
+    if (digit != digit_side) {
+      pos += G.units.size();
+      continue;
+    }
+    double z = 0;
+    for (int c = 0; c < 7; ++c) z += G.w[std::size_t(c)] * y[std::size_t(c)];
+    for (std::size_t e = pos + G.units.size(); pos < e; ++pos) {
+      const double h = z + b1[std::size_t(order[pos])];
+      if (h <= 0) continue;
+      for (int q = cs_start[pos]; q < cs_start[pos + 1]; ++q) out[std::size_t(cs_tok[std::size_t(q)])] += cs_coef[std::size_t(q)] * h;
+    }
+  }
+}
+
+std::array<double, kVocab> CompiledFFN::logits(const std::array<double, 7>& y) const {
+  std::array<double, kVocab> out = c0;
+  add_groups(y, true, out);
+  add_groups(y, false, out);
+  return out;
+}
+
+Interval head_interval(const HeadMatch& m, double eps) {
+  const double ue = double(m.u) * eps;
+  return {double(m.vsum) / (double(m.x) + ue), (double(m.vsum) + double(m.usum) * eps) / double(m.x)};
+}
+
+StructuredResult structured_forward(const ConstructedModel& M, const CompiledFFN& F, const std::vector<std::uint8_t>& tokens,
+                                    const Shape& shape, std::int64_t s1, std::int64_t s2, const StructuredOptions& opt) {
+  if (std::int64_t(tokens.size()) != shape.N())
+    throw InputError(fmt::format("structured_forward: {} tokens, shape has N = {}", tokens.size(), shape.N()));
+  StructuredStream stream(shape, s1, s2, M.layout.P1, M.layout.P2);
+  StructuredResult R;
+  const std::int64_t eq = shape.eq_index(), N = shape.N();
+  R.pred.resize(std::size_t(N - eq));
+  if (opt.keep_outputs) R.out.resize(std::size_t(N - eq));
+  if (opt.finite) R.iv.resize(opt.rows.empty() ? std::size_t(N - eq) : opt.rows.size());
+  std::size_t next_row = 0;
+  std::array<double, 4> eps{};
+  for (int h = 0; h < 4; ++h) eps[std::size_t(h)] = std::nextafter(std::exp(-2.0 * M.heads[std::size_t(h)].lambda), 1.0) * (1 + 1e-15);
+  R.min_margin = 1e300;
+  std::vector<std::uint64_t> cache_key(4096, 0);
+  std::vector<std::array<double, kVocab>> cache_val(4096);
+  stream.run(tokens.data(), [&](const QueryMatch& q) {
+    std::array<double, 7> y{};
+    const int tok = tokens[std::size_t(q.j)];
+    y[Layout::NUM] = tok < 10 ? tok : 0;
+    y[Layout::IS_BOS] = 0;
+    y[Layout::FULL_ONES] = 1;
+    for (int h = 0; h < 4; ++h) y[std::size_t(3 + h)] = double(q.h[std::size_t(h)].vsum) / double(q.h[std::size_t(h)].x);
+    // The digit-side groups see only (NUM, PRE_SUM, PRE_CARRY), which in limit mode take few
+    // values: a direct-mapped cache keyed by the exact integers (NUM, vsum_1, x_1, vsum_2, x_2)
+    // returns their logits; the other groups (two units) are evaluated every time.
+    std::array<double, kVocab> lg;
+    const HeadMatch &m1 = q.h[0], &m2 = q.h[1];
+    const bool cacheable = m1.x < 256 && m2.x < 256 && m1.vsum < 4096 && m2.vsum < 4096;
+    if (cacheable) {
+      const std::uint64_t key = 1 + (std::uint64_t(y[Layout::NUM]) | std::uint64_t(m1.x) << 4 | std::uint64_t(m1.vsum) << 12 |
+                                     std::uint64_t(m2.x) << 24 | std::uint64_t(m2.vsum) << 32);
+      const std::size_t slot = std::size_t((key * 0x9E3779B97F4A7C15ULL) >> 52);  // 4096 slots
+      if (cache_key[slot] != key) {
+        cache_key[slot] = key;
+        cache_val[slot] = F.c0;
+        F.add_groups(y, true, cache_val[slot]);
+      }
+      lg = cache_val[slot];
+    } else {
+      lg = F.c0;
+      F.add_groups(y, true, lg);
+    }
+    F.add_groups(y, false, lg);
+    const std::size_t r = std::size_t(q.j - eq);
+    const int expected = q.j + 1 < N ? tokens[std::size_t(q.j + 1)] : int(kDollar);
+    int best = 0;
+    double other = -1e300;
+    for (int t = 0; t < kVocab; ++t) {
+      if (lg[std::size_t(t)] > lg[std::size_t(best)]) best = t;
+      if (t != expected) other = std::max(other, lg[std::size_t(t)]);
+    }
+    R.pred[r] = std::uint8_t(best);
+    const double margin = lg[std::size_t(expected)] - other;
+    R.min_margin = std::min(R.min_margin, margin);
+    if (!(margin > 0) && R.first_mismatch < 0) R.first_mismatch = q.j;
+    if (opt.keep_outputs)
+      for (int h = 0; h < 4; ++h) R.out[r][std::size_t(h)] = y[std::size_t(3 + h)];
+    if (opt.finite) {
+      if (opt.rows.empty()) {
+        for (int h = 0; h < 4; ++h) R.iv[r][std::size_t(h)] = head_interval(q.h[std::size_t(h)], eps[std::size_t(h)]);
+      } else {
+        for (; next_row < opt.rows.size() && opt.rows[next_row] == q.j; ++next_row)
+          for (int h = 0; h < 4; ++h) R.iv[next_row][std::size_t(h)] = head_interval(q.h[std::size_t(h)], eps[std::size_t(h)]);
+      }
+    }
+  });
+  return R;
+}
+
+RowEngine::RowEngine(const ConstructedModel& M, const Shape& shape, std::int64_t s1, std::int64_t s2,
+                     const std::vector<std::uint8_t>& tokens)
+    : M_(M), shape_(shape), s1_(s1), s2_(s2), tokens_(tokens), num_(tokens.size()) {
+  if (std::int64_t(tokens.size()) != shape.N()) throw InputError("RowEngine: token count differs from the shape's N");
+  for (std::size_t k = 0; k < tokens.size(); ++k) num_[k] = tokens[k] < 10 ? tokens[k] : 0;
+  const int d = M.d();
+  pe1_ = Eigen::MatrixXd::Zero(shape.l + 1, d);
+  pe2_ = Eigen::MatrixXd::Zero(shape.m + 1, d);
+  Eigen::VectorXd x(d);
+  for (std::int64_t o = 0; o <= shape.l; ++o) {
+    x.setZero();
+    write_position(M.layout, std::int32_t(s1 + o), 0, x.data());
+    pe1_.row(o) = x.transpose();
+  }
+  for (std::int64_t o = 0; o <= shape.m; ++o) {
+    x.setZero();
+    write_position(M.layout, 0, std::int32_t(s2 + o), x.data());
+    pe2_.row(o) = x.transpose();
+  }
+}
+
+RowResult RowEngine::row(std::int64_t j, const CompiledFFN& F) const {
+  const Layout& L = M_.layout;
+  const int d = L.d();
+  const std::int64_t l = shape_.l, m = shape_.m, LL = l + 1, N = shape_.N();
+  if (j < 0 || j >= N) throw InputError("RowEngine: query index outside the sequence");
+  std::int32_t qp1, qp2;
+  position_id_at(shape_, s1_, s2_, j, qp1, qp2);
+  // Key k's index range: BOS 0; A_i (i = 1..m) digits at (i-1)LL + 1 + r (r = 0..l-1, level-1
+  // offset l - r), its separator at i LL; B_b (b = 0..m) separator at (m+b) LL (b >= 1; b = 0 is
+  // the '=' already counted as A_m's separator), digits at (m+b) LL + t (offset t = 1..l).
+  RowResult R;
+  Eigen::VectorXd xq = Eigen::VectorXd::Zero(d);
+  xq(Layout::FULL_ONES) = 1;
+  write_position(L, qp1, qp2, xq.data());
+  for (int h = 0; h < 4; ++h) {
+    const Head& H = M_.heads[std::size_t(h)];
+    const Eigen::VectorXd q = H.Q * xq;
+    // K is linear: a key's score = level-1 part + level-2 part + token part, each from the weights:
+    // part = (K x_part) . q = x_part . (K^T q).
+    const Eigen::VectorXd kq = H.K.transpose() * q;
+    const Eigen::VectorXd a1v = pe1_ * kq, a2v = pe2_ * kq;
+    const std::vector<double> a1(a1v.data(), a1v.data() + a1v.size()), a2(a2v.data(), a2v.data() + a2v.size());
+    Eigen::VectorXd xt = Eigen::VectorXd::Zero(d);
+    xt(Layout::FULL_ONES) = 1;
+    const double tokpart = (H.K * xt).dot(q);
+    xt(Layout::IS_BOS) = 1;
+    const double bos = (H.K * xt).dot(q);
+    const double vnum = H.V(0, Layout::NUM), vone = H.V(0, Layout::FULL_ONES), vbos = H.V(0, Layout::IS_BOS);
+
+    // The keys, as (level-1 offset o, level-2 offset b, index k), visited by blocks; the first
+    // pass finds the top score (max-subtracted softmax, as the dense engine), the second sums.
+    const double A1max = *std::max_element(a1.begin(), a1.end());
+    double top = bos;
+    auto visit_blocks = [&](auto&& block, auto&& single) {
+      // query blocks A_1 .. A_m
+      for (std::int64_t i = 1; i <= m; ++i) {
+        const std::int64_t k0 = (i - 1) * LL + 1, sep = i * LL;
+        if (k0 > j) return;
+        const std::int64_t b = i - 1;
+        if (sep <= j) block(k0, l, b, true);
+        else
+          for (std::int64_t k = k0; k <= j; ++k) single(k, l - (k - k0), b);
+        if (sep <= j) single(sep, 0, i < m ? b : 0);
+      }
+      for (std::int64_t bb = 0; bb <= m; ++bb) {
+        const std::int64_t base = (m + bb) * LL;
+        if (bb > 0) {
+          if (base > j) return;
+          single(base, 0, bb);
+        }
+        const std::int64_t k0 = base + 1;
+        if (k0 > j) return;
+        if (base + l <= j) block(k0, l, bb, false);
+        else
+          for (std::int64_t k = k0; k <= j; ++k) single(k, k - base, bb);
+      }
+    };
+    visit_blocks([&](std::int64_t, std::int64_t, std::int64_t b, bool) { top = std::max(top, A1max + a2[std::size_t(b)] + tokpart); },
+                 [&](std::int64_t, std::int64_t o, std::int64_t b) { top = std::max(top, a1[std::size_t(o)] + a2[std::size_t(b)] + tokpart); });
+    // weight = exp(a1[o] - A1max) * exp(a2[b] + tokpart + A1max - top): both factors <= 1.
+    std::vector<double> e1(a1.size()), e1rev(a1.size()), e2(a2.size());
+    for (std::size_t o = 0; o < a1.size(); ++o) e1[o] = std::exp(a1[o] - A1max);
+    for (std::int64_t r = 0; r < l; ++r) e1rev[std::size_t(r)] = e1[std::size_t(l - r)];  // A blocks: offsets l .. 1
+    for (std::size_t o = 0; o < a2.size(); ++o) e2[o] = std::exp(std::min(0.0, a2[o] + tokpart + A1max - top));
+    double sumDigits = 0;
+    for (std::int64_t o = 1; o <= l; ++o) sumDigits += e1[std::size_t(o)];
+    const double wb = std::exp(bos - top);
+    double z = wb, acc = wb * (vbos + vone);
+    visit_blocks(
+        [&](std::int64_t k0, std::int64_t len, std::int64_t b, bool isA) {
+          const double* v = num_.data() + k0;
+          const double* e = isA ? e1rev.data() : e1.data() + 1;
+          double dot = 0;
+          if (vnum != 0)
+            for (std::int64_t r = 0; r < len; ++r) dot += e[r] * v[r];
+          z += e2[std::size_t(b)] * sumDigits;
+          acc += e2[std::size_t(b)] * (vnum * dot + vone * sumDigits);
+        },
+        [&](std::int64_t k, std::int64_t o, std::int64_t b) {
+          const double w = e1[std::size_t(o)] * e2[std::size_t(b)];
+          z += w;
+          acc += w * (vnum * num_[std::size_t(k)] + vone);
+        });
+    R.out[std::size_t(h)] = acc / z;
+  }
+  std::array<double, 7> y{};
+  y[Layout::NUM] = num_[std::size_t(j)];
+  y[Layout::FULL_ONES] = 1;
+  for (int h = 0; h < 4; ++h) y[std::size_t(3 + h)] = R.out[std::size_t(h)];
+  R.logits = F.logits(y);
+  return R;
+}
+
+}  // namespace manyadd

@@ -1,0 +1,745 @@
+// The certificate; see certificate.hpp for what each part proves.
+#include "manyadd/certificate.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <tuple>
+
+#include <boost/multiprecision/cpp_int.hpp>
+#include <fmt/format.h>
+#include <mpfr.h>
+
+#include "manyadd/structured.hpp"
+
+namespace manyadd {
+
+using Rational = boost::multiprecision::cpp_rational;
+
+namespace {
+// e^a rounded outward: a directed-rounding enclosure from MPFR (128-bit intermediate precision).
+double exp_bound(double a, bool upper) {
+  const mpfr_rnd_t rnd = upper ? MPFR_RNDU : MPFR_RNDD;
+  mpfr_t x;
+  mpfr_init2(x, 128);
+  mpfr_set_d(x, a, rnd);  // exact: a is a double
+  mpfr_exp(x, x, rnd);
+  const double r = mpfr_get_d(x, rnd);
+  mpfr_clear(x);
+  return r;
+}
+double exp_lower(double a) { return exp_bound(a, false); }
+double exp_upper(double a) { return exp_bound(a, true); }
+}  // namespace
+
+// -2 lambda is computed in double first; rounding it up keeps the result an upper bound.
+double exp_neg2_upper(double lambda) { return exp_upper(std::nextafter(-2.0 * lambda, 0.0)); }
+
+namespace {
+
+// ---- Part 1: classes of response positions ---------------------------------------------------
+enum Kind { kD2 = 0, kD1, kD0, kZ, kM, kKinds };  // digit query t >= 2, t = 1, separator; B_0; MSD
+
+struct ClassKey {
+  int kind, expect;
+  std::int64_t x3, x4;
+  bool operator<(const ClassKey& o) const {
+    return std::tie(kind, expect, x3, x4) < std::tie(o.kind, o.expect, o.x3, o.x4);
+  }
+};
+struct ClassInfo {
+  std::int64_t u3 = 0, u4 = 0, first = -1, count = 0;
+};
+struct Structure {
+  std::map<ClassKey, ClassInfo> classes;  // filled from `fast` at the end
+  std::int64_t u1 = 0, u2 = 0;  // worst unmatched counts of heads 1-2 over all response positions
+  std::int64_t positions = 0;
+  std::optional<CertFailure> failure;
+};
+
+Structure analyze(const Shape& s, std::int64_t s1, std::int64_t s2, int P1, int P2) {
+  Structure st;
+  std::map<ClassKey, ClassInfo>& fast = st.classes;  // consecutive positions mostly share a class
+  ClassInfo* last_c = nullptr;
+  ClassKey last_key{-1, -1, -1, -1};
+  StructuredStream stream(s, s1, s2, P1, P2);
+  const std::int64_t eq = s.eq_index(), L = s.l + 1;
+  stream.run(nullptr, [&](const QueryMatch& q) {
+    ++st.positions;
+    const std::int64_t rel = q.j - eq, i = rel / L, t = rel % L;  // query at B_i digit t (t = 0: separator)
+    const HeadMatch &h1 = q.h[0], &h2 = q.h[1];
+    st.u1 = std::max(st.u1, h1.u);
+    st.u2 = std::max(st.u2, h2.u);
+    int kind;
+    std::string bad;
+    if (t == s.l) {
+      kind = kM;  // predicts '>' or '$': heads 1-2 only need their outputs in [0, 27], always true
+    } else if (i == 0) {
+      kind = kZ;
+      if (!h1.only_separators) bad = "head 1 matches a digit key where B_0 (all zeros) is predicted";
+      else if (!h2.only_separators) bad = "head 2 matches a digit key where B_0 (all zeros) is predicted";
+    } else {
+      kind = t >= 2 ? kD2 : t == 1 ? kD1 : kD0;
+      if (!(h1.x == 3 && h1.pairs == 1 && h1.pair_t == t + 1 && h1.pair_j == i - 1))
+        bad = fmt::format("head 1 must match exactly A_{0}[{1}] and B_{2}[{1}] (+ BOS); it matches {3} keys", i, t + 1,
+                          i - 1, h1.x - 1);
+      else if (t >= 1 && !(h2.x == 3 && h2.pairs == 1 && h2.pair_t == t && h2.pair_j == i - 1))
+        bad = fmt::format("head 2 must match exactly A_{0}[{1}] and B_{2}[{1}] (+ BOS); it matches {3} keys", i, t, i - 1,
+                          h2.x - 1);
+      else if (t == 0 && !h2.only_separators)
+        bad = "head 2 matches a digit key at a separator query";
+    }
+    if (!bad.empty()) {
+      if (!st.failure) st.failure = CertFailure{q.j, "structure", bad};
+      return;
+    }
+    const int expect = kind == kM ? (i < s.m ? int(kArrow) : int(kDollar)) : -1;
+    const ClassKey key{kind, expect, q.h[2].x, q.h[3].x};
+    if (!(last_c && !(key < last_key) && !(last_key < key))) {
+      last_c = &fast[key];
+      last_key = key;
+    }
+    auto& c = *last_c;
+    c.u3 = std::max(c.u3, q.h[2].u);
+    c.u4 = std::max(c.u4, q.h[3].u);
+    if (c.first < 0) c.first = q.j;
+    ++c.count;
+  });
+  return st;
+}
+
+// ---- Part 2/3: exact margins ---------------------------------------------------------------
+// Number helpers so one code path serves double (bisection) and Rational (the proof).
+template <class T> T num(double v) { return T(v); }
+template <class T> T frac(std::int64_t a, std::int64_t b) { return T(a) / T(b); }
+template <class T> double to_d(const T& v) { return double(v); }
+template <> double to_d<Rational>(const Rational& v) { return v.convert_to<double>(); }
+
+template <class T>
+struct Box {
+  T lo, hi;
+};
+
+// The feed-forward layer + readout as exact numbers of a precision's weights (the float32 program
+// runs float-cast weights).
+template <class T>
+struct ExactFFN {
+  struct Group {
+    std::array<T, 7> w;
+    std::vector<int> units;
+    bool digit_side;  // reads NUM / PRE_SUM / PRE_CARRY (else PRE_ARROW / PRE_EOS)
+  };
+  std::vector<Group> groups;
+  std::vector<T> b1;
+  std::vector<std::array<T, kVocab>> C;
+  std::array<T, kVocab> c0;
+};
+
+template <class T>
+ExactFFN<T> exact_ffn(const ConstructedModel& M, const CompiledFFN& F, bool f32, std::string& err) {
+  auto cast = [&](double v) { return f32 ? T(double(float(v))) : T(v); };
+  ExactFFN<T> E;
+  const int H = int(M.W1.rows());
+  E.b1.resize(std::size_t(H));
+  E.C.resize(std::size_t(H));
+  for (int u = 0; u < H; ++u) {
+    E.b1[std::size_t(u)] = cast(M.b1(u));
+    for (int t = 0; t < kVocab; ++t) {
+      T c = T(0);
+      for (int k = 0; k < M.d(); ++k)
+        if (M.Wout(t, k) != 0 && M.W2(k, u) != 0) c += cast(M.Wout(t, k)) * cast(M.W2(k, u));
+      E.C[std::size_t(u)][std::size_t(t)] = c;
+    }
+  }
+  for (int t = 0; t < kVocab; ++t) {
+    T c = T(0);
+    for (int k = 0; k < M.d(); ++k)
+      if (M.Wout(t, k) != 0 && M.b2(k) != 0) c += cast(M.Wout(t, k)) * cast(M.b2(k));
+    E.c0[std::size_t(t)] = c;
+  }
+  for (const auto& G : F.groups) {
+    typename ExactFFN<T>::Group g;
+    for (int c = 0; c < 7; ++c) g.w[std::size_t(c)] = cast(G.w[std::size_t(c)]);
+    g.units = G.units;
+    const bool digit = G.w[Layout::NUM] != 0 || G.w[Layout::PRE_SUM] != 0 || G.w[Layout::PRE_CARRY] != 0;
+    const bool other = G.w[Layout::PRE_ARROW] != 0 || G.w[Layout::PRE_EOS] != 0;
+    if (digit && other) err = "a hidden unit reads both the digit heads and the arrow/EOS heads: margins are not separable";
+    g.digit_side = digit;
+    E.groups.push_back(g);
+  }
+  // Separable: the non-digit groups must read disjoint inputs.
+  int readers_arrow = 0, readers_eos = 0;
+  for (const auto& G : F.groups) {
+    readers_arrow += G.w[Layout::PRE_ARROW] != 0;
+    readers_eos += G.w[Layout::PRE_EOS] != 0;
+  }
+  int digit_groups = 0;
+  for (const auto& g : E.groups) digit_groups += g.digit_side;
+  if (readers_arrow > 1 || readers_eos > 1 || digit_groups > 1)
+    err = "several hidden-unit groups read the same attention output: margins are not separable";
+  return E;
+}
+
+// min over z in [lo, hi] of sum_u coef_u relu(z + b_u): a piecewise-linear function, so the
+// minimum is at an end point or a kink.
+template <class T, class Coef>
+T pl_min(const T& lo, const T& hi, const std::vector<int>& units, const std::vector<T>& b1, Coef coef) {
+  auto f = [&](const T& z) {
+    T s = T(0);
+    for (int u : units) {
+      const T a = z + b1[std::size_t(u)];
+      if (a > 0) s += coef(u) * a;
+    }
+    return s;
+  };
+  T best = std::min(f(lo), f(hi));
+  for (int u : units) {
+    const T k = -b1[std::size_t(u)];
+    if (k > lo && k < hi) best = std::min(best, f(k));
+  }
+  return best;
+}
+
+// The digit group's logits as exact piecewise-linear functions of its shared input z:
+// L_t(z) = sum_u C[u][t] relu(z + b_u). Kinks at -b_u; on each segment L_t is alpha + beta z, and
+// the values at the kinks are tabulated, so min_{z in [lo, hi]} (L_e - L_k) costs a few exact
+// operations (end points by their segment's line, kinks inside from the table).
+template <class T>
+struct PLTable {
+  std::vector<T> kinks;                            // sorted, distinct
+  std::vector<std::array<T, kVocab>> alpha, beta;  // per segment (kinks.size() + 1)
+  std::vector<std::array<T, kVocab>> at_kink;      // L_t(kink)
+  std::size_t segment(const T& z) const {          // number of kinks < z ... with z == kink put left
+    return std::size_t(std::lower_bound(kinks.begin(), kinks.end(), z) - kinks.begin());
+  }
+  std::array<T, kVocab> eval(const T& z) const {
+    const std::size_t s = segment(z);
+    std::array<T, kVocab> r;
+    for (int t = 0; t < kVocab; ++t) r[std::size_t(t)] = alpha[s][std::size_t(t)] + beta[s][std::size_t(t)] * z;
+    return r;
+  }
+};
+
+template <class T>
+PLTable<T> pl_table(const std::vector<int>& units, const std::vector<T>& b1, const std::vector<std::array<T, kVocab>>& C) {
+  PLTable<T> P;
+  for (int u : units) P.kinks.push_back(-b1[std::size_t(u)]);
+  std::sort(P.kinks.begin(), P.kinks.end());
+  P.kinks.erase(std::unique(P.kinks.begin(), P.kinks.end()), P.kinks.end());
+  const std::size_t K = P.kinks.size();
+  P.alpha.resize(K + 1);
+  P.beta.resize(K + 1);
+  // Segment 0 (left of every kink) has no active unit; crossing kink s-1 activates its units.
+  for (int t = 0; t < kVocab; ++t) P.alpha[0][std::size_t(t)] = P.beta[0][std::size_t(t)] = T(0);
+  for (std::size_t s = 1; s <= K; ++s) {
+    P.alpha[s] = P.alpha[s - 1];
+    P.beta[s] = P.beta[s - 1];
+    for (int u : units) {
+      if (!(-b1[std::size_t(u)] == P.kinks[s - 1])) continue;
+      for (int t = 0; t < kVocab; ++t) {
+        P.alpha[s][std::size_t(t)] += C[std::size_t(u)][std::size_t(t)] * b1[std::size_t(u)];
+        P.beta[s][std::size_t(t)] += C[std::size_t(u)][std::size_t(t)];
+      }
+    }
+  }
+  P.at_kink.resize(K);
+  for (std::size_t i = 0; i < K; ++i)
+    for (int t = 0; t < kVocab; ++t) P.at_kink[i][std::size_t(t)] = P.alpha[i][std::size_t(t)] + P.beta[i][std::size_t(t)] * P.kinks[i];
+  return P;
+}
+
+template <class T>
+Box<T> linear_box(const std::array<T, 7>& w, const std::array<Box<T>, 7>& y) {
+  Box<T> r{T(0), T(0)};
+  for (int c = 0; c < 7; ++c) {
+    const T a = w[std::size_t(c)] * y[std::size_t(c)].lo, b = w[std::size_t(c)] * y[std::size_t(c)].hi;
+    r.lo += std::min(a, b);
+    r.hi += std::max(a, b);
+  }
+  return r;
+}
+
+// Head-output enclosures. Real arithmetic: matched keys weight 1, unmatched in [0, eps]:
+//   [vsum / (x + u eps), (vsum + u vmax eps) / x].
+// Floating point (the dense engine's program, unit roundoff r; see the derivation in certify()).
+struct FpModel {
+  bool exact = true;
+  double r = 0;       // unit roundoff
+  double wlo = 1, whi = 1;  // bounds of a matched key's computed weight
+  double eps = 0;     // bound of an unmatched key's computed weight
+};
+
+template <class T>
+Box<T> head_box(std::int64_t vsum, std::int64_t x, std::int64_t u, int vmax, const FpModel& fp) {
+  const T V(vsum), X(x), U(u), eps(fp.eps), vm(vmax);
+  if (fp.exact) return {V / (X + U * eps), (V + U * vm * eps) / X};
+  const T r(fp.r), wlo(fp.wlo), whi(fp.whi);
+  const T one(1);
+  // z = BOS + (x-1) matched + u unmatched terms, added in index order from 0 (the BOS term is
+  // exact); each addition errs by at most min(r |partial sum|, |term|) (round to nearest: the
+  // old partial sum is itself a candidate), so unmatched terms cost at most their size, matched
+  // ones r times a bound of the partial sums (twice the upper bound of the exact sum, safe while
+  // the errors stay below 100%).
+  const T zb = T(2) * (X * whi + U * eps);
+  const T Ez = U * eps + (X - one) * r * zb;
+  const T ab = T(2) * (whi * (one + r) * V + U * eps * vm * (one + r));
+  const T Ea = U * eps * vm * (one + r) + (X - one) * r * ab;
+  T zlo = X * wlo - Ez, zhi = X * whi + U * eps + Ez;
+  T alo = wlo * (one - r) * V - Ea, ahi = whi * (one + r) * V + U * eps * vm * (one + r) + Ea;
+  if (alo < 0) alo = T(0);
+  return {alo / zhi * (one - r), ahi / zlo * (one + r)};
+}
+
+struct Worst {
+  double margin = std::numeric_limits<double>::infinity();
+  std::int64_t position = -1;     // the first position of the class with the smallest margin
+  std::int64_t first_fail = -1;   // the smallest position whose class fails
+  std::string what;               // what that class is
+  int S = -1, S2 = -1, carry = -1;
+};
+
+// Digit-side tables A[kind][e][k]: min over the kind's configurations with expected token e of
+// the digit groups' contribution to logit_e - logit_k. Each configuration fixes NUM and the boxes
+// of PRE_SUM / PRE_CARRY. u1, u2: the unmatched-key counts the boxes assume (a bound).
+template <class T>
+struct DigitTables {
+  std::array<std::array<std::array<T, kVocab>, kVocab>, kKinds> A;
+  std::array<std::array<std::array<std::array<int, 3>, kVocab>, kVocab>, kKinds> Acfg{};
+};
+
+template <class T>
+T big_value() { return T(1e300); }
+
+template <class T>
+DigitTables<T> digit_tables(const ExactFFN<T>& E, const std::array<FpModel, 4>& fp, std::int64_t u1, std::int64_t u2) {
+  const T big = big_value<T>();
+  DigitTables<T> D;
+  auto& A = D.A;
+  auto& Acfg = D.Acfg;
+  for (auto& a : A)
+    for (auto& r : a) r.fill(big);
+  std::vector<PLTable<T>> tables;
+  for (const auto& g : E.groups) tables.push_back(g.digit_side ? pl_table(g.units, E.b1, E.C) : PLTable<T>{});
+  const Box<T> sep1 = head_box<T>(0, 1, u1, 27, fp[0]), sep2 = head_box<T>(0, 1, u2, 27, fp[1]);
+  for (int kind = 0; kind < kKinds; ++kind) {
+    struct Cfg {
+      int S, S2, c, numv, e;
+      Box<T> ps, pc;
+    };
+    std::vector<Cfg> cfgs;
+    if (kind == kM) {
+      for (int numv = 0; numv <= 9; ++numv) cfgs.push_back({-1, -1, -1, numv, -1, {T(0), T(27)}, {T(0), T(27)}});
+    } else if (kind == kZ) {
+      cfgs.push_back({0, 0, 0, 0, 0, sep1, sep2});
+    } else {
+      for (int S = 0; S <= 18; ++S)
+        for (int S2 = 0; S2 <= (kind == kD0 ? 0 : 18); ++S2)
+          for (int c = 0; c <= (kind == kD2 ? 1 : 0); ++c) {
+            const int total = S2 + c, carry = kind == kD0 ? 0 : total >= 10;
+            const int numv = kind == kD0 ? 0 : total % 10;
+            const int e = (S + carry) % 10;
+            const Box<T> ps = head_box<T>(3 * S, 3, u1, 27, fp[0]);
+            const Box<T> pc = kind == kD0 ? sep2 : head_box<T>(3 * S2, 3, u2, 27, fp[1]);
+            cfgs.push_back({S, S2, c, numv, e, ps, pc});
+          }
+    }
+    for (const auto& cf : cfgs) {
+      std::array<Box<T>, 7> y;
+      for (auto& b : y) b = {T(0), T(0)};
+      y[Layout::NUM] = {T(cf.numv), T(cf.numv)};
+      y[Layout::FULL_ONES] = {T(1), T(1)};
+      y[Layout::PRE_SUM] = cf.ps;
+      y[Layout::PRE_CARRY] = cf.pc;
+      const std::vector<int> es = cf.e >= 0 ? std::vector<int>{cf.e} : std::vector<int>{int(kArrow), int(kDollar)};
+      // digit-side contribution to logit_e - logit_k, minimized over the box, for every e and k
+      std::array<std::array<T, kVocab>, kVocab> dmin;
+      for (auto& r : dmin) r.fill(T(0));
+      for (std::size_t gi = 0; gi < E.groups.size(); ++gi) {
+        const auto& g = E.groups[gi];
+        if (!g.digit_side) continue;
+        const PLTable<T>& P = tables[gi];
+        const Box<T> z = linear_box(g.w, y);
+        const auto Llo = P.eval(z.lo), Lhi = P.eval(z.hi);
+        const std::size_t a = P.segment(z.lo), b = std::size_t(std::upper_bound(P.kinks.begin(), P.kinks.end(), z.hi) - P.kinks.begin());
+        for (int e : es)
+          for (int k = 0; k < kVocab; ++k) {
+            if (k == e) continue;
+            T m = std::min(T(Llo[std::size_t(e)] - Llo[std::size_t(k)]), T(Lhi[std::size_t(e)] - Lhi[std::size_t(k)]));
+            for (std::size_t i = a; i < b; ++i)  // kinks strictly inside (lo, hi]
+              m = std::min(m, T(P.at_kink[i][std::size_t(e)] - P.at_kink[i][std::size_t(k)]));
+            dmin[std::size_t(e)][std::size_t(k)] += m;
+          }
+      }
+      for (int e : es)
+        for (int k = 0; k < kVocab; ++k) {
+          if (k == e) continue;
+          const T& sum = dmin[std::size_t(e)][std::size_t(k)];
+          if (sum < A[std::size_t(kind)][std::size_t(e)][std::size_t(k)]) {
+            A[std::size_t(kind)][std::size_t(e)][std::size_t(k)] = sum;
+            Acfg[std::size_t(kind)][std::size_t(e)][std::size_t(k)] = {cf.S, cf.S2, cf.c};
+          }
+        }
+    }
+  }
+  return D;
+}
+
+// The minimum margin over all classes for one precision.
+template <class T>
+T class_margins(const Structure& st, const ExactFFN<T>& E, const std::array<FpModel, 4>& fp, const DigitTables<T>& D,
+                Worst& worst, std::vector<std::int64_t>* risky) {
+  const T big = big_value<T>();
+  const auto& A = D.A;
+  const auto& Acfg = D.Acfg;
+  // Per class: the arrow/EOS side with the class's head-3/4 boxes. Classes of one (kind, expected
+  // token) are first merged into the hull of their boxes (sound: the hull contains every box); only
+  // when a merged class fails are its classes checked one by one, to locate the failure.
+  auto eval_class = [&](int kind, int expect, const Box<T>& pa, const Box<T>& pe, int& arge, int& argk) {
+    std::array<Box<T>, 7> y;
+    for (auto& b : y) b = {T(0), T(0)};
+    y[Layout::FULL_ONES] = {T(1), T(1)};
+    y[Layout::PRE_ARROW] = pa;
+    y[Layout::PRE_EOS] = pe;
+    // each non-digit group: its linear form's range, and the unit values at both ends (relu is
+    // monotone, so a single unit's coefficient times relu is minimized at an end)
+    std::vector<std::pair<const typename ExactFFN<T>::Group*, std::array<std::vector<T>, 2>>> ends;
+    for (const auto& g : E.groups) {
+      if (g.digit_side) continue;
+      const Box<T> z = linear_box(g.w, y);
+      std::array<std::vector<T>, 2> v;
+      for (int u : g.units) {
+        const T a = z.lo + E.b1[std::size_t(u)], b = z.hi + E.b1[std::size_t(u)];
+        v[0].push_back(a > 0 ? a : T(0));
+        v[1].push_back(b > 0 ? b : T(0));
+      }
+      ends.push_back({&g, v});
+    }
+    std::vector<int> es;
+    if (kind == kM) es = {expect};
+    else if (kind == kZ) es = {0};
+    else es = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    T cls = big;
+    for (int e : es)
+      for (int k = 0; k < kVocab; ++k) {
+        if (k == e) continue;
+        const T& a = A[std::size_t(kind)][std::size_t(e)][std::size_t(k)];
+        if (a == big) continue;  // no configuration expects e here
+        T sum = a + E.c0[std::size_t(e)] - E.c0[std::size_t(k)];
+        for (const auto& [g, v] : ends) {
+          if (g->units.size() == 1) {
+            const int u = g->units[0];
+            const T c = E.C[std::size_t(u)][std::size_t(e)] - E.C[std::size_t(u)][std::size_t(k)];
+            if (c != 0) sum += c > 0 ? c * v[0][0] : c * v[1][0];
+          } else {
+            const Box<T> z = linear_box(g->w, y);
+            sum += pl_min(z.lo, z.hi, g->units, E.b1, [&](int u) { return E.C[std::size_t(u)][std::size_t(e)] - E.C[std::size_t(u)][std::size_t(k)]; });
+          }
+        }
+        if (sum < cls) {
+          cls = sum;
+          arge = e;
+          argk = k;
+        }
+      }
+    return cls;
+  };
+  struct Merged {
+    std::int64_t x3lo, x3hi, u3lo, u3hi, x4lo, x4hi, u4lo, u4hi;
+    std::vector<const std::pair<const ClassKey, ClassInfo>*> members;
+  };
+  std::map<std::pair<int, int>, Merged> merged;
+  // The hull of a merged group's boxes from the extreme counts: a head-3/4 enclosure is monotone in
+  // x (matched keys) and u (unmatched keys), so its lowest lo and highest hi sit at corners of the
+  // (x, u) ranges; this costs a few exact operations per group instead of two boxes per class.
+  for (const auto& kv : st.classes) {
+    const auto& [key, info] = kv;
+    auto it = merged.find({key.kind, key.expect});
+    if (it == merged.end()) {
+      merged[{key.kind, key.expect}] = Merged{key.x3, key.x3, info.u3, info.u3, key.x4, key.x4, info.u4, info.u4, {&kv}};
+    } else {
+      Merged& mg = it->second;
+      mg.x3lo = std::min(mg.x3lo, key.x3);
+      mg.x3hi = std::max(mg.x3hi, key.x3);
+      mg.u3lo = std::min(mg.u3lo, info.u3);
+      mg.u3hi = std::max(mg.u3hi, info.u3);
+      mg.x4lo = std::min(mg.x4lo, key.x4);
+      mg.x4hi = std::max(mg.x4hi, key.x4);
+      mg.u4lo = std::min(mg.u4lo, info.u4);
+      mg.u4hi = std::max(mg.u4hi, info.u4);
+      mg.members.push_back(&kv);
+    }
+  }
+  auto hull = [&](std::int64_t xlo, std::int64_t xhi, std::int64_t ulo, std::int64_t uhi, const FpModel& f) {
+    Box<T> b{big, -big};
+    for (std::int64_t x : {xlo, xhi})
+      for (std::int64_t u : {ulo, uhi}) {
+        const Box<T> c = head_box<T>(1, x, u, 0, f);
+        if (c.lo < b.lo) b.lo = c.lo;
+        if (c.hi > b.hi) b.hi = c.hi;
+      }
+    return b;
+  };
+  T best = big;
+  auto record = [&](const T& cls, int kind, int arge, int argk, std::int64_t first, std::int64_t x3, std::int64_t x4) {
+    if (cls < best) best = cls;
+    const double d = to_d(cls);
+    if (!(cls > 0)) {
+      if (risky && risky->size() < 16) risky->push_back(first);
+      if (worst.first_fail < 0 || first < worst.first_fail) {
+        worst.first_fail = first;
+        static const char* kinds[] = {"a digit (t >= 2)", "a digit (t = 1)", "a digit after a separator", "a digit of B_0",
+                                      "'>' or '$'"};
+        worst.what = fmt::format("predicting {}: head 3 attends to {} keys with BOS (PRE_ARROW ~ 1/{}), head 4 to {} (PRE_EOS ~ "
+                                 "1/{}); worst rival '{}'",
+                                 kinds[kind], x3, x3, x4, x4, argk >= 0 ? token_char(argk) : '?');
+      }
+    }
+    if (d < worst.margin || (d == worst.margin && first < worst.position)) {
+      worst.margin = d;
+      worst.position = first;
+      if (arge >= 0 && kind <= kD0) {
+        const auto& cfg = Acfg[std::size_t(kind)][std::size_t(arge)][std::size_t(argk)];
+        worst.S = cfg[0];
+        worst.S2 = cfg[1];
+        worst.carry = cfg[2];
+      }
+    }
+  };
+  for (const auto& [mk, mg] : merged) {
+    int arge = -1, argk = -1;
+    const T cls = eval_class(mk.first, mk.second, hull(mg.x3lo, mg.x3hi, mg.u3lo, mg.u3hi, fp[2]),
+                             hull(mg.x4lo, mg.x4hi, mg.u4lo, mg.u4hi, fp[3]), arge, argk);
+    std::int64_t first = -1;
+    for (auto* kv : mg.members) first = first < 0 ? kv->second.first : std::min(first, kv->second.first);
+    if (cls > 0) {
+      record(cls, mk.first, arge, argk, first, 0, 0);
+      continue;
+    }
+    for (auto* kv : mg.members) {  // locate: class by class
+      int e2 = -1, k2 = -1;
+      const Box<T> pa = head_box<T>(1, kv->first.x3, kv->second.u3, 0, fp[2]);
+      const Box<T> pe = head_box<T>(1, kv->first.x4, kv->second.u4, 0, fp[3]);
+      const T cm = eval_class(kv->first.kind, kv->first.expect, pa, pe, e2, k2);  // sets e2, k2
+      record(cm, kv->first.kind, e2, k2, kv->second.first, kv->first.x3, kv->first.x4);
+    }
+  }
+  return best;
+}
+
+double gamma(int n, double r) { return n * r / (1 - n * r); }
+
+// The dense engine's floating-point model for head h (derivation in certify()).
+FpModel fp_model(const ConstructedModel& M, int h, double r) {
+  FpModel f;
+  f.exact = false;
+  f.r = r;
+  const Head& H = M.heads[std::size_t(h)];
+  const int dqk = int(H.Q.rows());
+  const double P = dqk - 1;
+  const double eta = (gamma(dqk, r) + 4 * r) * H.lambda * P * (1 + 1e-12);
+  f.wlo = exp_lower(-2 * eta * (1 + r)) * (1 - 2 * r) * (1 - 1e-15);
+  f.whi = (1 + 2 * r) * (1 + 1e-15);
+  f.eps = exp_upper(-(2 * H.lambda - 2 * eta) * (1 - r)) * (1 + 2 * r) * (1 + 1e-15);
+  return f;
+}
+
+// Bound of the rounding error of one logit in the FFN + readout of precision r (see certify()).
+double ffn_logit_error(const ConstructedModel& M, double r) {
+  const int d = M.d(), H = int(M.W1.rows());
+  Eigen::VectorXd ymax = Eigen::VectorXd::Zero(d);
+  ymax(Layout::NUM) = 9;
+  ymax(Layout::FULL_ONES) = 1;
+  ymax(Layout::PRE_SUM) = ymax(Layout::PRE_CARRY) = 27.01;
+  ymax(Layout::PRE_ARROW) = ymax(Layout::PRE_EOS) = 1.01;
+  const Eigen::VectorXd hmax = M.W1.cwiseAbs() * ymax + M.b1.cwiseAbs();       // |pre-activation|
+  const Eigen::VectorXd dpre = gamma(d + 1, r) * hmax;                          // its rounding error
+  const Eigen::VectorXd x1max = M.W2.cwiseAbs() * hmax + M.b2.cwiseAbs();      // |X1| (Y's dims read by Wout are 0)
+  const Eigen::VectorXd dx1 = M.W2.cwiseAbs() * dpre + gamma(H + 2, r) * (M.W2.cwiseAbs() * (hmax + dpre) + M.b2.cwiseAbs());
+  const Eigen::VectorXd dlog = M.Wout.cwiseAbs() * dx1 + gamma(d, r) * (M.Wout.cwiseAbs() * (x1max + dx1));
+  return dlog.maxCoeff() * (1 + 1e-12);
+}
+
+}  // namespace
+
+// Digit tables depend on the feed-forward weights, the head-1/2 enclosure models and the bound on
+// unmatched keys only, not on P1, P2 or the offsets: a process-wide cache lets --dims-table and
+// --offsets all build each table once.
+std::string ffn_fingerprint(const ConstructedModel& M) {
+  std::string k;
+  auto add = [&](const auto& mat) {
+    k.append(reinterpret_cast<const char*>(mat.data()), std::size_t(mat.size()) * sizeof(double));
+  };
+  add(M.W1);
+  add(M.b1);
+  add(M.W2);
+  add(M.b2);
+  add(M.Wout);
+  return std::to_string(std::hash<std::string>{}(k));
+}
+
+std::shared_ptr<const DigitTables<Rational>> cached_tables(const std::string& ffn, bool f32, const ExactFFN<Rational>& E,
+                                                          const std::array<FpModel, 4>& fp, std::int64_t u) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<const DigitTables<Rational>>> cache;
+  std::string key = ffn + (f32 ? "f" : "d") + std::to_string(u);
+  for (int h = 0; h < 2; ++h)
+    key += fmt::format("|{:a},{:a},{:a},{:a},{}", fp[std::size_t(h)].eps, fp[std::size_t(h)].wlo, fp[std::size_t(h)].whi,
+                       fp[std::size_t(h)].r, fp[std::size_t(h)].exact);
+  {
+    std::lock_guard<std::mutex> g(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  auto t = std::make_shared<const DigitTables<Rational>>(digit_tables<Rational>(E, fp, u, u));
+  std::lock_guard<std::mutex> g(mu);
+  if (cache.size() > 64) cache.clear();
+  cache[key] = t;
+  return t;
+}
+
+struct Certifier::Impl {
+  const ConstructedModel& M;
+  Shape shape;
+  CertOptions opt;
+  CompiledFFN F;
+  ExactFFN<Rational> Eq, E32;
+  ExactFFN<double> Ed;
+  std::int64_t ubound;  // unmatched keys of any query: fewer than N
+  std::array<FpModel, 4> real{};
+  std::array<std::array<FpModel, 4>, 2> fpm{};
+  std::array<double, 2> logit_err{};
+  std::shared_ptr<const DigitTables<Rational>> Dreal;
+  std::array<std::shared_ptr<const DigitTables<Rational>>, 2> Dfp;
+  std::mutex memo_mu;
+  std::map<double, std::shared_ptr<const DigitTables<double>>> memo;  // lambda -> tables (bisection)
+
+  Impl(const ConstructedModel& model, const Shape& s, const CertOptions& o)
+      : M(model), shape(s), opt(o), F(CompiledFFN::build(model)), ubound(s.N()) {
+    std::string err;
+    Eq = exact_ffn<Rational>(M, F, false, err);
+    E32 = exact_ffn<Rational>(M, F, true, err);
+    Ed = exact_ffn<double>(M, F, false, err);
+    if (!err.empty()) throw InputError("certificate: " + err);
+    // Part 2 in exact rationals at the model's scales: eps_h = an upper bound of e^{-2 lambda_h}.
+    for (int h = 0; h < 4; ++h) real[std::size_t(h)].eps = exp_neg2_upper(M.heads[std::size_t(h)].lambda);
+    const std::string fpr = ffn_fingerprint(M);
+  // Part 3. The program is the dense engine (construct/src/dense.cpp) in precision p with unit
+  // roundoff r (2^-53, 2^-24):
+  //  * Q, K entries are fl_p(fl_64(sqrt(lambda))) etc.: relative error <= 2r each, so a product
+  //    q_i k_i errs by <= 4r relative; X0 holds exact small integers and +-1, and every row of Q, K
+  //    has one nonzero, so Q X0 and K X0 add only exact zeros. A score sums d_qk = P_h + 1 such
+  //    products in some order: |error| <= (gamma_{d_qk} + 4r) sum |q_i k_i| = (...) lambda P_h =: eta.
+  //  * max-subtraction and exp: d = fl(s_i - max) errs by <= r |d|; exp is the C library's,
+  //    assumed within 1 ulp (glibc documents <= 1 ulp for exp/expf on x86-64): factor (1 +- 2r).
+  //    A matched key (true score = top) gets weight in [e^{-2 eta (1+r)} (1-2r), 1 + 2r]; an
+  //    unmatched one at most e^{-(2 lambda - 2 eta)(1-r)} (1 + 2r).
+  //  * the sums z, acc in index order: see head_box. out = fl(acc / z): factor (1 +- r).
+  //  * U (one entry 1) writes into an empty dimension: exact.
+  //  * FFN and readout: Eigen dot products with the standard bound gamma_n sum |terms|, inputs
+  //    bounded by |NUM| <= 9, |PRE_SUM|, |PRE_CARRY| <= 27, |PRE_ARROW|, |PRE_EOS| <= 1; the margin
+  //    loses at most twice the resulting logit error (ffn_logit_error). The exact part of part 3
+  //    uses the precision's own (cast) weights.
+    // The three tables are independent: build them on two threads.
+    std::thread side;
+    if (opt.floating_point) {
+      for (int p = 0; p < 2; ++p) {
+        const double r = p == 0 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
+        for (int h = 0; h < 4; ++h) fpm[std::size_t(p)][std::size_t(h)] = fp_model(M, h, r);
+        logit_err[std::size_t(p)] = ffn_logit_error(M, r);
+      }
+      side = std::thread([&] {
+        Dfp[0] = cached_tables(fpr, false, Eq, fpm[0], ubound);
+        Dfp[1] = cached_tables(fpr, true, E32, fpm[1], ubound);
+      });
+    }
+    Dreal = cached_tables(fpr, false, Eq, real, ubound);
+    if (side.joinable()) side.join();
+  }
+
+  std::shared_ptr<const DigitTables<double>> tables_at(double lam) {
+    std::lock_guard<std::mutex> g(memo_mu);
+    auto it = memo.find(lam);
+    if (it != memo.end()) return it->second;
+    std::array<FpModel, 4> fm{};
+    for (auto& f : fm) f.eps = exp_neg2_upper(lam);
+    auto t = std::make_shared<const DigitTables<double>>(digit_tables<double>(Ed, fm, ubound, ubound));
+    memo[lam] = t;
+    return t;
+  }
+
+  CertResult run(std::int64_t s1, std::int64_t s2) {
+    const auto t0 = std::chrono::steady_clock::now();
+    CertResult R;
+    // Part 1.
+    const Structure st = analyze(shape, s1, s2, M.layout.P1, M.layout.P2);
+    R.positions = st.positions;
+    R.classes = std::int64_t(st.classes.size());
+    if (st.failure) {
+      R.failure = st.failure;
+      R.risky_positions.push_back(st.failure->position);
+    }
+    // Part 2.
+    Worst w;
+    const Rational mreal = class_margins<Rational>(st, Eq, real, *Dreal, w, &R.risky_positions);
+    R.min_margin = mreal.convert_to<double>();
+    R.margins.push_back({"real", R.min_margin, !st.failure && mreal > 0});
+    if (!(mreal > 0) && (!R.failure || (w.first_fail >= 0 && w.first_fail < R.failure->position)))
+      R.failure = CertFailure{w.first_fail, "local", "margin not positive " + w.what, w.S, w.S2, w.carry, w.margin};
+    // Part 3.
+    bool fp_ok = true;
+    if (opt.floating_point) {
+      for (int p = 0; p < 2; ++p) {
+        Worst wf;
+        const Rational mf = class_margins<Rational>(st, p == 0 ? Eq : E32, fpm[std::size_t(p)], *Dfp[std::size_t(p)], wf, nullptr) -
+                            Rational(2 * logit_err[std::size_t(p)]);
+        const bool ok = !st.failure && mf > 0;
+        fp_ok = fp_ok && ok;
+        const char* name = p == 0 ? "float64" : "float32";
+        R.margins.push_back({name, mf.convert_to<double>(), ok});
+        if (!ok && !R.failure)
+          R.failure = CertFailure{wf.first_fail >= 0 ? wf.first_fail : wf.position, name, "margin not positive with rounding " + wf.what,
+                                  wf.S, wf.S2, wf.carry, mf.convert_to<double>()};
+      }
+    }
+    R.proven = !st.failure && mreal > 0 && fp_ok;
+    // lambda_min: the structure does not depend on lambda, the local margins grow with it; bisect a
+    // common lambda in double (a report, not part of the proof; the proof is at the model's lambda).
+    R.lambda_min = std::numeric_limits<double>::infinity();
+    if (opt.lambda_min && !st.failure) {
+      auto holds = [&](double lam) {
+        std::array<FpModel, 4> fm{};
+        for (auto& f : fm) f.eps = exp_neg2_upper(lam);
+        Worst ww;
+        return class_margins<double>(st, Ed, fm, *tables_at(lam), ww, nullptr) > 0;
+      };
+      double hi = 16;
+      while (!holds(hi) && hi < 1e4) hi *= 2;
+      if (holds(hi)) {
+        double lo = 0;
+        while (hi - lo > 1e-3 * hi) {
+          const double mid = 0.5 * (lo + hi);
+          (holds(mid) ? hi : lo) = mid;
+        }
+        R.lambda_min = hi;
+      }
+    }
+    R.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return R;
+  }
+};
+
+Certifier::Certifier(const ConstructedModel& M, const Shape& shape, const CertOptions& opt)
+    : impl_(std::make_unique<Impl>(M, shape, opt)) {}
+Certifier::~Certifier() = default;
+CertResult Certifier::run(std::int64_t s1, std::int64_t s2) const { return impl_->run(s1, s2); }
+
+CertResult certify(const ConstructedModel& M, const Shape& shape, std::int64_t s1, std::int64_t s2, const CertOptions& opt) {
+  return Certifier(M, shape, opt).run(s1, s2);
+}
+
+}  // namespace manyadd
