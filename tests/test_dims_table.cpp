@@ -60,6 +60,8 @@ TEST(DimsTable, MatchesDenseRunsUpTo8x8) {
     EXPECT_EQ(row["P1_min"].get<int>(), e1) << n << "x" << m;
     EXPECT_EQ(row["P2_min"].get<int>(), e2) << n << "x" << m;
     EXPECT_EQ(row["paper_holds"].get<bool>(), runs_pass(s, paper.P1, paper.P2, lam)) << n << "x" << m;
-    if (!row["paper_holds"].get<bool>() && max_s1(s, paper.P1) >= 1) EXPECT_FALSE(row["counterexample"].is_null());
+    if (!row["paper_holds"].get<bool>() && max_s1(s, paper.P1) >= 1) {
+      EXPECT_FALSE(row["counterexample"].is_null());
+    }
   }
 }

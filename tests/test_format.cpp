@@ -116,10 +116,14 @@ TEST(Format, SamplerSAChunks) {
     for (auto& o : ops) {
       ASSERT_GE(o.size(), 1u);
       ASSERT_LE(o.size(), 6u);
-      if (o.size() > 1) ASSERT_NE(o[0], '0');
+      if (o.size() > 1) {
+        ASSERT_NE(o[0], '0');
+      }
       lens.insert(o.size());
     }
-    if (i >= 1001) ASSERT_EQ(lens.size(), 1u) << "second chunk: one length for all operands";
+    if (i >= 1001) {
+      ASSERT_EQ(lens.size(), 1u) << "second chunk: one length for all operands";
+    }
     if (i < 1001 && lens.size() > 1) mixed_lengths_seen = true;
   }
   EXPECT_TRUE(mixed_lengths_seen);

@@ -48,7 +48,7 @@ RC_GTEST_PROP(Structured, LimitModeEqualsDense, ()) {
   const Case c = gen_case();
   const auto M = build_model(c.P1, c.P2, 40.0);
   const auto F = CompiledFFN::build(M);
-  const auto S = structured_forward(M, F, c.seq, c.shape, c.s1, c.s2, StructuredOptions{true, false});
+  const auto S = structured_forward(M, F, c.seq, c.shape, c.s1, c.s2, StructuredOptions{true, false, {}});
   const auto D = dense_forward<double>(M, embed(M, c.seq, position_ids(c.shape, c.s1, c.s2)));
   const auto eq = c.shape.eq_index();
   for (std::int64_t k = eq; k < c.shape.N(); ++k) {
@@ -70,7 +70,7 @@ RC_GTEST_PROP(Structured, FiniteModeEnclosesDense, ()) {
   const double lam = *rc::gen::inRange(2, 61) / 10.0;
   const auto M = build_model(c.P1, c.P2, lam);
   const auto F = CompiledFFN::build(M);
-  const auto S = structured_forward(M, F, c.seq, c.shape, c.s1, c.s2, StructuredOptions{true, true});
+  const auto S = structured_forward(M, F, c.seq, c.shape, c.s1, c.s2, StructuredOptions{true, true, {}});
   const auto D = dense_forward<double>(M, embed(M, c.seq, position_ids(c.shape, c.s1, c.s2)));
   const auto eq = c.shape.eq_index();
   for (std::int64_t k = eq; k < c.shape.N(); ++k)
@@ -111,7 +111,7 @@ TEST(Structured, WorkedExampleLimitValues) {
   const auto shape = Shape::make(2, 3);
   const auto seq = build_sequence(parse_problem("57+48+96"), shape);
   const auto M = build_model(3, 3, 10.0);
-  const auto S = structured_forward(M, CompiledFFN::build(M), seq, shape, 4, 2, StructuredOptions{true, false});
+  const auto S = structured_forward(M, CompiledFFN::build(M), seq, shape, 4, 2, StructuredOptions{true, false, {}});
   const std::vector<double> pre_sum = {0, 0, 0, 0, 7, 5, 0, 0, 15, 9, 0, 0, 11, 9, 1, 0};  // Table 8
   for (std::size_t c = 0; c < 16; ++c) EXPECT_EQ(S.out[c][0], pre_sum[c]);
   EXPECT_EQ(S.out[3][2], 1.0);        // PRE_ARROW at B_0's last digit (Table 16)
