@@ -50,19 +50,22 @@ struct Tile<double> { static constexpr int n = 64; };
 
 // grid (ceil((N - first) / TILE), 4 heads), block TILE threads: thread t owns query row
 // i = first + blockIdx.x * TILE + t of head blockIdx.y.
-template <typename T>
+// D is a compile-time multiple of 8 (heads zero-padded on the host) so that the query row lives in
+// registers and the dot product unrolls.
+template <typename T, int D>
 __global__ void attention_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                                 T* __restrict__ out, int D, long long N, long long first) {
+                                 T* __restrict__ out, long long N, long long first) {
   constexpr int TILE = Tile<T>::n;
-  __shared__ T ks[TILE * kMaxD];  // (TILE, D) keys of the tile
+  __shared__ T ks[TILE * D];  // (TILE, D) keys of the tile
   __shared__ T vs[TILE];          // (TILE) values
   const int h = blockIdx.y;
   const long long i = first + (long long)blockIdx.x * TILE + threadIdx.x;
   const T* qh = q + (long long)h * N * D;
   const T* kh = k + (long long)h * N * D;
   const T* vh = v + (long long)h * N;
-  T qi[kMaxD];
-  for (int c = 0; c < kMaxD; ++c) qi[c] = (i < N && c < D) ? qh[i * D + c] : T(0);
+  T qi[D];
+#pragma unroll
+  for (int c = 0; c < D; ++c) qi[c] = i < N ? qh[i * D + c] : T(0);
   const long long last = min(N - 1, first + (long long)(blockIdx.x + 1) * TILE - 1);  // block's last query
   T mx = -INFINITY, l = 0, acc = 0;
   for (long long j0 = 0; j0 <= last; j0 += TILE) {
@@ -76,6 +79,7 @@ __global__ void attention_kernel(const T* __restrict__ q, const T* __restrict__ 
       const int jn = (int)min((long long)TILE, i - j0 + 1);
       for (int jj = 0; jj < jn; ++jj) {
         T s = 0;
+#pragma unroll
         for (int c = 0; c < D; ++c) s += qi[c] * ks[jj * D + c];
         if (s > mx) {
           const T sc = exp_(mx - s);
@@ -104,7 +108,7 @@ struct DeviceBuffer {  // RAII device memory
 
 template <typename T>
 double run(const T* q, const T* k, const T* v, T* out, int D, std::int64_t N, std::int64_t first) {
-  if (D < 1 || D > kMaxD) throw std::runtime_error("cuda attention: query/key width out of range");
+  if (D < 8 || D > kMaxD || D % 8) throw std::runtime_error("cuda attention: query/key width not a multiple of 8 in [8, 48]");
   const std::size_t nqk = std::size_t(4) * std::size_t(N) * std::size_t(D), nv = std::size_t(4) * std::size_t(N),
                     no = std::size_t(4) * std::size_t(N - first);
   DeviceBuffer<T> dq(nqk), dk(nqk), dv(nv), dout(no);
@@ -117,7 +121,16 @@ double run(const T* q, const T* k, const T* v, T* out, int D, std::int64_t N, st
   CUDA_CHECK(cudaEventCreate(&a));
   CUDA_CHECK(cudaEventCreate(&b));
   CUDA_CHECK(cudaEventRecord(a));
-  attention_kernel<T><<<grid, TILE>>>(dq.p, dk.p, dv.p, dout.p, D, (long long)N, (long long)first);
+  const long long n = N, f = first;
+  switch (D) {
+    case 8: attention_kernel<T, 8><<<grid, TILE>>>(dq.p, dk.p, dv.p, dout.p, n, f); break;
+    case 16: attention_kernel<T, 16><<<grid, TILE>>>(dq.p, dk.p, dv.p, dout.p, n, f); break;
+    case 24: attention_kernel<T, 24><<<grid, TILE>>>(dq.p, dk.p, dv.p, dout.p, n, f); break;
+    case 32: attention_kernel<T, 32><<<grid, TILE>>>(dq.p, dk.p, dv.p, dout.p, n, f); break;
+    case 40: attention_kernel<T, 40><<<grid, TILE>>>(dq.p, dk.p, dv.p, dout.p, n, f); break;
+    case 48: attention_kernel<T, 48><<<grid, TILE>>>(dq.p, dk.p, dv.p, dout.p, n, f); break;
+    default: throw std::runtime_error("cuda attention: width not a multiple of 8 in [8, 48]");
+  }
   CUDA_CHECK(cudaGetLastError());
   CUDA_CHECK(cudaEventRecord(b));
   CUDA_CHECK(cudaEventSynchronize(b));

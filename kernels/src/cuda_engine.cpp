@@ -47,6 +47,7 @@ CudaForwardResult forward(const ConstructedModel& M, const std::vector<std::uint
       throw InputError("cuda_forward: expects one value dimension per head (the constructed model)");
     D = std::max<int>(D, int(Q[h].size()));
   }
+  D = (D + 7) / 8 * 8;  // the kernel is instantiated for widths 8, 16, .., 48 (zero padding adds nothing)
   if (D > cuda::kMaxD)
     throw InputError(fmt::format("cuda_forward: query/key width {} above the engine's {}", D, cuda::kMaxD));
 
