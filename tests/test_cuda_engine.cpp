@@ -63,8 +63,7 @@ TEST(CudaEngine, AllWithoutDeviceLeavesCudaOut) {
 // Small shapes: predictions equal the dense double engine's at every response position (except
 // exact logit ties); head outputs within 1e-4 in float32 (a softmax over <= N ~ 1e3 keys summed
 // sequentially in float32 errs by <= N r ~ 1e3 * 6e-8 = 6e-5 relative, values <= 27) and 1e-9 in float64.
-TEST(CudaEngine, MatchesDenseOnSmallShapes) {
-  REQUIRE_DEVICE();
+void check_against_dense(bool on_device) {
   std::uint64_t seed = 1;
   for (int n = 1; n <= 6; ++n)
     for (int m = 1; m <= 6; ++m, ++seed) {
@@ -74,7 +73,8 @@ TEST(CudaEngine, MatchesDenseOnSmallShapes) {
       const Eigen::MatrixXd X0 = embed(c.M, c.seq, ids);
       const auto D = dense_forward<double>(c.M, X0, opt);
       for (bool f64 : {false, true}) {
-        const auto R = cuda_forward(c.M, c.seq, c.shape, c.s1, c.s2, f64, true);
+        const auto R = on_device ? cuda_forward(c.M, c.seq, c.shape, c.s1, c.s2, f64, true)
+                                 : cuda_forward_cpu_twin(c.M, c.seq, c.shape, c.s1, c.s2, f64, true);
         const double tol = f64 ? 1e-9 : 1e-4;
         for (std::size_t r = 0; r < R.pred.size(); ++r) {
           const auto k = Eigen::Index(R.first + std::int64_t(r));
@@ -92,6 +92,15 @@ TEST(CudaEngine, MatchesDenseOnSmallShapes) {
       }
     }
 }
+
+TEST(CudaEngine, MatchesDenseOnSmallShapes) {
+  REQUIRE_DEVICE();
+  check_against_dense(true);
+}
+
+// Everything around the kernel (q/k/v from IDs, padding, U, FFN, readout) with the kernel's CPU twin:
+// runs on every machine.
+TEST(CudaEngine, CpuTwinMatchesDenseOnSmallShapes) { check_against_dense(false); }
 
 // Full size, n = m = 1000 (N = 2,011,005): predictions equal the structured engine's; sampled rows'
 // head outputs agree with the exact double row engine within float32's worst-case N r (attention.cu).

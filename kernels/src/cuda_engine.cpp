@@ -2,6 +2,8 @@
 // position IDs (the model's Q, K, V applied to X0 column by column, through their nonzeros only), runs
 // the attention pass on the device (attention.cu), then the FFN + readout on the host with CompiledFFN.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -30,9 +32,36 @@ std::vector<SparseRow> sparse_rows(const Eigen::MatrixXd& A) {
   return rows;
 }
 
+// CPU twin of the device pass (attention.cu): same layout, same per-row key order, same online
+// softmax; O(N^2) on one thread, for tests of everything around the kernel on machines without a GPU.
+template <typename T>
+double attention_cpu(const T* q, const T* k, const T* v, T* out, int D, std::int64_t N, std::int64_t first) {
+  for (std::int64_t h = 0; h < 4; ++h)
+    for (std::int64_t i = first; i < N; ++i) {
+      const T* qi = q + (h * N + i) * D;
+      T mx = -std::numeric_limits<T>::infinity(), l = 0, acc = 0;
+      for (std::int64_t j = 0; j <= i; ++j) {
+        const T* kj = k + (h * N + j) * D;
+        T s = 0;
+        for (int c = 0; c < D; ++c) s += qi[c] * kj[c];
+        if (s > mx) {
+          const T sc = std::exp(mx - s);
+          l *= sc;
+          acc *= sc;
+          mx = s;
+        }
+        const T p = std::exp(s - mx);
+        l += p;
+        acc += p * v[h * N + j];
+      }
+      out[h * (N - first) + (i - first)] = acc / l;
+    }
+  return 0;
+}
+
 template <typename T>
 CudaForwardResult forward(const ConstructedModel& M, const std::vector<std::uint8_t>& tokens, const Shape& shape,
-                          std::int64_t s1, std::int64_t s2, bool keep) {
+                          std::int64_t s1, std::int64_t s2, bool keep, bool on_device) {
   const std::int64_t N = shape.N(), first = shape.eq_index();
   if (std::int64_t(tokens.size()) != N)
     throw InputError(fmt::format("cuda_forward: {} tokens, the shape has N = {}", tokens.size(), N));
@@ -76,7 +105,8 @@ CudaForwardResult forward(const ConstructedModel& M, const std::vector<std::uint
   std::vector<T> out(std::size_t(4 * (N - first)));
   CudaForwardResult R;
   R.first = first;
-  R.kernel_seconds = cuda::attention(q.data(), k.data(), v.data(), out.data(), D, N, first);
+  R.kernel_seconds = on_device ? cuda::attention(q.data(), k.data(), v.data(), out.data(), D, N, first)
+                               : attention_cpu(q.data(), k.data(), v.data(), out.data(), D, N, first);
 
   // 3. residual after attention (the 7 FFN inputs; U writes o_h into its target dimension), FFN, readout
   const std::size_t nr = std::size_t(N - first);
@@ -104,8 +134,15 @@ CudaForwardResult cuda_forward(const ConstructedModel& model, const std::vector<
                                bool keep_head_outputs) {
   std::string why;
   if (!cuda_available(&why)) throw InputError("cuda_forward: no CUDA device: " + why);
-  return float64 ? forward<double>(model, tokens, shape, s1, s2, keep_head_outputs)
-                 : forward<float>(model, tokens, shape, s1, s2, keep_head_outputs);
+  return float64 ? forward<double>(model, tokens, shape, s1, s2, keep_head_outputs, true)
+                 : forward<float>(model, tokens, shape, s1, s2, keep_head_outputs, true);
+}
+
+CudaForwardResult cuda_forward_cpu_twin(const ConstructedModel& model, const std::vector<std::uint8_t>& tokens,
+                                        const Shape& shape, std::int64_t s1, std::int64_t s2, bool float64,
+                                        bool keep_head_outputs) {
+  return float64 ? forward<double>(model, tokens, shape, s1, s2, keep_head_outputs, false)
+                 : forward<float>(model, tokens, shape, s1, s2, keep_head_outputs, false);
 }
 
 }  // namespace manyadd

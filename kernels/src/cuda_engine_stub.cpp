@@ -1,16 +1,21 @@
-// kernels/ without nvcc: the same API, reporting that no CUDA engine was built.
-#include "manyadd/cuda_engine.hpp"
+// kernels/ without nvcc: the device side (attention.hpp) reports that no CUDA engine was built, so
+// cuda_available() is false and cuda_forward throws InputError; cuda_forward_cpu_twin still works.
+#include <stdexcept>
 
-namespace manyadd {
+#include "attention.hpp"
 
-bool cuda_available(std::string* why) {
+namespace manyadd::cuda {
+
+bool device_count(std::string* why) {
   if (why) *why = "built without CUDA (no nvcc found when configuring)";
   return false;
 }
 
-CudaForwardResult cuda_forward(const ConstructedModel&, const std::vector<std::uint8_t>&, const Shape&,
-                               std::int64_t, std::int64_t, bool, bool) {
-  throw InputError("cuda_forward: built without CUDA (no nvcc found when configuring)");
+double attention(const float*, const float*, const float*, float*, int, std::int64_t, std::int64_t) {
+  throw std::runtime_error("cuda attention: built without CUDA");
+}
+double attention(const double*, const double*, const double*, double*, int, std::int64_t, std::int64_t) {
+  throw std::runtime_error("cuda attention: built without CUDA");
 }
 
-}  // namespace manyadd
+}  // namespace manyadd::cuda

@@ -32,4 +32,10 @@ CudaForwardResult cuda_forward(const ConstructedModel& model, const std::vector<
                                const Shape& shape, std::int64_t s1, std::int64_t s2, bool float64,
                                bool keep_head_outputs);
 
+// The same pipeline with the device pass replaced by its CPU twin (same layout, key order and online
+// softmax; O(N^2), one thread): tests everything around the kernel where no device exists. Both builds.
+CudaForwardResult cuda_forward_cpu_twin(const ConstructedModel& model, const std::vector<std::uint8_t>& tokens,
+                                        const Shape& shape, std::int64_t s1, std::int64_t s2, bool float64,
+                                        bool keep_head_outputs);
+
 }  // namespace manyadd
