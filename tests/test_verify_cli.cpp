@@ -142,7 +142,6 @@ TEST(VerifyCli, BadInputExitsTwoWithMessage) {
       {{"--n", "1000", "--m", "1000", "--engine", "dense"}, "GiB"},
       {{"--n", "100000", "--m", "100000"}, "GiB"},
       {{"--n", "100000000", "--m", "100000000"}, "GiB"},
-      {{"--n", "3", "--m", "3", "--engine", "cuda"}, "no CUDA engine"},
       {{"--n", "3", "--m", "3", "--lambdas", "1,2,3"}, "--lambdas"},
       {{"--n", "3", "--m", "3", "--lambdas", "1,2,3,-4"}, "must be >= 0"},
   };

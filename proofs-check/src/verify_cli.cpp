@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "manyadd/certificate.hpp"
+#include "manyadd/cuda_engine.hpp"
 #include "manyadd/dense.hpp"
 #include "manyadd/export.hpp"
 #include "manyadd/structured.hpp"
@@ -239,6 +240,32 @@ EngineRun run_structured(const ConstructedModel& M, const CompiledFFN& F, const 
   }
   r.pred = R.pred;
   if (keep) *keep = R;
+  return r;
+}
+
+// The CUDA engine (float32 attention on the device, FFN on the host), checked like run_structured.
+EngineRun run_cuda(const ConstructedModel& M, const std::vector<std::uint8_t>& seq, const Shape& shape, std::int64_t s1,
+                   std::int64_t s2, const std::string& reference) {
+  EngineRun r;
+  r.engine = "cuda";
+  const auto R = cuda_forward(M, seq, shape, s1, s2, false, false);
+  const std::int64_t N = shape.N(), eq = shape.eq_index();
+  std::string a;
+  for (std::int64_t k = N - 2; k >= N - shape.l - 1; --k) a += char('0' + std::min<int>(9, R.pred[std::size_t(k - eq)]));
+  const auto i = a.find_first_not_of('0');
+  const std::string answer = i == std::string::npos ? "0" : a.substr(i);
+  r.ok = answer == reference;
+  for (std::int64_t j = eq; j < N && r.position < 0; ++j) {
+    const int expected = j + 1 < N ? seq[std::size_t(j + 1)] : int(kDollar);
+    if (R.pred[std::size_t(j - eq)] != expected) {
+      r.ok = false;
+      r.position = j + 1;
+      r.expected = expected;
+      r.got = R.pred[std::size_t(j - eq)];
+    }
+  }
+  r.margin = std::numeric_limits<double>::infinity();  // logits are not kept; the margin is the other engines'
+  r.pred = R.pred;
   return r;
 }
 
@@ -511,8 +538,9 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, std::ostream& 
   const std::set<std::string> engines_known = {"structured", "dense", "cuda", "all"};
   if (!engines_known.count(o.engine))
     throw InputError(fmt::format("--engine '{}': expected structured, dense, cuda or all", o.engine));
-  if (o.engine == "cuda")
-    throw InputError("--engine cuda: this build has no CUDA engine yet (kernels/ is empty); use structured or dense");
+  std::string cuda_why;
+  const bool cuda_ok = (o.engine == "cuda" || o.engine == "all") && cuda_available(&cuda_why);
+  if (o.engine == "cuda" && !cuda_ok) throw InputError("--engine cuda: no CUDA device: " + cuda_why);
   if (!o.dump.empty() && o.dump != "residual" && o.dump != "attention")
     throw InputError(fmt::format("--dump '{}': expected residual or attention", o.dump));
   if (!o.dump.empty() && o.problem.empty()) throw InputError("--dump needs one explicit --problem");
@@ -567,12 +595,14 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, std::ostream& 
   std::vector<std::string> engines;
   if (o.engine == "structured") engines = {"structured"};
   if (o.engine == "dense") engines = {"dense", "dense-float32"};
+  if (o.engine == "cuda") engines = {"cuda"};
   if (o.engine == "all") {
     engines = {"structured"};
     if (dense_fits) {
       engines.push_back("dense");
       engines.push_back("dense-float32");
     }
+    if (cuda_ok) engines.push_back("cuda");
   }
   const bool use_dense = std::count(engines.begin(), engines.end(), "dense") > 0;
   DenseOptions dopt;
@@ -775,6 +805,7 @@ int run(const Options& o, const CLI::App& app, std::ostream& out, std::ostream& 
                                                                    i == 0 && want_xc ? xc_rows : std::vector<std::int64_t>{}));
               if (e == "dense") jb.runs.push_back(run_dense(M, seq, shape, ids, false, reference));
               if (e == "dense-float32") jb.runs.push_back(run_dense(M, seq, shape, ids, true, reference));
+              if (e == "cuda") jb.runs.push_back(run_cuda(M, seq, shape, s1, s2, reference));
             }
             if (i == 0) first_seq = seq;
             if (!o.dump.empty()) {
