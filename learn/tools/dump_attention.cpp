@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "manyadd/learn/cli_common.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
 #include "manyadd/learn/io.hpp"
@@ -32,12 +33,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "seed of the samples");
   app.add_option("--threads", threads, "worker threads (default 2)");
   app.add_option("--json", json_path, "JSON report");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
+  if (const int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
   try {
     if (samples < 1) throw InputError("--samples must be >= 1");
     if (threads < 1 || threads > 256) throw InputError("--threads must be in [1, 256]");

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "manyadd/learn/cli_common.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
 #include "manyadd/learn/io.hpp"
@@ -52,12 +53,7 @@ int main(int argc, char** argv) {
                  "the greedy answer is wrong");
   app.add_option("--s1", s1, "with --problem: level-1 position offset (default 1)");
   app.add_option("--s2", s2, "with --problem: level-2 position offset (default 1)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
+  if (const int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
   try {
     if (n_min < 1 || n_max < n_min || n_max > 10000) throw InputError("need 1 <= --n-min <= --n-max <= 10000");
     if (m_min < 2 || m_max < m_min || m_max > 10000) throw InputError("need 2 <= --m-min <= --m-max <= 10000");

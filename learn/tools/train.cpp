@@ -38,12 +38,7 @@ int main(int argc, char** argv) {
     app.add_option("--" + flag, flags[std::string(f.section) + "." + f.name],
                    fmt::format("{}.{}: {}", f.section, f.name, f.help));
   }
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
+  if (const int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
   try {
     nlohmann::json cfg = {{"model", nlohmann::json::object()}, {"train", nlohmann::json::object()}};
     auto merge = [&](const nlohmann::json& src, const std::string& what) {

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 namespace manyadd::learn {
 
 struct FieldDoc {
@@ -13,5 +15,17 @@ struct FieldDoc {
   const char* help;
 };
 const std::vector<FieldDoc>& config_fields();
+
+// Parses the command line. Returns -1 to go on, else the exit code: 0 after --help, 2 on a parse
+// error (CLI11 has printed the message).
+inline int parse_cli(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  return -1;
+}
 
 }  // namespace manyadd::learn
