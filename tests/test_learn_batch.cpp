@@ -254,6 +254,15 @@ TEST(DevicePath, ResumeIsBitIdenticalAndEvalMatches) {
   EXPECT_EQ(rep["device"], "cpu-packed");
   EXPECT_EQ(read_file(a + "/checkpoint.safetensors"), read_file(b + "/checkpoint.safetensors"));
   EXPECT_EQ(read_file(a + "/model.safetensors"), read_file(b + "/model.safetensors"));
+  // --max-seconds: a (tiny) time limit stops after the first step, with a checkpoint; resuming gives the
+  // uninterrupted run's bits.
+  const std::string c = tmpdir("timed");
+  const auto part = run_training(mc, tc, c, false, 0, quiet, make_packed_cpu_device(mc), 1e-9);
+  EXPECT_EQ(part["steps"], 1);
+  EXPECT_EQ(part["finished"], false);
+  run_training(mc, tc, c, true, 0, quiet, make_packed_cpu_device(mc));
+  EXPECT_EQ(read_file(a + "/checkpoint.safetensors"), read_file(c + "/checkpoint.safetensors"));
+  std::filesystem::remove_all(c);
   // Batched evaluation == per-sequence CPU evaluation (same verdict rule; argmax gaps far above fp32
   // summation-order noise for this model, so the counts agree exactly).
   const LoadedModel lm = load_model_dir(a);

@@ -87,7 +87,9 @@ CellResult eval_cell(const ModelConfig& c, const Layout& lay, const float* param
   if (dev) {
     if (mode != EvalMode::teacher)
       throw InputError("evaluation on a device is teacher-forced only (greedy decoding runs on the CPU: --device cpu)");
-    constexpr std::int64_t chunk = 1024;  // sequences per packed batch
+    // Sequences per packed batch: every instance of a cell has the same length N, and a device holds
+    // ~22k floats of activations per row at d_model 512, so about 2^17 rows (~12 GB) per batch.
+    const std::int64_t chunk = std::max<std::int64_t>(1, (std::int64_t(1) << 17) / shape.N());
     std::vector<std::uint8_t> am;
     for (std::int64_t lo = 0; lo < samples; lo += chunk) {
       const std::int64_t hi = std::min(samples, lo + chunk);

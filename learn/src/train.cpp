@@ -306,7 +306,7 @@ Trainer::EvalSummary Trainer::eval_in_distribution(std::int64_t samples) const {
 
 nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const std::string& dir, bool resume,
                             std::int64_t stop_after, const std::function<void(const std::string&)>& log,
-                            std::shared_ptr<TrainDevice> device) {
+                            std::shared_ptr<TrainDevice> device, double max_seconds) {
   namespace fs = std::filesystem;
   if (!resume && fs::exists(dir + "/checkpoint.safetensors"))
     throw InputError(fmt::format("'{}' already holds a run (checkpoint.safetensors); pass --resume or choose another --out",
@@ -375,6 +375,10 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
     }
     if (tc.eval_every > 0 && s % tc.eval_every == 0 && s != tc.steps) do_eval();
     if (tc.checkpoint_every > 0 && s % tc.checkpoint_every == 0) tr.save(dir);
+    if (max_seconds > 0 && std::chrono::duration<double>(clock::now() - t0).count() >= max_seconds) {
+      log(fmt::format("stopping at step {}: --max-seconds {} reached (resume with --resume)", s, max_seconds));
+      break;
+    }
   }
   tr.save(dir);
   nlohmann::json out;

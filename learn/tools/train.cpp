@@ -30,6 +30,9 @@ int main(int argc, char** argv) {
   app.add_option("--out", out, "model directory to write (created if missing)")->required();
   app.add_flag("--resume", resume, "continue the run in --out from its checkpoint");
   app.add_option("--stop-after", stop_after, "stop (with a checkpoint) after this many total steps; 0 = run all");
+  double max_seconds = 0;
+  app.add_option("--max-seconds", max_seconds,
+                 "also stop (with a checkpoint) after the first step ending past this wall time; 0 = no limit");
   app.add_option("--json", json_path, "write a JSON report (steps, loss, tokens/s, accuracy) to this file");
   app.add_option("--device", device,
                  "cpu (default; deterministic for (seed, threads)) | cuda (the same batches on a GPU, fp32; exit 2 "
@@ -72,12 +75,13 @@ int main(int argc, char** argv) {
     from_json(cfg["model"], mc);
     from_json(cfg["train"], tc);
     std::shared_ptr<TrainDevice> dev;
+    if (max_seconds < 0) throw InputError("--max-seconds must be >= 0");
     if (device == "cuda") dev = make_cuda_device(mc);  // InputError "no CUDA device: ..." -> exit 2
     else if (device != "cpu") throw InputError(fmt::format("--device '{}' unknown (cpu|cuda)", device));
     const auto report = run_training(mc, tc, out, resume, stop_after, [](const std::string& s) {
       std::fprintf(stderr, "%s\n", s.c_str());
       std::fflush(stderr);
-    }, dev);
+    }, dev, max_seconds);
     if (!json_path.empty()) atomic_write(json_path, report.dump(2) + "\n");
     std::printf("trained %lld steps in %.1f s (%.0f tokens/s); model in %s\n",
                 static_cast<long long>(report["steps"].get<std::int64_t>()), report["seconds"].get<double>(),

@@ -112,8 +112,10 @@ class Trainer {
 // stop_after > 0 stops (with a checkpoint) after that many total steps, simulating an interruption.
 // Returns a JSON summary.
 // With `device` the steps (and the periodic evaluations) run there; nullptr = the CPU trainer.
+// max_seconds > 0 also stops (with a checkpoint) after the first step that ends past that wall time:
+// pieces of a run that fit a time-limited machine (resume continues bit for bit wherever it stopped).
 nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const std::string& dir, bool resume,
                             std::int64_t stop_after, const std::function<void(const std::string&)>& log,
-                            std::shared_ptr<TrainDevice> device = nullptr);
+                            std::shared_ptr<TrainDevice> device = nullptr, double max_seconds = 0);
 
 }  // namespace manyadd::learn
