@@ -131,6 +131,39 @@ TEST(CudaTrain, StepMatchesPackedCpuTwin) {
   }
 }
 
+// Every gradient tensor of one batch against the packed CPU twin (fp32 both), for 1 and 2 layers and
+// every head-width class the kernels instantiate. Each gradient entry is a sum over up to R = B T rows
+// of products that themselves passed ~10 fp32 reductions of length <= max(d_model, d_ff, T); in
+// different orders on the two sides: errors ~1e-6 of the tensor's largest entry are expected, 1e-4 is
+// the bound (a wrong pass, mask or index gives O(1)).
+TEST(CudaTrain, EveryGradientMatchesPackedCpuTwin) {
+  REQUIRE_DEVICE();
+  for (auto mc : {model(1, 4, 32), model(2, 2, 128), model(1, 4, 384), model(1, 4, 512)}) {
+    SCOPED_TRACE("layers " + std::to_string(mc.n_layers) + " d_model " + std::to_string(mc.d_model));
+    const TrainConfig tc = train_cfg();
+    Trainer tr(mc, tc);
+    const PackedBatch pb = tr.packed_batch(1);
+    const Layout lay = Layout::make(mc);
+    auto cpu = make_packed_cpu_device(mc);
+    auto gpu = make_cuda_device(mc);
+    const std::vector<float> zeros(tr.params().size(), 0.f);
+    cpu->set_state(tr.params(), zeros, zeros);
+    gpu->set_state(tr.params(), zeros, zeros);
+    std::vector<float> gc, gg;
+    const float scale = 1.f / float(pb.counted_targets);
+    const double lc = cpu->gradient(pb, scale, gc), lg = gpu->gradient(pb, scale, gg);
+    EXPECT_NEAR(lg, lc, 1e-5 * lc);
+    for (const auto& ts : lay.tensors) {
+      double m = 0, e = 0;
+      for (std::int64_t i = ts.offset; i < ts.offset + ts.size; ++i) {
+        m = std::max(m, double(std::abs(gc[std::size_t(i)])));
+        e = std::max(e, double(std::abs(gg[std::size_t(i)] - gc[std::size_t(i)])));
+      }
+      EXPECT_LE(e, 1e-4 * m) << ts.name << ": max |gpu - cpu| " << e << ", max |cpu| " << m;
+    }
+  }
+}
+
 // No atomics, fixed-order reductions, cuBLAS reproducible on one device: two runs and a resumed run
 // give the same checkpoint bytes.
 TEST(CudaTrain, DeterministicAndResumeIsBitIdentical) {

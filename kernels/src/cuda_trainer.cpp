@@ -93,6 +93,15 @@ class CudaDevice final : public TrainDevice {
     return r;
   }
 
+  double gradient(const PackedBatch& pb, float loss_scale, std::vector<float>& grads) override {
+    const double loss = forward(pb);
+    grads_.zero();
+    backward(pb, loss_scale);
+    grads.resize(n_);
+    K::to_host(grads.data(), grads_, n_ * 4);
+    return loss;
+  }
+
   void predict(const PackedBatch& pb, std::vector<std::uint8_t>& argmax) override {
     forward(pb);
     const std::size_t R = std::size_t(pb.rows()), V = std::size_t(c_.vocab);

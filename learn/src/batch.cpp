@@ -230,6 +230,12 @@ class PackedCpuDevice final : public TrainDevice {
     adamw_update(p_.data(), m_.data(), v_.data(), g_.data(), std::int64_t(p_.size()), adam_scalars(tc, t, r.grad_norm));
     return r;
   }
+  double gradient(const PackedBatch& pb, float loss_scale, std::vector<float>& grads) override {
+    const double loss = double(packed_forward(a_, c_, lay_, p_.data(), pb));
+    grads.assign(p_.size(), 0.f);
+    packed_backward(grads.data(), a_, c_, lay_, p_.data(), pb, loss_scale);
+    return loss;
+  }
   void predict(const PackedBatch& pb, std::vector<std::uint8_t>& argmax) override {
     packed_forward(a_, c_, lay_, p_.data(), pb);
     argmax.resize(std::size_t(pb.rows()));

@@ -86,6 +86,9 @@ class TrainDevice {
   };
   // Forward, backward of loss_scale * loss_sum, global norm, clipping and AdamW at step t.
   virtual StepResult step(const PackedBatch& pb, float loss_scale, const TrainConfig& tc, std::int64_t t) = 0;
+  // Forward and backward only (no update): the gradient of loss_scale * loss_sum in layout order. For
+  // checking a device against its twin tensor by tensor; returns the loss sum.
+  virtual double gradient(const PackedBatch& pb, float loss_scale, std::vector<float>& grads) = 0;
   // Teacher-forced argmax of every row (lowest index on ties), (B T).
   virtual void predict(const PackedBatch& pb, std::vector<std::uint8_t>& argmax) = 0;
 };
