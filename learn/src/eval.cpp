@@ -6,6 +6,7 @@
 #include <mutex>
 #include <thread>
 
+#include "manyadd/learn/batch.hpp"
 #include "manyadd/learn/data.hpp"
 
 namespace manyadd::learn {
@@ -71,7 +72,7 @@ std::uint64_t cell_seed(std::uint64_t seed, int n, int m) {
 }
 
 CellResult eval_cell(const ModelConfig& c, const Layout& lay, const float* params, int n, int m, std::int64_t samples,
-                     std::uint64_t seed, int threads, EvalMode mode) {
+                     std::uint64_t seed, int threads, EvalMode mode, TrainDevice* dev) {
   CellResult r;
   const Shape shape = Shape::make(n, m, Padding::minimal);
   if (!shape_fits(c, shape)) {
@@ -83,6 +84,33 @@ CellResult eval_cell(const ModelConfig& c, const Layout& lay, const float* param
   probs.reserve(std::size_t(samples));
   for (std::int64_t i = 0; i < samples; ++i) probs.push_back(sample_TA(rng, n, m));
   std::vector<char> ok(std::size_t(samples), 0), dis(std::size_t(samples), 0);
+  if (dev) {
+    if (mode != EvalMode::teacher)
+      throw InputError("evaluation on a device is teacher-forced only (greedy decoding runs on the CPU: --device cpu)");
+    // Sequences per packed batch: every instance of a cell has the same length N, and a device holds
+    // ~22k floats of activations per row at d_model 512, so about 2^17 rows (~12 GB) per batch.
+    const std::int64_t chunk = std::max<std::int64_t>(1, (std::int64_t(1) << 17) / shape.N());
+    std::vector<std::uint8_t> am;
+    for (std::int64_t lo = 0; lo < samples; lo += chunk) {
+      const std::int64_t hi = std::min(samples, lo + chunk);
+      std::vector<Example> exs;
+      for (std::int64_t i = lo; i < hi; ++i) exs.push_back(make_example(probs[std::size_t(i)], c, 1, 1));
+      const PackedBatch pb = pack_batch(exs, c);
+      dev->predict(pb, am);
+      for (std::int64_t i = lo; i < hi; ++i) {
+        bool good = true;  // every counted target predicted, as teacher_forced_correct
+        const std::int64_t o = (i - lo) * pb.T;
+        for (int t = 0; t < pb.lengths[std::size_t(i - lo)]; ++t) {
+          const auto tg = pb.targets[std::size_t(o + t)];
+          if (tg >= 0 && am[std::size_t(o + t)] != tg) good = false;
+        }
+        ok[std::size_t(i)] = good;
+      }
+    }
+    r.samples = samples;
+    for (char v : ok) r.exact += v;
+    return r;
+  }
   std::vector<Acts<float>> acts(std::size_t(std::max(1, threads)));
   parallel_for(threads, samples, [&](int t, std::int64_t i) {
     const Example ex = make_example(probs[std::size_t(i)], c, 1, 1);

@@ -147,6 +147,30 @@ std::int64_t Trainer::sample_index(std::int64_t k) {
   return perm_[std::size_t(k % size)];
 }
 
+void Trainer::attach_device(std::shared_ptr<TrainDevice> dev) {
+  pull_from_device();
+  dev_ = std::move(dev);
+  push_to_device_ = dev_ != nullptr;
+}
+
+void Trainer::pull_from_device() const {
+  if (!pull_from_device_) return;
+  dev_->get_state(params_, m_, v_);
+  pull_from_device_ = false;
+}
+
+std::vector<Example> Trainer::batch_examples(std::int64_t t) {
+  const int B = tc_.batch;
+  std::vector<Example> exs;
+  exs.reserve(std::size_t(B));
+  for (int b = 0; b < B; ++b) {
+    const Problem& p = data_[std::size_t(sample_index((t - 1) * B + b))];
+    Rng rng(mix(tc_.seed, std::uint64_t(t), std::uint64_t(b) + 0x0FF5E7));  // as in step()
+    exs.push_back(make_train_example(p, mc_, rng));
+  }
+  return exs;
+}
+
 StepStats Trainer::step() {
   const std::int64_t t = step_ + 1;
   const int B = tc_.batch, W = std::min(tc_.threads, B);
@@ -159,6 +183,17 @@ StepStats Trainer::step() {
     st.tokens += s.N();
   }
   const float scale = 1.f / float(st.targets);  // loss = mean over the batch's counted targets
+  if (dev_) {
+    // The same examples as the CPU path below (same problems, same offsets), packed on the host.
+    if (push_to_device_) dev_->set_state(params_, m_, v_), push_to_device_ = false;
+    const PackedBatch pb = pack_batch(batch_examples(t), mc_);
+    const auto r = dev_->step(pb, scale, tc_, t);
+    pull_from_device_ = true;
+    st.grad_norm = r.grad_norm;
+    st.loss = r.loss_sum / double(st.targets);
+    step_ = t;
+    return st;
+  }
   std::vector<double> loss_sum(std::size_t(W), 0.0);
   acts_.resize(std::size_t(W));
   scr_.resize(std::size_t(W));
@@ -183,18 +218,9 @@ StepStats Trainer::step() {
   double ss = 0;
   for (float g : grad_) ss += double(g) * double(g);
   st.grad_norm = std::sqrt(ss);
-  const double clip = (tc_.grad_clip > 0 && st.grad_norm > tc_.grad_clip) ? tc_.grad_clip / st.grad_norm : 1.0;
-  // AdamW (decoupled weight decay; 0 by default as the reference).
-  const double lr = lr_at(tc_, t);
-  const double bc1 = 1.0 - std::pow(tc_.beta1, double(t)), bc2 = 1.0 - std::pow(tc_.beta2, double(t));
-  const float b1 = float(tc_.beta1), b2 = float(tc_.beta2), eps = float(tc_.adam_eps);
-  const float step_size = float(lr / bc1), inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2)), wd = float(lr * tc_.weight_decay);
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    const float g = float(double(grad_[i]) * clip);
-    m_[i] = b1 * m_[i] + (1.f - b1) * g;
-    v_[i] = b2 * v_[i] + (1.f - b2) * g * g;
-    params_[i] -= step_size * m_[i] / (std::sqrt(v_[i]) * inv_sqrt_bc2 + eps) + wd * params_[i];
-  }
+  // AdamW (decoupled weight decay; 0 by default as the reference) after global-norm clipping.
+  adamw_update(params_.data(), m_.data(), v_.data(), grad_.data(), std::int64_t(params_.size()),
+               adam_scalars(tc_, t, st.grad_norm));
   double total = 0;
   for (double l : loss_sum) total += l;
   st.loss = total / double(st.targets);
@@ -203,6 +229,7 @@ StepStats Trainer::step() {
 }
 
 void Trainer::save(const std::string& dir) const {
+  pull_from_device();
   std::filesystem::create_directories(dir);
   nlohmann::json cfg;
   cfg["model"] = mc_;
@@ -251,9 +278,13 @@ void Trainer::load_checkpoint(const std::string& dir) {
   tensors_to_params(lay_, ts, m_, "adam.m.");
   tensors_to_params(lay_, ts, v_, "adam.v.");
   step_ = s;
+  pull_from_device_ = false;
+  push_to_device_ = dev_ != nullptr;
 }
 
 Trainer::EvalSummary Trainer::eval_in_distribution(std::int64_t samples) const {
+  pull_from_device();
+  if (dev_ && push_to_device_) dev_->set_state(params_, m_, v_), push_to_device_ = false;
   EvalSummary r;
   r.min = 1.0;
   double sum = 0;
@@ -261,7 +292,8 @@ Trainer::EvalSummary Trainer::eval_in_distribution(std::int64_t samples) const {
   for (int i = 1; i <= tc_.train_n; ++i) {
     r.acc.emplace_back();
     for (int j = 2; j <= tc_.train_m; ++j) {
-      const auto c = eval_cell(mc_, lay_, params_.data(), i, j, samples, tc_.seed + 1, tc_.threads, EvalMode::teacher);
+      const auto c = eval_cell(mc_, lay_, params_.data(), i, j, samples, tc_.seed + 1, tc_.threads, EvalMode::teacher,
+                               dev_.get());
       r.acc.back().push_back(c.accuracy());
       sum += c.accuracy();
       r.min = std::min(r.min, c.accuracy());
@@ -273,13 +305,15 @@ Trainer::EvalSummary Trainer::eval_in_distribution(std::int64_t samples) const {
 }
 
 nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const std::string& dir, bool resume,
-                            std::int64_t stop_after, const std::function<void(const std::string&)>& log) {
+                            std::int64_t stop_after, const std::function<void(const std::string&)>& log,
+                            std::shared_ptr<TrainDevice> device, double max_seconds) {
   namespace fs = std::filesystem;
   if (!resume && fs::exists(dir + "/checkpoint.safetensors"))
     throw InputError(fmt::format("'{}' already holds a run (checkpoint.safetensors); pass --resume or choose another --out",
                                  dir));
   Trainer tr(mc, tc);
   if (resume) tr.load_checkpoint(dir);
+  if (device) tr.attach_device(std::move(device));
   fs::create_directories(dir);
   // A run killed between checkpoints logged steps the checkpoint does not hold; on resume drop those
   // rows so the CSVs describe exactly one history.
@@ -341,11 +375,16 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
     }
     if (tc.eval_every > 0 && s % tc.eval_every == 0 && s != tc.steps) do_eval();
     if (tc.checkpoint_every > 0 && s % tc.checkpoint_every == 0) tr.save(dir);
+    if (max_seconds > 0 && std::chrono::duration<double>(clock::now() - t0).count() >= max_seconds) {
+      log(fmt::format("stopping at step {}: --max-seconds {} reached (resume with --resume)", s, max_seconds));
+      break;
+    }
   }
   tr.save(dir);
   nlohmann::json out;
   const double secs = std::chrono::duration<double>(clock::now() - t0).count();
   out["steps"] = tr.steps_done();
+  out["device"] = tr.device() ? tr.device()->name() : "cpu";
   out["finished"] = tr.steps_done() >= tc.steps;
   out["final_loss"] = last_loss;
   out["seconds"] = secs;

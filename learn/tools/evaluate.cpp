@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "manyadd/cuda_train.hpp"
 #include "manyadd/learn/cli_common.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
@@ -24,7 +25,7 @@ int main(int argc, char** argv) {
       "Evaluate a model directory written by `train` on the grid TA(i, j): exact match of the whole\n"
       "response (scratchpad and final EOS) per cell, offsets s1 = s2 = 1. Cells whose position IDs exceed\n"
       "the model's max_pos are reported as NA (grey in the heatmap)."};
-  std::string model, csv, png, json_path, mode_s = "teacher";
+  std::string model, csv, png, json_path, mode_s = "teacher", device = "cpu";
   int n_min = 1, n_max = 30, m_min = 2, m_max = 30, threads = 2;
   std::int64_t samples = 1000;
   std::uint64_t seed = 12345;
@@ -47,6 +48,8 @@ int main(int argc, char** argv) {
   app.add_option("--require", require,
                  "fail (exit 1) if any evaluated cell inside the training region has accuracy below this");
   app.add_option("--json", json_path, "JSON report");
+  app.add_option("--device", device,
+                 "cpu (default) | cuda (grid, teacher-forced only, packed batches on a GPU; exit 2 without a device)");
   app.add_option("--problem", problem,
                  "instead of the grid: one problem, e.g. 57+48+96; prints the expected response, the teacher-forced "
                  "predictions and the greedy output (JSON adds tokens, position IDs and response logits); exit 1 if "
@@ -64,7 +67,17 @@ int main(int argc, char** argv) {
     else if (mode_s == "greedy") mode = EvalMode::greedy;
     else if (mode_s == "both") mode = EvalMode::both;
     else throw InputError(fmt::format("--mode '{}' unknown (teacher|greedy|both)", mode_s));
+    if (device != "cpu" && device != "cuda") throw InputError(fmt::format("--device '{}' unknown (cpu|cuda)", device));
+    if (device == "cuda" && mode != EvalMode::teacher)
+      throw InputError("--device cuda evaluates teacher-forced only (--mode teacher); greedy decoding runs on the CPU");
+    if (device == "cuda" && !problem.empty()) throw InputError("--problem runs on the CPU only (drop --device cuda)");
     const LoadedModel lm = load_model_dir(model);
+    std::unique_ptr<TrainDevice> dev;
+    if (device == "cuda") {
+      dev = make_cuda_device(lm.cfg);  // InputError "no CUDA device: ..." -> exit 2
+      const std::vector<float> zeros(lm.params.size(), 0.f);
+      dev->set_state(lm.params, zeros, zeros);
+    }
     if (!problem.empty()) {
       const Problem p = parse_problem(problem);
       if (p.operands.size() < 2) throw InputError("--problem needs at least two operands");
@@ -112,7 +125,7 @@ int main(int argc, char** argv) {
     for (int i = n_min; i <= n_max; ++i) {
       acc.emplace_back();
       for (int j = m_min; j <= m_max; ++j) {
-        const auto r = eval_cell(lm.cfg, lm.lay, lm.params.data(), i, j, samples, seed, threads, mode);
+        const auto r = eval_cell(lm.cfg, lm.lay, lm.params.data(), i, j, samples, seed, threads, mode, dev.get());
         const double a = r.fits ? r.accuracy() : NAN;
         acc.back().push_back(a);
         disagree += r.disagree;
@@ -140,7 +153,7 @@ int main(int argc, char** argv) {
       failed = true;
     }
     if (!json_path.empty()) {
-      nlohmann::json rep = {{"model", model},       {"mode", mode_s},     {"samples", samples},
+      nlohmann::json rep = {{"model", model},       {"mode", mode_s},     {"device", device},  {"samples", samples},
                             {"seed", seed},         {"n_range", {n_min, n_max}}, {"m_range", {m_min, m_max}},
                             {"train_n", train_n},   {"train_m", train_m}, {"cells", cells},
                             {"disagreements", disagree}, {"min_in_distribution", worst_in <= 1 ? nlohmann::json(worst_in) : nlohmann::json(nullptr)},

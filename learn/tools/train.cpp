@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "manyadd/cuda_train.hpp"
 #include "manyadd/learn/cli_common.hpp"
 #include "manyadd/learn/io.hpp"
 #include "manyadd/learn/train.hpp"
@@ -22,14 +23,20 @@ int main(int argc, char** argv) {
       "bi-level Position Coupling format. Configuration = defaults, then --config FILE ({\"model\": {...},\n"
       "\"train\": {...}} with the fields below), then flags. With --resume the base is OUT/config.json and\n"
       "training continues bit for bit from OUT/checkpoint.safetensors."};
-  std::string config_path, out, json_path;
+  std::string config_path, out, json_path, device = "cpu";
   bool resume = false;
   std::int64_t stop_after = 0;
   app.add_option("--config", config_path, "JSON config file: {\"model\": {...}, \"train\": {...}}");
   app.add_option("--out", out, "model directory to write (created if missing)")->required();
   app.add_flag("--resume", resume, "continue the run in --out from its checkpoint");
   app.add_option("--stop-after", stop_after, "stop (with a checkpoint) after this many total steps; 0 = run all");
+  double max_seconds = 0;
+  app.add_option("--max-seconds", max_seconds,
+                 "also stop (with a checkpoint) after the first step ending past this wall time; 0 = no limit");
   app.add_option("--json", json_path, "write a JSON report (steps, loss, tokens/s, accuracy) to this file");
+  app.add_option("--device", device,
+                 "cpu (default; deterministic for (seed, threads)) | cuda (the same batches on a GPU, fp32; exit 2 "
+                 "without a device). Not part of the config: a run may be resumed on the other device");
   std::map<std::string, std::string> flags;
   for (auto& f : config_fields()) {
     std::string flag = f.name;
@@ -67,10 +74,14 @@ int main(int argc, char** argv) {
     // config.json written by train holds the descriptive "vocabulary" key; from_json accepts it.
     from_json(cfg["model"], mc);
     from_json(cfg["train"], tc);
+    std::shared_ptr<TrainDevice> dev;
+    if (max_seconds < 0) throw InputError("--max-seconds must be >= 0");
+    if (device == "cuda") dev = make_cuda_device(mc);  // InputError "no CUDA device: ..." -> exit 2
+    else if (device != "cpu") throw InputError(fmt::format("--device '{}' unknown (cpu|cuda)", device));
     const auto report = run_training(mc, tc, out, resume, stop_after, [](const std::string& s) {
       std::fprintf(stderr, "%s\n", s.c_str());
       std::fflush(stderr);
-    });
+    }, dev, max_seconds);
     if (!json_path.empty()) atomic_write(json_path, report.dump(2) + "\n");
     std::printf("trained %lld steps in %.1f s (%.0f tokens/s); model in %s\n",
                 static_cast<long long>(report["steps"].get<std::int64_t>()), report["seconds"].get<double>(),

@@ -11,6 +11,8 @@
 
 namespace manyadd::learn {
 
+class TrainDevice;  // batch.hpp
+
 // Runs f(i) for i in [0, n) on `threads` threads, each taking a contiguous block of indices, so that
 // anything f writes per index is independent of scheduling.
 void parallel_for(int threads, std::int64_t n, const std::function<void(int thread, std::int64_t i)>& f);
@@ -36,7 +38,9 @@ struct CellResult {
   bool fits = true;  // false when the shape needs position IDs beyond the model's max_pos
   double accuracy() const { return samples ? double(exact) / double(samples) : 0.0; }
 };
+// With `dev` (teacher mode only) the forward passes run there in packed batches, with the device's
+// weights (`params` unused); the samples and the verdict rule are the same.
 CellResult eval_cell(const ModelConfig& c, const Layout& lay, const float* params, int n, int m, std::int64_t samples,
-                     std::uint64_t seed, int threads, EvalMode mode);
+                     std::uint64_t seed, int threads, EvalMode mode, TrainDevice* dev = nullptr);
 
 }  // namespace manyadd::learn

@@ -7,11 +7,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "manyadd/learn/batch.hpp"
 #include "manyadd/learn/model.hpp"
 
 namespace manyadd::learn {
@@ -51,8 +53,23 @@ class Trainer {
   // One optimizer step (the next one); returns its statistics.
   StepStats step();
   std::int64_t steps_done() const { return step_; }
-  const std::vector<float>& params() const { return params_; }
-  std::vector<float>& params() { return params_; }
+  const std::vector<float>& params() const {
+    pull_from_device();
+    return params_;
+  }
+  std::vector<float>& params() {  // the caller may write: the device gets the weights before its next step
+    pull_from_device();
+    push_to_device_ = dev_ != nullptr;
+    return params_;
+  }
+
+  // Runs the steps on a device from now on (nullptr: back to the CPU path). The batches, their order and
+  // offsets, the schedule and the checkpoints are the host's as before; only the arithmetic moves.
+  void attach_device(std::shared_ptr<TrainDevice> dev);
+  const TrainDevice* device() const { return dev_.get(); }
+  // The examples of step t (1-based) in batch order, and the same packed: exactly what step t trains on.
+  std::vector<Example> batch_examples(std::int64_t t);
+  PackedBatch packed_batch(std::int64_t t) { return pack_batch(batch_examples(t), mc_); }
   const ModelConfig& model_config() const { return mc_; }
   const TrainConfig& train_config() const { return tc_; }
   const Layout& layout() const { return lay_; }
@@ -74,7 +91,11 @@ class Trainer {
   ModelConfig mc_;
   TrainConfig tc_;
   Layout lay_;
-  std::vector<float> params_, m_, v_;
+  mutable std::vector<float> params_, m_, v_;  // host copy; with a device, synced on demand
+  std::shared_ptr<TrainDevice> dev_;
+  mutable bool pull_from_device_ = false;  // the device holds newer weights/moments than the host
+  mutable bool push_to_device_ = false;    // the host holds newer ones than the device
+  void pull_from_device() const;
   std::vector<std::vector<float>> tgrads_;  // per thread
   std::vector<float> grad_;
   std::vector<Acts<float>> acts_;          // per thread, reused between steps
@@ -90,7 +111,11 @@ class Trainer {
 // evaluates every eval_every steps (appends to dir/eval.csv), appends dir/log.csv, checkpoints.
 // stop_after > 0 stops (with a checkpoint) after that many total steps, simulating an interruption.
 // Returns a JSON summary.
+// With `device` the steps (and the periodic evaluations) run there; nullptr = the CPU trainer.
+// max_seconds > 0 also stops (with a checkpoint) after the first step that ends past that wall time:
+// pieces of a run that fit a time-limited machine (resume continues bit for bit wherever it stopped).
 nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const std::string& dir, bool resume,
-                            std::int64_t stop_after, const std::function<void(const std::string&)>& log);
+                            std::int64_t stop_after, const std::function<void(const std::string&)>& log,
+                            std::shared_ptr<TrainDevice> device = nullptr, double max_seconds = 0);
 
 }  // namespace manyadd::learn

@@ -1,0 +1,312 @@
+#!/usr/bin/env python3
+"""PyTorch twin of the learned transformer, for the speed comparison with our CUDA trainer (bench only:
+not part of the project's build or CI). The same architecture as learn/ (see
+learn/python/reference_forward.py and config.json "architecture"), the same initial weights (read from a
+run's safetensors), the same batches (the binary file `dump_batches` writes), the same AdamW with
+global-norm clipping and the same warm-up + cosine schedule.
+
+  torch_twin.py check RUN_PREV RUN_NEXT BATCHES REFERENCE
+      Correctness on the CPU. RUN_PREV: a run stopped at step k-1 (`train --stop-after k-1`);
+      RUN_NEXT: the same run continued to step k (`train --resume --stop-after k`); BATCHES and
+      REFERENCE: `dump_batches --run RUN_PREV --from k --steps 1 --out BATCHES --reference REFERENCE`.
+      Checks the twin's forward (logits, loss) on step k's batch against the C++ CPU forward, then one
+      twin AdamW step from RUN_PREV's checkpoint (weights + moments) against RUN_NEXT's checkpoint.
+      Exit 0 when both agree within the tolerances printed (justified below), 1 otherwise.
+
+  torch_twin.py bench RUN BATCHES [--device cuda] [--steps N] [--warmup W] [--json FILE]
+      Training throughput (tokens/s: real tokens of every sequence, padding excluded, as our trainer
+      counts) from RUN's model.safetensors over the batches in BATCHES (cycled), eager and
+      torch.compile (skipped with a message where torch has no torch.compile, e.g. Debian's 1.13).
+"""
+import argparse
+import json
+import math
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+LEVELS = {"coupled": 2, "digits": 1, "absolute": 1, "none": 0}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        b = f.read()
+    (hl,) = struct.unpack("<Q", b[:8])
+    header = json.loads(b[8:8 + hl])
+    data = b[8 + hl:]
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        assert e["dtype"] == "F32", name
+        s, t = e["data_offsets"]
+        out[name] = torch.from_numpy(np.frombuffer(data[s:t], dtype="<f4").copy().reshape(e["shape"]))
+    return out, header.get("__metadata__", {})
+
+
+def read_batches(path):
+    """The file of kernels/tools/dump_batches.cpp: a list of dicts of numpy arrays."""
+    with open(path, "rb") as f:
+        b = f.read()
+    assert b[:8] == b"MABATCH1", "not a dump_batches file"
+    n_steps, levels = struct.unpack_from("<ii", b, 8)
+    off = 16
+    out = []
+    for _ in range(n_steps):
+        step, B, T, counted = struct.unpack_from("<qiiq", b, off)
+        off += 24
+        def take(dtype, count):
+            nonlocal off
+            a = np.frombuffer(b, dtype=dtype, count=count, offset=off)
+            off += a.nbytes
+            return a
+        lengths = take("<i4", B)
+        tokens = take("u1", B * T).reshape(B, T)
+        pos = [take("<i4", B * T).reshape(B, T) for _ in range(levels)]
+        targets = take("<i4", B * T).reshape(B, T)
+        out.append(dict(step=step, B=B, T=T, counted=counted, lengths=lengths, tokens=tokens, pos=pos, targets=targets))
+    return out
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, C, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(C))
+        self.eps = eps
+
+    def forward(self, x):
+        return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
+class Attn(nn.Module):
+    def __init__(self, C, NH, HS):
+        super().__init__()
+        self.NH, self.HS = NH, HS
+        self.q, self.k, self.v = (nn.Linear(C, NH * HS, bias=False) for _ in range(3))
+        self.o = nn.Linear(NH * HS, C, bias=False)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q, k, v = (m(x).view(B, T, self.NH, self.HS).transpose(1, 2) for m in (self.q, self.k, self.v))
+        if hasattr(F, "scaled_dot_product_attention"):
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # scale 1/sqrt(HS) by default
+        else:
+            s = (q @ k.transpose(-2, -1)) / math.sqrt(self.HS)
+            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+            y = s.masked_fill(mask, float("-inf")).softmax(-1) @ v
+        return self.o(y.transpose(1, 2).reshape(B, T, self.NH * self.HS))
+
+
+class FFN(nn.Module):
+    def __init__(self, C, Fh):
+        super().__init__()
+        self.Fh = Fh
+        self.wi = nn.Linear(C, 2 * Fh, bias=False)
+        self.wo = nn.Linear(Fh, C, bias=False)
+
+    def forward(self, x):
+        h = self.wi(x)
+        return self.wo(F.gelu(h[..., :self.Fh], approximate="tanh") * h[..., self.Fh:])
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        C, eps = c["d_model"], c["norm_eps"]
+        self.attn_norm1, self.attn_norm2 = RMSNorm(C, eps), RMSNorm(C, eps)
+        self.ffn_norm1, self.ffn_norm2 = RMSNorm(C, eps), RMSNorm(C, eps)
+        self.attn = Attn(C, c["n_heads"], c["d_head"])
+        self.ffn = FFN(C, c["d_ff"])
+
+    def forward(self, x):
+        x = self.attn_norm2(x + self.attn(self.attn_norm1(x)))
+        return self.ffn_norm2(x + self.ffn(self.ffn_norm1(x)))
+
+
+class Twin(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        C, V = c["d_model"], c["vocab"]
+        self.levels = LEVELS[c["pos_mode"]]
+        self.tok_emb = nn.Embedding(V, C)
+        self.pos_emb = nn.ModuleList(nn.Embedding(c["max_pos%d" % (lv + 1)] + 1, C) for lv in range(self.levels))
+        self.layers = nn.ModuleList(Block(c) for _ in range(c["n_layers"]))
+        self.final_norm = RMSNorm(C, c["norm_eps"])
+        self.lm_head = nn.Linear(C, V, bias=False)
+
+    def forward(self, tokens, pos):
+        x = self.tok_emb(tokens)
+        for lv in range(self.levels):
+            x = x + self.pos_emb[lv](pos[lv])
+        for blk in self.layers:
+            x = blk(x)
+        return self.lm_head(self.final_norm(x))
+
+
+def load_twin(run, device, checkpoint=False):
+    cfg = json.load(open(run + "/config.json"))
+    W, meta = read_safetensors(run + ("/checkpoint.safetensors" if checkpoint else "/model.safetensors"))
+    model = Twin(cfg["model"])
+    sd = model.state_dict()
+    missing = set(sd) - set(W)
+    if missing:
+        raise SystemExit("torch_twin: %s lacks %s" % (run, sorted(missing)[:3]))
+    model.load_state_dict({k: W[k] for k in sd})
+    return cfg, model.to(device), W, meta
+
+
+def lr_at(tc, t):  # learn/src/train.cpp lr_at
+    warm = max(1, round(tc["warmup_frac"] * tc["steps"]))
+    if t <= warm:
+        return tc["lr"] * t / warm
+    prog = (t - warm) / (tc["steps"] - warm) if tc["steps"] > warm else 1.0
+    cosv = 0.5 * (1.0 + math.cos(math.pi * min(1.0, prog)))
+    return tc["lr"] * (tc["min_lr_frac"] + (1.0 - tc["min_lr_frac"]) * cosv)
+
+
+def to_tensors(bt, device):
+    tok = torch.from_numpy(bt["tokens"].astype(np.int64)).to(device)
+    pos = [torch.from_numpy(p.astype(np.int64)).to(device) for p in bt["pos"]]
+    tgt = torch.from_numpy(bt["targets"].astype(np.int64)).to(device)
+    return tok, pos, tgt
+
+
+def loss_sum(model, tok, pos, tgt):
+    logits = model(tok, pos)
+    mask = tgt >= 0
+    return F.cross_entropy(logits[mask], tgt[mask], reduction="sum"), logits
+
+
+class AdamW:
+    """learn::adamw_update with learn's clipping, on the twin's parameters (state: m, v per tensor)."""
+
+    def __init__(self, params, tc, m=None, v=None):
+        self.params, self.tc = list(params), tc
+        self.m = m if m is not None else [torch.zeros_like(p) for p in self.params]
+        self.v = v if v is not None else [torch.zeros_like(p) for p in self.params]
+
+    @torch.no_grad()
+    def step(self, t):
+        tc = self.tc
+        norm = math.sqrt(sum(float((p.grad.double() ** 2).sum()) for p in self.params))
+        clip = tc["grad_clip"] / norm if tc["grad_clip"] > 0 and norm > tc["grad_clip"] else 1.0
+        lr = lr_at(tc, t)
+        bc1, bc2 = 1.0 - tc["beta1"] ** t, 1.0 - tc["beta2"] ** t
+        f = lambda x: torch.tensor(x, dtype=torch.float32).item()  # the C++ float(...) roundings
+        b1, b2, eps = f(tc["beta1"]), f(tc["beta2"]), f(tc["adam_eps"])
+        step_size, inv, wd = f(lr / bc1), f(1.0 / math.sqrt(bc2)), f(lr * tc["weight_decay"])
+        for p, m, v in zip(self.params, self.m, self.v):
+            g = (p.grad.double() * clip).float()
+            m.mul_(b1).add_((1.0 - b1) * g)
+            v.mul_(b2).add_((1.0 - b2) * g * g)
+            p.sub_(step_size * m / (v.sqrt() * inv + eps) + wd * p)
+        return norm
+
+
+def check(args):
+    cfg, model, W, meta = load_twin(args.run_prev, "cpu", checkpoint=True)
+    bt = read_batches(args.batches)[0]
+    ref, rmeta = read_safetensors(args.reference)
+    k = int(meta["step"]) + 1
+    assert bt["step"] == k and int(rmeta["step"]) == k, "batch / reference / checkpoint steps disagree"
+    tok, pos, tgt = to_tensors(bt, "cpu")
+    loss, logits = loss_sum(model, tok, pos, tgt)
+    # Forward: fp32 against fp32 (our Eigen products vs torch's BLAS, other summation orders): each
+    # logit comes out of ~10 chained reductions of length <= max(d_model, d_ff, T), ~1e-6 relative
+    # each; 1e-4 x max(1, max |logit|) as learn/python/reference_forward.py, O(1) for any mismatch.
+    # Only real rows are compared (padding rows are computed by both but carry no loss).
+    real = torch.from_numpy(np.arange(bt["T"])[None, :] < bt["lengths"][:, None])
+    z, zr = logits.detach()[real], ref["logits"].view(bt["B"], bt["T"], -1)[real]
+    scale = max(1.0, float(zr.abs().max()))
+    fwd_err = float((z - zr).abs().max()) / scale
+    loss_err = abs(float(loss) - float(ref["loss_sum"][0])) / float(ref["loss_sum"][0])
+    print("forward: max |logit diff| / max(1, max |logit|) %.2e (tol 1e-4); loss sum rel diff %.2e (tol 1e-5)"
+          % (fwd_err, loss_err))
+    # One AdamW step from RUN_PREV's moments with the step-k batch, vs RUN_NEXT's checkpoint.
+    names = [n for n, _ in model.named_parameters()]
+    opt = AdamW(model.parameters(), cfg["train"], [W["adam.m." + n].clone() for n in names],
+                [W["adam.v." + n].clone() for n in names])
+    (loss / bt["counted"]).backward()
+    norm = opt.step(k)
+    nxt, nmeta = read_safetensors(args.run_next + "/checkpoint.safetensors")
+    assert int(nmeta["step"]) == k, "RUN_NEXT's checkpoint is not at step %d" % k
+    lr = lr_at(cfg["train"], k)
+    worst = max(float((p.detach() - nxt[n]).abs().max()) for n, p in model.named_parameters())
+    # Gradients agree to fp32 summation order (~1e-7 relative); Adam turns a relative gradient error
+    # into at most about the same relative error of the update (with moments from k-1 steps), so the
+    # weights must agree far inside one update: 1% of lr_at(k). A wrong gradient, schedule, clipping or
+    # bias correction moves them by O(lr).
+    print("adamw step %d: grad norm %.4f, lr %.3e, max |weight diff| %.2e (tol %.2e = 0.01 lr)" % (k, norm, lr, worst, 0.01 * lr))
+    ok = fwd_err <= 1e-4 and loss_err <= 1e-5 and worst <= 0.01 * lr
+    print("agree" if ok else "DISAGREE")
+    return 0 if ok else 1
+
+
+def bench(args):
+    dev = args.device
+    if dev == "cuda" and not torch.cuda.is_available():
+        print("torch_twin: no CUDA device visible to torch", file=sys.stderr)
+        return 2
+    batches = read_batches(args.batches)
+    data = [(to_tensors(b, dev), int(b["counted"]), int(b["lengths"].sum()), int(b["step"])) for b in batches]
+    results = {"torch": torch.__version__, "device": dev, "batches": len(batches), "steps": args.steps}
+    if dev == "cuda":
+        results["gpu"] = torch.cuda.get_device_name(0)
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+    variants = ["eager", "compile"]
+    for variant in variants:
+        if variant == "compile" and not hasattr(torch, "compile"):
+            print("torch_twin: torch %s has no torch.compile: compiled variant skipped" % torch.__version__)
+            results["compile"] = "skipped: torch %s has no torch.compile" % torch.__version__
+            continue
+        cfg, model, _, _ = load_twin(args.run, dev)
+        fwd = torch.compile(model) if variant == "compile" else model
+        opt = AdamW(model.parameters(), cfg["train"])
+
+        def one(i):
+            (tok, pos, tgt), counted, ntok, step = data[i % len(data)]
+            for p in model.parameters():
+                p.grad = None
+            loss, _ = loss_sum(fwd, tok, pos, tgt)
+            (loss / counted).backward()
+            opt.step(step)
+            return ntok
+
+        for i in range(args.warmup):
+            one(i)
+        sync()
+        t0, tokens = time.perf_counter(), 0
+        for i in range(args.steps):
+            tokens += one(args.warmup + i)
+        sync()
+        dt = time.perf_counter() - t0
+        results[variant] = {"tokens_per_s": tokens / dt, "seconds": dt, "tokens": tokens}
+        print("%-8s %d steps, %.0f tokens/s (%.2f s)" % (variant, args.steps, tokens / dt, dt))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("check")
+    c.add_argument("run_prev"), c.add_argument("run_next"), c.add_argument("batches"), c.add_argument("reference")
+    b = sub.add_parser("bench")
+    b.add_argument("run"), b.add_argument("batches")
+    b.add_argument("--device", default="cuda")
+    b.add_argument("--steps", type=int, default=50)
+    b.add_argument("--warmup", type=int, default=5)
+    b.add_argument("--json")
+    args = ap.parse_args()
+    return check(args) if args.cmd == "check" else bench(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

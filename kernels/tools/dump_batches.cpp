@@ -1,0 +1,96 @@
+// dump_batches: writes the packed batches that `train` uses at steps k..k+K-1 of a run (its
+// config.json: data set, sampling order and offsets are functions of the config alone), so that
+// bench/torch_twin.py trains on exactly the same data. With --reference it also writes the C++ CPU
+// forward (packed pipeline, fp32) of step k's batch under the run's checkpoint weights (which must be
+// at step k - 1): logits and loss, for the twin's correctness check.
+// Exit codes: 0 written, 2 bad usage or input.
+//
+// Batch file (little endian): "MABATCH1", int32 n_steps, int32 levels, then per step: int64 step,
+// int32 B, int32 T, int64 counted_targets, int32 lengths[B], uint8 tokens[B T],
+// int32 pos[levels][B T], int32 targets[B T] (-1 = no loss; padding rows are token 0, IDs 0).
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "manyadd/learn/batch.hpp"
+#include "manyadd/learn/cli_common.hpp"
+#include "manyadd/learn/io.hpp"
+#include "manyadd/learn/train.hpp"
+
+using namespace manyadd;
+using namespace manyadd::learn;
+
+namespace {
+template <class T>
+void put(std::string& s, const T& v) {
+  s.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+template <class T>
+void put_vec(std::string& s, const std::vector<T>& v) {
+  s.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Write the packed training batches of steps k..k+K-1 of a run (for bench/torch_twin.py)."};
+  std::string run, out, reference;
+  std::int64_t from = 1, steps = 1;
+  app.add_option("--run", run, "run directory written by train (its config.json)")->required();
+  app.add_option("--from", from, "first step k (1-based)");
+  app.add_option("--steps", steps, "number of steps K");
+  app.add_option("--out", out, "batch file to write")->required();
+  app.add_option("--reference", reference,
+                 "also write the CPU forward of step k's batch under RUN/checkpoint.safetensors (at step k-1): "
+                 "safetensors with logits (B T, V) and loss_sum, counted_targets");
+  if (const int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
+  try {
+    if (from < 1 || steps < 1 || steps > 100000) throw InputError("need --from >= 1 and 1 <= --steps <= 100000");
+    const auto cfg = read_json_file(run + "/config.json");
+    if (!cfg.contains("model") || !cfg.contains("train")) throw InputError(run + "/config.json lacks model/train");
+    ModelConfig mc;
+    TrainConfig tc;
+    from_json(cfg["model"], mc);
+    from_json(cfg["train"], tc);
+    Trainer tr(mc, tc);
+    const int L = pos_levels(mc.pos_mode);
+    std::string bytes = "MABATCH1";
+    put(bytes, std::int32_t(steps));
+    put(bytes, std::int32_t(L));
+    PackedBatch first;
+    for (std::int64_t t = from; t < from + steps; ++t) {
+      const PackedBatch pb = tr.packed_batch(t);
+      if (t == from) first = pb;
+      put(bytes, std::int64_t(t));
+      put(bytes, std::int32_t(pb.B));
+      put(bytes, std::int32_t(pb.T));
+      put(bytes, std::int64_t(pb.counted_targets));
+      put_vec(bytes, pb.lengths);
+      put_vec(bytes, pb.tokens);
+      for (int lv = 0; lv < L; ++lv) put_vec(bytes, pb.pos[lv]);
+      put_vec(bytes, pb.targets);
+    }
+    atomic_write(out, bytes);
+    if (!reference.empty()) {
+      tr.load_checkpoint(run);
+      if (tr.steps_done() != from - 1)
+        throw InputError(fmt::format("--reference needs the checkpoint at step {} (it is at step {})", from - 1,
+                                     tr.steps_done()));
+      PackedActs<float> a;
+      const float loss = packed_forward(a, mc, tr.layout(), tr.params().data(), first);
+      write_safetensors(reference,
+                        {{"logits", {first.rows(), mc.vocab}, a.logits},
+                         {"loss_sum", {1}, {loss}},
+                         {"counted_targets", {1}, {float(first.counted_targets)}}},
+                        {{"step", std::to_string(from)}});
+    }
+    std::printf("wrote %lld batches (steps %lld..%lld) to %s\n", static_cast<long long>(steps),
+                static_cast<long long>(from), static_cast<long long>(from + steps - 1), out.c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dump_batches: %s\n", e.what());
+    return 2;
+  }
+}

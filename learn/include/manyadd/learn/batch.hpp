@@ -1,0 +1,101 @@
+// Batched training for devices: a batch of examples of different lengths packed into one padded
+// (B, T) layout, the CPU twin of the device pipeline on that layout (kernels/src/cuda_trainer.cpp
+// mirrors it pass by pass), the AdamW update shared by every trainer, and the interface a device
+// implements (TrainDevice; kernels/ provides CUDA, PackedCpuDevice here is its CPU twin).
+//
+// Layout: sequence b occupies rows [b T, b T + len_b) of every (B T, ...) buffer; rows len_b..T-1 are
+// padding (token 0, position IDs 0, target -1). Padding sits *after* the real tokens, so with the causal
+// mask no real query ever sees a padded key: every real row equals learn's per-sequence forward, and
+// padded rows carry no loss, hence exactly zero gradient (see packed_backward).
+// Shape legend: B sequences, T padded length, R = B T rows, C d_model, NH heads, HS d_head, F d_ff,
+// V vocabulary.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "manyadd/learn/model.hpp"
+
+namespace manyadd::learn {
+
+struct PackedBatch {
+  int B = 0, T = 0;                     // sequences, padded length (the batch's longest)
+  std::vector<std::int32_t> lengths;    // (B) true lengths
+  std::vector<std::uint8_t> tokens;     // (B, T) token ids, 0 on padding
+  std::vector<std::int32_t> pos[2];     // (B, T) per level (empty for unused levels), 0 on padding
+  std::vector<std::int32_t> targets;    // (B, T) next token on counted rows, -1 elsewhere (padding too)
+  std::int64_t real_tokens = 0;         // sum of lengths
+  std::int64_t counted_targets = 0;     // rows with target >= 0
+  std::int64_t rows() const { return std::int64_t(B) * T; }
+};
+
+// Packs examples in order; validates every token and position ID against the model (InputError).
+PackedBatch pack_batch(const std::vector<Example>& exs, const ModelConfig& c);
+// The per-sequence slices of a (B T, width) buffer: result[b] is (len_b, width), padding dropped.
+std::vector<std::vector<float>> unpack_rows(const PackedBatch& pb, const float* x, int width);
+
+// Activations of the packed pipeline: every buffer is the per-sequence one of Acts with T -> R rows,
+// except attention probabilities (B, NH, T, T) (the device saves the row log-sum-exp instead).
+template <class S>
+struct PackedActs {
+  std::vector<S> x0;                // (R, C)
+  std::vector<typename Acts<S>::Block> blocks;
+  std::vector<S> xf, rf;            // (R, C), (R)
+  std::vector<S> logits, probs;     // (R, V)
+  std::vector<S> losses;            // (R)
+  void resize(const ModelConfig& c, int B, int T);
+};
+
+// Forward of the whole packed batch; returns the sum of the losses at counted targets.
+//   row-wise passes (embedding, norms, matmuls, GEGLU, residuals, loss) run on all R rows at once,
+//   attention runs per sequence over its T (padded) rows with the causal mask.
+template <class S>
+S packed_forward(PackedActs<S>& a, const ModelConfig& c, const Layout& lay, const S* params, const PackedBatch& pb);
+// Backward of loss_scale * (sum of losses); accumulates into grads (same layout as params).
+template <class S>
+void packed_backward(S* grads, const PackedActs<S>& a, const ModelConfig& c, const Layout& lay, const S* params,
+                     const PackedBatch& pb, S loss_scale);
+
+// ---- AdamW with global-norm clipping (learn/train.cpp's update, shared with the devices) ----------
+// The step's scalars are computed once in double, exactly as the CPU trainer always did.
+struct AdamScalars {
+  double clip = 1;           // multiplier of the gradient (min(1, grad_clip / norm), 1 when off)
+  float b1 = 0, b2 = 0, eps = 0, step_size = 0, inv_sqrt_bc2 = 0, wd = 0;
+};
+struct TrainConfig;
+AdamScalars adam_scalars(const TrainConfig& tc, std::int64_t t, double grad_norm);
+// p, m, v, g (n): g' = float(double(g) clip); m = b1 m + (1 - b1) g'; v = b2 v + (1 - b2) g'^2;
+// p -= step_size m / (sqrt(v) inv_sqrt_bc2 + eps) + wd p     (float arithmetic, no contraction)
+void adamw_update(float* p, float* m, float* v, const float* g, std::int64_t n, const AdamScalars& s);
+
+// ---- a device that computes a batch's loss and gradient and applies the optimizer ----------------
+// Trainer (train.hpp) keeps the data, the sampling order, the schedule and the checkpoints; with a
+// device attached it packs each step's batch on the host and hands it over.
+class TrainDevice {
+ public:
+  virtual ~TrainDevice() = default;
+  virtual std::string name() const = 0;
+  // Weights and Adam moments (layout order), e.g. after initialization or a resume.
+  virtual void set_state(const std::vector<float>& p, const std::vector<float>& m, const std::vector<float>& v) = 0;
+  virtual void get_state(std::vector<float>& p, std::vector<float>& m, std::vector<float>& v) = 0;
+  struct StepResult {
+    double loss_sum = 0;   // sum of the losses at counted targets
+    double grad_norm = 0;  // global gradient norm before clipping
+  };
+  // Forward, backward of loss_scale * loss_sum, global norm, clipping and AdamW at step t.
+  virtual StepResult step(const PackedBatch& pb, float loss_scale, const TrainConfig& tc, std::int64_t t) = 0;
+  // Forward and backward only (no update): the gradient of loss_scale * loss_sum in layout order. For
+  // checking a device against its twin tensor by tensor; returns the loss sum.
+  virtual double gradient(const PackedBatch& pb, float loss_scale, std::vector<float>& grads) = 0;
+  // Teacher-forced argmax of every row (lowest index on ties), (B T).
+  virtual void predict(const PackedBatch& pb, std::vector<std::uint8_t>& argmax) = 0;
+};
+
+// The CPU twin of a device: the packed pipeline above in fp32, one thread. It runs everything the
+// CUDA device runs around its kernels (packing, the trainer's device path, sync, checkpoints, resume,
+// batched evaluation) on machines without a GPU.
+std::unique_ptr<TrainDevice> make_packed_cpu_device(const ModelConfig& c);
+
+}  // namespace manyadd::learn

@@ -1,0 +1,208 @@
+// CUDA training device: the no-device path on every machine (library and CLIs exit 2 with the reason);
+// on a GPU, whole steps against the packed CPU twin, determinism and resume. Without a device every
+// GPU test is a skip with the reason, never a pass.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "manyadd/cuda_train.hpp"
+#include "manyadd/learn/eval.hpp"
+#include "manyadd/learn/io.hpp"
+#include "manyadd/learn/train.hpp"
+
+using namespace manyadd;
+using namespace manyadd::learn;
+
+namespace {
+#define REQUIRE_DEVICE()                                                         \
+  do {                                                                           \
+    std::string why_;                                                            \
+    if (!cuda_training_available(&why_)) GTEST_SKIP() << "no CUDA device: " << why_; \
+  } while (0)
+
+std::string tmpdir(const std::string& name) {
+  auto p = std::filesystem::temp_directory_path() / ("manyadd_test_cuda_train_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(p);
+  return p.string();
+}
+struct CliRun {
+  int code;
+  std::string err;
+};
+CliRun run(const std::string& cmd) {
+  const std::string errfile = tmpdir("stderr") + ".txt";
+  const int rc = std::system((cmd + " 2>" + errfile + " >/dev/null").c_str());
+  CliRun r{WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, ""};
+  try {
+    r.err = read_file(errfile);
+  } catch (const std::exception&) {
+  }
+  std::filesystem::remove(errfile);
+  return r;
+}
+ModelConfig model(int layers, int heads, int d_model) {
+  ModelConfig c;
+  c.n_layers = layers;
+  c.n_heads = heads;
+  c.d_model = d_model;
+  c.d_head = d_model / heads;
+  c.d_ff = 2 * d_model;
+  c.max_pos1 = 8;
+  c.max_pos2 = 8;
+  return c;
+}
+TrainConfig train_cfg() {
+  TrainConfig t;
+  t.train_n = 3;
+  t.train_m = 4;
+  t.train_size = 4000;
+  t.steps = 200;
+  t.batch = 24;
+  t.lr = 3e-3;
+  t.eval_every = 0;
+  t.checkpoint_every = 0;
+  return t;
+}
+}  // namespace
+
+TEST(CudaTrainNoDevice, LibraryRefusesWithTheReason) {
+  std::string why;
+  if (cuda_training_available(&why)) GTEST_SKIP() << "a CUDA device is present; the no-device path is not reachable";
+  try {
+    make_cuda_device(model(1, 4, 32));
+    FAIL() << "make_cuda_device returned without a device";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("no CUDA device: ", 0), 0u) << e.what();
+    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaTrainNoDevice, CliExitsTwoAndWritesNothing) {
+  std::string why;
+  if (cuda_training_available(&why)) GTEST_SKIP() << "a CUDA device is present; the no-device path is not reachable";
+  const std::string out = tmpdir("cli");
+  const std::string args = " --out " + out + " --train-n 2 --train-m 2 --max-pos1 6 --max-pos2 6 --steps 3 --batch 4 "
+                           "--d-model 16 --d-head 4 --d-ff 32 --train-size 50";
+  const CliRun t = run(std::string(TRAIN_EXE) + args + " --device cuda");
+  EXPECT_EQ(t.code, 2);
+  EXPECT_NE(t.err.find("no CUDA device: "), std::string::npos) << t.err;
+  EXPECT_FALSE(std::filesystem::exists(out)) << "nothing may be written on a refused run";
+  const CliRun bad = run(std::string(TRAIN_EXE) + args + " --device tpu");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--device 'tpu' unknown"), std::string::npos) << bad.err;
+  // evaluate: a real (CPU-trained) model directory, then --device cuda.
+  ASSERT_EQ(run(std::string(TRAIN_EXE) + args + " --eval-every 0").code, 0);
+  const CliRun e = run(std::string(EVALUATE_EXE) + " --model " + out + " --n-max 2 --m-max 2 --samples 2 --device cuda");
+  EXPECT_EQ(e.code, 2);
+  EXPECT_NE(e.err.find("no CUDA device: "), std::string::npos) << e.err;
+  std::filesystem::remove_all(out);
+}
+
+// One step from the same state on the GPU and on the packed CPU twin. Same batch, same weights:
+// loss and gradient norm differ only by fp32 summation order (cuBLAS GEMM blocking, warp-tree sums,
+// expf/tanhf within 2 ulp): 1e-5 relative for the loss, 1e-4 for the norm (the argument of
+// test_learn_batch's DevicePath test). Weights after the step: within 1% of a full step (lr 3e-3).
+TEST(CudaTrain, StepMatchesPackedCpuTwin) {
+  REQUIRE_DEVICE();
+  for (auto mc : {model(1, 4, 64), model(2, 2, 64), model(1, 4, 256)}) {
+    SCOPED_TRACE("layers " + std::to_string(mc.n_layers) + " d_model " + std::to_string(mc.d_model));
+    const TrainConfig tc = train_cfg();
+    Trainer warm(mc, tc);
+    for (int s = 0; s < 10; ++s) warm.step();  // nonzero moments, a state that tells batches apart
+    const std::string dir = tmpdir("step");
+    warm.save(dir);
+    Trainer cpu(mc, tc), gpu(mc, tc);
+    cpu.load_checkpoint(dir), gpu.load_checkpoint(dir);
+    cpu.attach_device(make_packed_cpu_device(mc));
+    gpu.attach_device(make_cuda_device(mc));
+    const StepStats a = cpu.step(), b = gpu.step();
+    EXPECT_NEAR(b.loss, a.loss, 1e-5 * a.loss);
+    EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-4 * a.grad_norm);
+    double worst = 0;
+    for (std::size_t i = 0; i < cpu.params().size(); ++i)
+      worst = std::max(worst, double(std::abs(cpu.params()[i] - gpu.params()[i])));
+    EXPECT_LT(worst, 0.01 * tc.lr);
+    std::filesystem::remove_all(dir);
+  }
+}
+
+// Every gradient tensor of one batch against the packed CPU twin (fp32 both), for 1 and 2 layers and
+// every head-width class the kernels instantiate. Each gradient entry is a sum over up to R = B T rows
+// of products that themselves passed ~10 fp32 reductions of length <= max(d_model, d_ff, T); in
+// different orders on the two sides: errors ~1e-6 of the tensor's largest entry are expected, 1e-4 is
+// the bound (a wrong pass, mask or index gives O(1)).
+TEST(CudaTrain, EveryGradientMatchesPackedCpuTwin) {
+  REQUIRE_DEVICE();
+  for (auto mc : {model(1, 4, 32), model(2, 2, 128), model(1, 4, 384), model(1, 4, 512)}) {
+    SCOPED_TRACE("layers " + std::to_string(mc.n_layers) + " d_model " + std::to_string(mc.d_model));
+    const TrainConfig tc = train_cfg();
+    Trainer tr(mc, tc);
+    const PackedBatch pb = tr.packed_batch(1);
+    const Layout lay = Layout::make(mc);
+    auto cpu = make_packed_cpu_device(mc);
+    auto gpu = make_cuda_device(mc);
+    const std::vector<float> zeros(tr.params().size(), 0.f);
+    cpu->set_state(tr.params(), zeros, zeros);
+    gpu->set_state(tr.params(), zeros, zeros);
+    std::vector<float> gc, gg;
+    const float scale = 1.f / float(pb.counted_targets);
+    const double lc = cpu->gradient(pb, scale, gc), lg = gpu->gradient(pb, scale, gg);
+    EXPECT_NEAR(lg, lc, 1e-5 * lc);
+    for (const auto& ts : lay.tensors) {
+      double m = 0, e = 0;
+      for (std::int64_t i = ts.offset; i < ts.offset + ts.size; ++i) {
+        m = std::max(m, double(std::abs(gc[std::size_t(i)])));
+        e = std::max(e, double(std::abs(gg[std::size_t(i)] - gc[std::size_t(i)])));
+      }
+      EXPECT_LE(e, 1e-4 * m) << ts.name << ": max |gpu - cpu| " << e << ", max |cpu| " << m;
+    }
+  }
+}
+
+// Batched teacher-forced evaluation on the GPU gives the CPU evaluation's counts for a partly trained
+// model (argmax gaps far above fp32 order noise; a near-tie could in principle flip one instance: the
+// counts are then reported, not silently accepted).
+TEST(CudaTrain, EvaluationMatchesCpu) {
+  REQUIRE_DEVICE();
+  const ModelConfig mc = model(1, 4, 64);
+  TrainConfig tc = train_cfg();
+  tc.steps = 300;
+  Trainer tr(mc, tc);
+  tr.attach_device(make_cuda_device(mc));
+  for (int s = 0; s < 300; ++s) tr.step();
+  const auto& P = tr.params();
+  auto gpu = make_cuda_device(mc);
+  const std::vector<float> zeros(P.size(), 0.f);
+  gpu->set_state(P, zeros, zeros);
+  const Layout lay = Layout::make(mc);
+  for (auto [n, m] : {std::pair{2, 3}, std::pair{3, 4}, std::pair{4, 6}}) {
+    const auto c1 = eval_cell(mc, lay, P.data(), n, m, 200, 5, 2, EvalMode::teacher);
+    const auto c2 = eval_cell(mc, lay, P.data(), n, m, 200, 5, 2, EvalMode::teacher, gpu.get());
+    EXPECT_EQ(c1.fits, c2.fits);
+    EXPECT_EQ(c1.exact, c2.exact) << n << "x" << m;
+  }
+}
+
+// No atomics, fixed-order reductions, cuBLAS reproducible on one device: two runs and a resumed run
+// give the same checkpoint bytes.
+TEST(CudaTrain, DeterministicAndResumeIsBitIdentical) {
+  REQUIRE_DEVICE();
+  const ModelConfig mc = model(1, 4, 64);
+  TrainConfig tc = train_cfg();
+  tc.steps = 40;
+  const std::string a = tmpdir("a"), b = tmpdir("b"), c = tmpdir("c");
+  auto quiet = [](const std::string&) {};
+  run_training(mc, tc, a, false, 0, quiet, make_cuda_device(mc));
+  run_training(mc, tc, b, false, 0, quiet, make_cuda_device(mc));
+  run_training(mc, tc, c, false, 17, quiet, make_cuda_device(mc));
+  run_training(mc, tc, c, true, 0, quiet, make_cuda_device(mc));
+  EXPECT_EQ(read_file(a + "/checkpoint.safetensors"), read_file(b + "/checkpoint.safetensors"));
+  EXPECT_EQ(read_file(a + "/checkpoint.safetensors"), read_file(c + "/checkpoint.safetensors"));
+  for (auto& d : {a, b, c}) std::filesystem::remove_all(d);
+}

@@ -1,0 +1,281 @@
+// Host-side batching for device training, on the CPU: packing, the packed pipeline against learn's
+// per-sequence forward/backward, the trainer's device path (through the CPU twin device) against the
+// CPU trainer, resume on the device path, batched evaluation. Everything the CUDA device does around
+// its kernels is checked here, on machines without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include <unistd.h>
+
+#include "manyadd/learn/batch.hpp"
+#include "manyadd/learn/data.hpp"
+#include "manyadd/learn/eval.hpp"
+#include "manyadd/learn/io.hpp"
+#include "manyadd/learn/train.hpp"
+
+using namespace manyadd;
+using namespace manyadd::learn;
+
+namespace {
+ModelConfig small_model(PosMode mode, int layers) {
+  ModelConfig c;
+  c.n_layers = layers;
+  c.n_heads = 2;
+  c.d_model = 16;
+  c.d_head = 8;
+  c.d_ff = 24;
+  c.max_pos1 = 12;
+  c.max_pos2 = 8;
+  c.pos_mode = mode;
+  if (mode == PosMode::absolute) c.max_pos1 = 80;
+  return c;
+}
+// Examples of different shapes (lengths 10..~50), random offsets.
+std::vector<Example> mixed_examples(const ModelConfig& c, int count, std::uint64_t seed) {
+  Rng rng(seed);
+  std::vector<Example> exs;
+  for (int i = 0; i < count; ++i) {
+    const int n = 1 + int(rng.uniform(0, 2)), m = 2 + int(rng.uniform(0, 2));
+    exs.push_back(make_train_example(sample_TA(rng, n, m), c, rng));
+  }
+  return exs;
+}
+double max_abs(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+std::string tmpdir(const std::string& name) {
+  auto p = std::filesystem::temp_directory_path() / ("manyadd_test_batch_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(p);
+  return p.string();
+}
+}  // namespace
+
+TEST(Pack, LayoutPaddingAndValidation) {
+  const ModelConfig c = small_model(PosMode::coupled, 1);
+  const auto exs = mixed_examples(c, 7, 3);
+  const PackedBatch pb = pack_batch(exs, c);
+  int longest = 0;
+  std::int64_t tokens = 0, targets = 0;
+  for (auto& e : exs) {
+    longest = std::max(longest, e.T());
+    tokens += e.T();
+    for (auto t : e.targets) targets += t >= 0;
+  }
+  ASSERT_EQ(pb.B, 7);
+  ASSERT_EQ(pb.T, longest);
+  EXPECT_EQ(pb.real_tokens, tokens);
+  EXPECT_EQ(pb.counted_targets, targets);
+  bool some_padding = false;
+  for (int b = 0; b < pb.B; ++b) {
+    const auto& e = exs[std::size_t(b)];
+    EXPECT_EQ(pb.lengths[std::size_t(b)], e.T());
+    for (int t = 0; t < pb.T; ++t) {
+      const std::size_t i = std::size_t(b) * std::size_t(pb.T) + std::size_t(t);
+      if (t < e.T()) {
+        EXPECT_EQ(pb.tokens[i], e.tokens[std::size_t(t)]);
+        EXPECT_EQ(pb.targets[i], e.targets[std::size_t(t)]);
+        EXPECT_EQ(pb.pos[0][i], e.pos[0][std::size_t(t)]);
+        EXPECT_EQ(pb.pos[1][i], e.pos[1][std::size_t(t)]);
+      } else {
+        some_padding = true;
+        EXPECT_EQ(pb.tokens[i], 0);
+        EXPECT_EQ(pb.targets[i], -1);
+        EXPECT_EQ(pb.pos[0][i], 0);
+      }
+    }
+  }
+  EXPECT_TRUE(some_padding) << "the test batch should mix lengths";
+  // unpack_rows drops the padding and keeps each sequence's rows in order.
+  std::vector<float> x(std::size_t(pb.rows()) * 3);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(i);
+  const auto rows = unpack_rows(pb, x.data(), 3);
+  for (int b = 0; b < pb.B; ++b) {
+    ASSERT_EQ(rows[std::size_t(b)].size(), std::size_t(exs[std::size_t(b)].T()) * 3);
+    EXPECT_EQ(rows[std::size_t(b)][0], float(std::int64_t(b) * pb.T * 3));
+  }
+  // Bad input is an InputError, never a silent clamp.
+  auto bad = exs;
+  bad[2].pos[0][3] = c.max_pos1 + 1;
+  EXPECT_THROW(pack_batch(bad, c), InputError);
+  bad = exs;
+  bad[1].tokens[0] = std::uint8_t(c.vocab);
+  EXPECT_THROW(pack_batch(bad, c), InputError);
+  EXPECT_THROW(pack_batch({}, c), InputError);
+}
+
+// The packed pipeline (the CUDA device's CPU twin) equals learn's per-sequence forward and backward,
+// summed over the batch, for every position mode and 1 or 2 layers. Double precision: the only
+// differences are summation orders (GEMM blocking over R rows instead of T; gradients summed over the
+// whole batch instead of per sequence), i.e. relative ~1e-15; 1e-10 of each tensor's largest entry
+// leaves room for that while any wrong row, missed mask or leaked padding gives O(1) differences.
+TEST(PackedPipeline, EqualsPerSequenceForwardBackward) {
+  for (PosMode mode : {PosMode::coupled, PosMode::digits, PosMode::absolute, PosMode::none})
+    for (int layers : {1, 2}) {
+      SCOPED_TRACE(std::string(pos_mode_name(mode)) + " layers " + std::to_string(layers));
+      ModelConfig c = small_model(mode, layers);
+      c.init_std = 0.5f;  // far from uniform attention, so that masking errors would show
+      const Layout lay = Layout::make(c);
+      const auto P = init_params<double>(c, lay, 11 + std::uint64_t(layers));
+      const auto exs = mixed_examples(c, 5, 7 + std::uint64_t(layers));
+      const PackedBatch pb = pack_batch(exs, c);
+      const double scale = 1.0 / double(pb.counted_targets);
+      // reference: per sequence
+      std::vector<double> Gref(P.size(), 0.0);
+      double loss_ref = 0;
+      Acts<double> a;
+      GradScratch<double> g;
+      std::vector<std::vector<double>> logits_ref;
+      for (const auto& e : exs) {
+        loss_ref += model_forward(a, c, lay, P.data(), e);
+        logits_ref.push_back(a.logits);
+        model_backward(Gref.data(), g, a, c, lay, P.data(), e, scale);
+      }
+      // packed
+      PackedActs<double> pa;
+      std::vector<double> G(P.size(), 0.0);
+      const double loss = packed_forward(pa, c, lay, P.data(), pb);
+      packed_backward(G.data(), pa, c, lay, P.data(), pb, scale);
+      EXPECT_NEAR(loss, loss_ref, 1e-10 * std::abs(loss_ref));
+      for (int b = 0; b < pb.B; ++b) {
+        const int T = pb.lengths[std::size_t(b)];
+        const double* z = pa.logits.data() + std::int64_t(b) * pb.T * c.vocab;
+        const double ref_max = max_abs(logits_ref[std::size_t(b)]);
+        for (int i = 0; i < T * c.vocab; ++i)
+          ASSERT_NEAR(z[i], logits_ref[std::size_t(b)][std::size_t(i)], 1e-10 * ref_max) << "seq " << b << " entry " << i;
+        for (int t = T; t < pb.T; ++t) EXPECT_EQ(pa.losses[std::size_t(std::int64_t(b) * pb.T + t)], 0.0);
+      }
+      for (const auto& ts : lay.tensors) {
+        std::vector<double> ref(Gref.begin() + ts.offset, Gref.begin() + ts.offset + ts.size);
+        const double m = max_abs(ref);
+        for (std::int64_t i = 0; i < ts.size; ++i)
+          ASSERT_NEAR(G[std::size_t(ts.offset + i)], ref[std::size_t(i)], 1e-10 * m + 1e-300)
+              << ts.name << "[" << i << "]";
+      }
+    }
+}
+
+TEST(AdamW, ScalarsAndClipping) {
+  TrainConfig tc;
+  tc.steps = 1000;
+  tc.lr = 1e-3;
+  tc.grad_clip = 1.0;
+  EXPECT_DOUBLE_EQ(adam_scalars(tc, 5, 4.0).clip, 0.25);
+  EXPECT_DOUBLE_EQ(adam_scalars(tc, 5, 0.5).clip, 1.0);
+  tc.grad_clip = 0;
+  EXPECT_DOUBLE_EQ(adam_scalars(tc, 5, 4.0).clip, 1.0);
+  // One hand-computed element: t = 1, lr_at(1) = lr / warmup(10 steps) = 1e-4; bias corrections make
+  // the first update lr_t * g / (|g| + eps') = lr_t * sign(g) up to eps.
+  const AdamScalars s = adam_scalars(tc, 1, 1.0);
+  float p = 1.f, m = 0.f, v = 0.f;
+  const float g = 0.5f;
+  adamw_update(&p, &m, &v, &g, 1, s);
+  EXPECT_NEAR(p, 1.f - 1e-4f, 1e-9);
+  EXPECT_FLOAT_EQ(m, 0.05f);
+}
+
+namespace {
+ModelConfig trainer_model() {
+  ModelConfig c;
+  c.d_model = 32;
+  c.d_head = 8;
+  c.d_ff = 64;
+  c.max_pos1 = 6;
+  c.max_pos2 = 6;
+  return c;
+}
+TrainConfig trainer_cfg() {
+  TrainConfig t;
+  t.train_n = 2;
+  t.train_m = 3;
+  t.train_size = 2000;
+  t.steps = 400;
+  t.batch = 16;
+  t.lr = 1e-2;
+  t.threads = 2;
+  t.eval_samples = 20;
+  return t;
+}
+}  // namespace
+
+// The device path trains on exactly the CPU trainer's batches. After 40 CPU steps (a model that tells
+// batches apart) both trainers take step 41 from the same state: same loss and gradient norm up to
+// fp32 summation order (the CPU trainer sums per sequence and per thread, the packed pipeline over the
+// whole batch; relative differences ~1e-7 observed, bounded by ~C eps = 32 * 6e-8 per dot product,
+// hence 1e-5 for the loss and 1e-4 for the norm). The batch of another step gives a loss further off
+// than 100x that tolerance: the check can tell batches apart.
+TEST(DevicePath, SameBatchesAsTheCpuTrainer) {
+  const ModelConfig mc = trainer_model();
+  const TrainConfig tc = trainer_cfg();
+  Trainer cpu(mc, tc);
+  for (int s = 0; s < 40; ++s) cpu.step();
+  const std::string dir = tmpdir("same");
+  cpu.save(dir);
+  Trainer dev(mc, tc);
+  dev.load_checkpoint(dir);
+  dev.attach_device(make_packed_cpu_device(mc));
+  PackedActs<float> pa;
+  const PackedBatch other = dev.packed_batch(42);
+  const double other_loss =
+      double(packed_forward(pa, mc, dev.layout(), cpu.params().data(), other)) / double(other.counted_targets);
+  const StepStats a = cpu.step(), b = dev.step();
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.targets, b.targets);
+  EXPECT_NEAR(b.loss, a.loss, 1e-5 * a.loss);
+  EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-4 * a.grad_norm);
+  EXPECT_GT(std::abs(other_loss - a.loss), 100 * 1e-5 * a.loss) << "batches of different steps should differ";
+  // And the update: same state, gradients equal up to fp32 order -> weights within a small fraction of
+  // one step (lr = 1e-2 here, so 1e-4 is 1% of a full step; a wrong gradient moves them by O(lr)).
+  const auto& pc = cpu.params();
+  const auto& pd = dev.params();
+  double worst = 0;
+  for (std::size_t i = 0; i < pc.size(); ++i) worst = std::max(worst, double(std::abs(pc[i] - pd[i])));
+  EXPECT_LT(worst, 1e-4);
+  std::filesystem::remove_all(dir);
+}
+
+// On the device path, resume == uninterrupted, bit for bit (files compared byte for byte), and the
+// evaluation through the device (packed batches) gives the CPU evaluation's counts.
+TEST(DevicePath, ResumeIsBitIdenticalAndEvalMatches) {
+  const ModelConfig mc = trainer_model();
+  TrainConfig tc = trainer_cfg();
+  tc.steps = 60;
+  tc.eval_every = 0;
+  tc.checkpoint_every = 0;
+  const std::string a = tmpdir("full"), b = tmpdir("resumed");
+  auto quiet = [](const std::string&) {};
+  run_training(mc, tc, a, false, 0, quiet, make_packed_cpu_device(mc));
+  run_training(mc, tc, b, false, 25, quiet, make_packed_cpu_device(mc));
+  const auto rep = run_training(mc, tc, b, true, 0, quiet, make_packed_cpu_device(mc));
+  EXPECT_EQ(rep["device"], "cpu-packed");
+  EXPECT_EQ(read_file(a + "/checkpoint.safetensors"), read_file(b + "/checkpoint.safetensors"));
+  EXPECT_EQ(read_file(a + "/model.safetensors"), read_file(b + "/model.safetensors"));
+  // --max-seconds: a (tiny) time limit stops after the first step, with a checkpoint; resuming gives the
+  // uninterrupted run's bits.
+  const std::string c = tmpdir("timed");
+  const auto part = run_training(mc, tc, c, false, 0, quiet, make_packed_cpu_device(mc), 1e-9);
+  EXPECT_EQ(part["steps"], 1);
+  EXPECT_EQ(part["finished"], false);
+  run_training(mc, tc, c, true, 0, quiet, make_packed_cpu_device(mc));
+  EXPECT_EQ(read_file(a + "/checkpoint.safetensors"), read_file(c + "/checkpoint.safetensors"));
+  std::filesystem::remove_all(c);
+  // Batched evaluation == per-sequence CPU evaluation (same verdict rule; argmax gaps far above fp32
+  // summation-order noise for this model, so the counts agree exactly).
+  const LoadedModel lm = load_model_dir(a);
+  auto dev = make_packed_cpu_device(mc);
+  const std::vector<float> zeros(lm.params.size(), 0.f);
+  dev->set_state(lm.params, zeros, zeros);
+  for (auto [n, m] : {std::pair{2, 2}, std::pair{2, 3}, std::pair{3, 3}}) {
+    const auto c1 = eval_cell(lm.cfg, lm.lay, lm.params.data(), n, m, 50, 9, 2, EvalMode::teacher);
+    const auto c2 = eval_cell(lm.cfg, lm.lay, lm.params.data(), n, m, 50, 9, 2, EvalMode::teacher, dev.get());
+    EXPECT_EQ(c1.exact, c2.exact) << n << "x" << m;
+    EXPECT_EQ(c1.fits, c2.fits);
+  }
+  EXPECT_THROW(eval_cell(lm.cfg, lm.lay, lm.params.data(), 2, 2, 5, 9, 1, EvalMode::greedy, dev.get()), InputError);
+  std::filesystem::remove_all(a);
+  std::filesystem::remove_all(b);
+}
