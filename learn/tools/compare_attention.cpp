@@ -100,7 +100,7 @@ int run_single(const Args& a, const LoadedModel* lm) {
   for (std::size_t k = 0; k < c.matching.size(); ++k) {
     const auto [g, h] = c.matching[k];
     const std::string ct = fmt::format("CONSTRUCTED HEAD {} ({})", h + 1, kConstructedHeadNames[std::size_t(h)]);
-    const std::string lt = fmt::format("LEARNED {}  SHARE {:.3f}", r.learned.names[std::size_t(g)],
+    const std::string lt = fmt::format("{} {}  SHARE {:.3f}", lm ? "LEARNED" : "SELF", r.learned.names[std::size_t(g)],
                                        c.share[std::size_t(g)][std::size_t(h)]);
     Image row = side_by_side({{ct, attention_image(r.constructed.maps[std::size_t(h)], T, scale)},
                               {lt, attention_image(r.learned.maps[std::size_t(g)], T, scale)}});
