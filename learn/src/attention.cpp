@@ -121,10 +121,14 @@ MatchedKeys constructed_matches(const ConstructedSetup& cs, std::int64_t s1, std
     auto& rows = M[std::size_t(h)];
     rows.resize(std::size_t(N - eq));
     std::vector<double> sc(static_cast<std::size_t>(N));
+    Eigen::MatrixXd S;  // scores of a block of queries: (keys 0..N-1, queries j0..j0+B-1)
+    const std::int64_t B = 256;
     for (std::int64_t j = eq; j < N; ++j) {
+      const std::int64_t j0 = eq + (j - eq) / B * B;
+      if (j == j0 || j == eq) S = Kx.leftCols(std::min(N, j0 + B)).transpose() * Qx.middleCols(j0, std::min(B, N - j0));
       double top = -std::numeric_limits<double>::infinity();
       for (std::int64_t i = 0; i <= j; ++i) {
-        sc[std::size_t(i)] = Kx.col(i).dot(Qx.col(j));
+        sc[std::size_t(i)] = S(i, j - j0);
         top = std::max(top, sc[std::size_t(i)]);
       }
       double second = -std::numeric_limits<double>::infinity();
