@@ -106,8 +106,9 @@ TEST(CompareAttention, ConstructionAgainstItselfScoresOneOnTheDiagonal) {
     for (double lambda : {0.0, 40.0}) {
       const ConstructedSetup cs = constructed_setup(n, m, 1, 1, lambda);
       const AttentionMaps a = constructed_attention(cs, ta(n, m, 1, 1)[0], 1, 1);
-      const Comparison c = compare_maps(a, a, cs.shape.eq_index(), constructed_matches(cs, 1, 1));
+      const Comparison c = compare_maps(a, a, cs.shape.eq_index(), constructed_matches(cs, 1, 1), cs.shape.l + 1);
       ASSERT_EQ(c.matching.size(), 4u);
+      ASSERT_EQ(c.matched_block_share.size(), 4u);
       // Default lambda: every unmatched key has weight <= e^{-2 lambda} relative to a matched one and
       // there are < N of them, so the lost share is <= N e^{-2 lambda} / (1 - that) <= 1.1e-4 (construct's
       // default_lambda asks N e^{-2 lambda} <= 1e-4); at lambda = 40 only float rounding remains.
@@ -119,6 +120,11 @@ TEST(CompareAttention, ConstructionAgainstItselfScoresOneOnTheDiagonal) {
         EXPECT_LE(c.share[std::size_t(h)][std::size_t(h)], 1 + 1e-6);
         EXPECT_LE(c.js[std::size_t(h)][std::size_t(h)], lambda > 0 ? 1e-4 : 2e-3);
         EXPECT_NEAR(c.bos_learned[std::size_t(h)], c.bos_constructed[std::size_t(h)], 1e-12);
+        EXPECT_EQ(c.matched_block_share[std::size_t(h)].size(), std::size_t(cs.shape.m + 1));  // B_0 .. B_m
+        for (double v : c.matched_block_share[std::size_t(h)])
+          if (!std::isnan(v)) {
+            EXPECT_GE(v, 1 - tol);
+          }
       }
       EXPECT_GE(c.mean_matched_share, 1 - tol);
     }
@@ -152,6 +158,13 @@ TEST(CompareAttention, UniformCausalAttentionScoresChance) {
       EXPECT_NEAR(c.chance[std::size_t(h)], chance, 1e-12);
       // The learned maps are fp32 softmax outputs (relative error ~1e-7 per entry).
       for (int g = 0; g < 4; ++g) EXPECT_NEAR(c.share[std::size_t(g)][std::size_t(h)], chance, 1e-5 * (1 + chance));
+    }
+    // One block spanning every response row: the block share is the share itself.
+    const Comparison one = compare_maps(learned, constructed_attention(cs, probs[0], 1, 1), eq, M, int(cs.shape.N() - eq));
+    for (std::size_t k = 0; k < one.matching.size(); ++k) {
+      const auto [g, h] = one.matching[k];
+      ASSERT_EQ(one.matched_block_share[k].size(), 1u);
+      EXPECT_NEAR(one.matched_block_share[k][0], one.share[std::size_t(g)][std::size_t(h)], 1e-12);
     }
   }
 }

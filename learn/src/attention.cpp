@@ -175,6 +175,8 @@ PairScore score_pair(const std::vector<float>& A, int T, std::int64_t eq_index,
                      const std::vector<std::vector<std::int32_t>>& M) {
   PairScore r;
   r.row_share.assign(M.size(), std::numeric_limits<double>::quiet_NaN());
+  r.row_on.assign(M.size(), 0.0);
+  r.row_mass.assign(M.size(), 0.0);
   std::vector<char> mark(std::size_t(T), 0);
   double on = 0, mass = 0, js = 0;
   std::int64_t rows = 0;
@@ -188,6 +190,8 @@ PairScore score_pair(const std::vector<float>& A, int T, std::int64_t eq_index,
     for (std::int32_t i : keys) hit += row[i];
     on += hit;
     mass += nonbos;
+    r.row_on[k] = hit;
+    r.row_mass[k] = nonbos;
     ++rows;
     if (nonbos > 0) {
       r.row_share[k] = hit / nonbos;
@@ -267,21 +271,21 @@ std::vector<std::pair<int, int>> best_matching(const std::vector<std::array<doub
 }
 
 Comparison compare_maps(const AttentionMaps& learned, const AttentionMaps& constructed, std::int64_t eq_index,
-                        const MatchedKeys& M) {
+                        const MatchedKeys& M, int block_len) {
   if (learned.T != constructed.T) throw InputError("compare_maps: the maps have different sizes");
   const int T = learned.T, G = learned.heads();
   Comparison c;
   c.eq_index = eq_index;
   c.share.resize(std::size_t(G));
   c.js.resize(std::size_t(G));
-  std::vector<std::array<std::vector<double>, 4>> rows(static_cast<std::size_t>(G));
+  std::vector<std::array<PairScore, 4>> rows(static_cast<std::size_t>(G));
   for (int g = 0; g < G; ++g) {
     c.bos_learned.push_back(bos_mass(learned.maps[std::size_t(g)], T, eq_index));
     for (int h = 0; h < 4; ++h) {
       PairScore s = score_pair(learned.maps[std::size_t(g)], T, eq_index, M[std::size_t(h)]);
       c.share[std::size_t(g)][std::size_t(h)] = s.share;
       c.js[std::size_t(g)][std::size_t(h)] = s.js;
-      rows[std::size_t(g)][std::size_t(h)] = std::move(s.row_share);
+      rows[std::size_t(g)][std::size_t(h)] = std::move(s);
     }
   }
   for (int h = 0; h < 4; ++h) {
@@ -293,7 +297,20 @@ Comparison compare_maps(const AttentionMaps& learned, const AttentionMaps& const
   double s = 0;
   for (auto [g, h] : c.matching) {
     s += c.share[std::size_t(g)][std::size_t(h)];
-    c.matched_row_share.push_back(rows[std::size_t(g)][std::size_t(h)]);
+    const PairScore& ps = rows[std::size_t(g)][std::size_t(h)];
+    c.matched_row_share.push_back(ps.row_share);
+    if (block_len > 0) {
+      const std::size_t R = ps.row_on.size(), B = std::size_t(block_len);
+      std::vector<double> bs;
+      for (std::size_t b0 = 0; b0 < R; b0 += B) {
+        double on = 0, mass = 0;
+        bool any = false;
+        for (std::size_t k = b0; k < std::min(R, b0 + B); ++k)
+          if (!M[std::size_t(h)][k].empty()) on += ps.row_on[k], mass += ps.row_mass[k], any = true;
+        bs.push_back(any && mass > 0 ? on / mass : std::numeric_limits<double>::quiet_NaN());
+      }
+      c.matched_block_share.push_back(std::move(bs));
+    }
   }
   c.mean_matched_share = c.matching.empty() ? 0.0 : s / double(c.matching.size());
   return c;

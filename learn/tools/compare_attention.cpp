@@ -61,7 +61,7 @@ ShapeRun run_shape(const Args& a, const LoadedModel* lm, int n, int m) {
   r.M = constructed_matches(r.cs, a.s1, a.s2);
   if (lm) r.learned = learned_attention(*lm, r.probs, a.s1, a.s2, a.threads, &r.exact);
   else r.learned = r.constructed;
-  r.cmp = compare_maps(r.learned, r.constructed, r.shape.eq_index(), r.M);
+  r.cmp = compare_maps(r.learned, r.constructed, r.shape.eq_index(), r.M, r.shape.l + 1);
   return r;
 }
 
@@ -145,6 +145,12 @@ int run_single(const Args& a, const LoadedModel* lm) {
                 ch > 0 ? s / ch : 0.0, c.js[std::size_t(g)][std::size_t(h)], c.bos_learned[std::size_t(g)],
                 c.bos_constructed[std::size_t(h)]);
   }
+  std::printf("share of each matched pair by partial sum B_0 .. B_%d (rows '=' or '>' + the digits of B_k):\n", a.m);
+  for (std::size_t k = 0; k < c.matching.size(); ++k) {
+    std::printf("  %-9s", kConstructedHeadNames[std::size_t(c.matching[k].second)]);
+    for (double v : c.matched_block_share[k]) std::printf(std::isnan(v) ? "    --" : " %5.2f", v);
+    std::printf("\n");
+  }
   std::printf("mean matched share %.3f\nwrote %s/{side_by_side*.png, constructed/, %scompare.json}\n",
               c.mean_matched_share, a.out.c_str(), lm ? "learned/, " : "");
 
@@ -163,11 +169,12 @@ int run_single(const Args& a, const LoadedModel* lm) {
                     {"rows_with_keys", c.rows[std::size_t(h)]}});
   for (std::size_t k = 0; k < c.matching.size(); ++k) {
     const auto [g, h] = c.matching[k];
-    nlohmann::json rs = nlohmann::json::array();
+    nlohmann::json rs = nlohmann::json::array(), bs = nlohmann::json::array();
     for (double v : c.matched_row_share[k]) rs.push_back(std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v));
+    for (double v : c.matched_block_share[k]) bs.push_back(std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v));
     matching.push_back({{"learned", r.learned.names[std::size_t(g)]}, {"constructed", kConstructedHeadNames[std::size_t(h)]},
                         {"share", c.share[std::size_t(g)][std::size_t(h)]}, {"js_bits", c.js[std::size_t(g)][std::size_t(h)]},
-                        {"chance", c.chance[std::size_t(h)]}, {"row_share", rs}});
+                        {"chance", c.chance[std::size_t(h)]}, {"block_share", bs}, {"row_share", rs}});
   }
   nlohmann::json rep = {
       {"learned", a.learned}, {"n", a.n}, {"m", a.m}, {"l", r.shape.l}, {"N", T}, {"eq_index", c.eq_index},

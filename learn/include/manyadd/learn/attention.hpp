@@ -64,6 +64,7 @@ extern const std::array<const char*, 4> kConstructedHeadNames;  // digit_sum, ca
 struct PairScore {
   double share = 0, js = 0;
   std::vector<double> row_share;  // per response row (NaN where M_h(j) is empty or no non-BOS mass)
+  std::vector<double> row_on, row_mass;  // per response row: mass on M_h(j), non-BOS mass (0, 0 if M empty)
 };
 PairScore score_pair(const std::vector<float>& A, int T, std::int64_t eq_index, const std::vector<std::vector<std::int32_t>>& M);
 double bos_mass(const std::vector<float>& A, int T, std::int64_t eq_index);
@@ -82,9 +83,14 @@ struct Comparison {
   std::vector<std::pair<int, int>> matching;     // (learned head, constructed head)
   double mean_matched_share = 0;                 // mean share over the matching's pairs
   std::vector<std::vector<double>> matched_row_share;  // per pair of the matching, per response row
+  // Per pair of the matching, the share over the rows of each response block k = 0..m ('=' or '>'
+  // then the l digits of B_k; block k = rows k (l + 1) .. k (l + 1) + l): where along the partial
+  // sums the alignment holds. NaN for a block without rows that have matched keys.
+  std::vector<std::vector<double>> matched_block_share;
 };
+// block_len = l + 1 (the rows of one partial sum); 0 leaves matched_block_share empty.
 Comparison compare_maps(const AttentionMaps& learned, const AttentionMaps& constructed, std::int64_t eq_index,
-                        const MatchedKeys& M);
+                        const MatchedKeys& M, int block_len = 0);
 
 // The maps in dump_attention's format: OUT/attention.safetensors (tensors "layers.<l>.head.<h>",
 // shape (T, T); metadata n, m, l, s1, s2, samples, example_tokens, pos1, pos2 (the IDs the model
