@@ -2,6 +2,7 @@
 #include "manyadd/learn/io.hpp"
 
 #include <cerrno>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -243,39 +244,48 @@ const std::uint8_t* glyph(char ch) {
                  {'E', {7, 4, 6, 4, 7}}, {'F', {7, 4, 6, 4, 4}}, {'G', {3, 4, 5, 5, 3}}, {'H', {5, 5, 7, 5, 5}},
                  {'L', {4, 4, 4, 4, 7}}, {'M', {5, 7, 7, 5, 5}}, {'N', {6, 5, 5, 5, 5}}, {'O', {2, 5, 5, 5, 2}},
                  {'P', {6, 5, 6, 4, 4}}, {'R', {6, 5, 6, 5, 5}}, {'S', {3, 4, 2, 1, 6}}, {'T', {7, 2, 2, 2, 2}},
-                 {'U', {5, 5, 5, 5, 7}}};
+                 {'U', {5, 5, 5, 5, 7}}, {'I', {7, 2, 2, 2, 7}}, {'J', {1, 1, 1, 5, 2}},
+                 {'K', {5, 5, 6, 5, 5}}, {'Q', {2, 5, 5, 6, 3}}, {'V', {5, 5, 5, 5, 2}}, {'W', {5, 5, 7, 7, 5}},
+                 {'X', {5, 5, 2, 5, 5}}, {'Y', {5, 5, 2, 2, 2}}, {'Z', {7, 1, 2, 4, 7}}, {'.', {0, 0, 0, 0, 2}},
+                 {'-', {0, 0, 7, 0, 0}}, {'(', {1, 2, 2, 2, 1}}, {')', {4, 2, 2, 2, 4}}, {'=', {0, 7, 0, 7, 0}},
+                 {':', {0, 2, 0, 2, 0}}, {'/', {1, 1, 2, 4, 4}}};
   static const std::uint8_t blank[5] = {0, 0, 0, 0, 0};
   if (ch >= '0' && ch <= '9') return digits[ch - '0'];
   for (auto& l : letters)
     if (l.c == ch) return l.rows;
   return blank;
 }
-struct Canvas {
-  int w, h;
-  std::vector<std::uint8_t> px;
-  Canvas(int ww, int hh) : w(ww), h(hh), px(std::size_t(ww) * std::size_t(hh) * 3, 255) {}
-  void set(int x, int y, std::uint8_t r, std::uint8_t g, std::uint8_t b) {
-    if (x < 0 || y < 0 || x >= w || y >= h) return;
-    auto* p = &px[(std::size_t(y) * std::size_t(w) + std::size_t(x)) * 3];
-    p[0] = r, p[1] = g, p[2] = b;
+}  // namespace
+
+Image::Image(int ww, int hh) : w(ww), h(hh), px(std::size_t(ww) * std::size_t(hh) * 3, 255) {}
+void Image::set(int x, int y, std::uint8_t r, std::uint8_t g, std::uint8_t b) {
+  if (x < 0 || y < 0 || x >= w || y >= h) return;
+  auto* p = &px[(std::size_t(y) * std::size_t(w) + std::size_t(x)) * 3];
+  p[0] = r, p[1] = g, p[2] = b;
+}
+void Image::text(int x, int y, const std::string& s, int scale, bool vertical) {
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const std::uint8_t* g = glyph(char(std::toupper(static_cast<unsigned char>(s[i]))));
+    for (int r = 0; r < 5; ++r)
+      for (int c = 0; c < 3; ++c)
+        if (g[r] & (4 >> c))
+          for (int dy = 0; dy < scale; ++dy)
+            for (int dx = 0; dx < scale; ++dx) {
+              const int along = int(i) * 4 * scale + c * scale + dx, across = r * scale + dy;
+              if (vertical) set(x + across, y - along, 0, 0, 0);
+              else set(x + along, y + across, 0, 0, 0);
+            }
   }
-  // Draws s left to right from (x, y), or, if vertical, bottom to top from (x, y) (rotated 90 degrees
-  // counter-clockwise, as a y-axis title).
-  void text(int x, int y, const std::string& s, int scale, bool vertical = false) {
-    for (std::size_t i = 0; i < s.size(); ++i) {
-      const std::uint8_t* g = glyph(s[i]);
-      for (int r = 0; r < 5; ++r)
-        for (int c = 0; c < 3; ++c)
-          if (g[r] & (4 >> c))
-            for (int dy = 0; dy < scale; ++dy)
-              for (int dx = 0; dx < scale; ++dx) {
-                const int along = int(i) * 4 * scale + c * scale + dx, across = r * scale + dy;
-                if (vertical) set(x + across, y - along, 0, 0, 0);
-                else set(x + along, y + across, 0, 0, 0);
-              }
+}
+void Image::blit(const Image& src, int x0, int y0) {
+  for (int y = 0; y < src.h; ++y)
+    for (int x = 0; x < src.w; ++x) {
+      const auto* p = &src.px[(std::size_t(y) * std::size_t(src.w) + std::size_t(x)) * 3];
+      set(x0 + x, y0 + y, p[0], p[1], p[2]);
     }
-  }
-};
+}
+
+namespace {
 // Accuracy 0 -> dark blue, 1 -> yellow (a short viridis-like ramp).
 void ramp(double v, std::uint8_t& r, std::uint8_t& g, std::uint8_t& b) {
   static const double stops[5][3] = {{68, 1, 84}, {59, 82, 139}, {33, 145, 140}, {94, 201, 98}, {253, 231, 37}};
@@ -288,15 +298,14 @@ void ramp(double v, std::uint8_t& r, std::uint8_t& g, std::uint8_t& b) {
 }
 }  // namespace
 
-void write_heatmap_png(const std::string& path, const std::vector<std::vector<double>>& acc, int n_min, int m_min,
-                       int train_n, int train_m) {
+Image heatmap_image(const std::vector<std::vector<double>>& acc, int n_min, int m_min, int train_n, int train_m) {
   const int rows = int(acc.size()), cols = rows ? int(acc[0].size()) : 0;
   if (!rows || !cols) throw InputError("empty grid");
   // Layout: axis title, then tick labels, then the cells (x = operand count, y = operand length).
   const std::string xtitle = "NUMBER OF OPERANDS", ytitle = "LENGTH OF EACH OPERAND";
   const int cell = 16, left = 38, top = 38, sc = 2;
   const int ylen = int(ytitle.size()) * 4;  // title length in pixels at scale 1
-  Canvas cv(std::max(left + cols * cell + 8, left + int(xtitle.size()) * 4 + 8),
+  Image cv(std::max(left + cols * cell + 8, left + int(xtitle.size()) * 4 + 8),
             std::max(top + rows * cell + 8, top + ylen + 8));
   for (int i = 0; i < rows; ++i)
     for (int j = 0; j < cols; ++j) {
@@ -322,12 +331,17 @@ void write_heatmap_png(const std::string& path, const std::vector<std::vector<do
       for (int y = y0; y <= y1; ++y) cv.set(x0 + k, y, 230, 0, 0), cv.set(x1 - k, y, 230, 0, 0);
     }
   }
-  write_png(path, cv.w, cv.h, cv.px);
+  return cv;
 }
 
-void write_attention_png(const std::string& path, const std::vector<float>& a, int T) {
-  const int s = T < 64 ? 8 : T < 256 ? 2 : 1;
-  Canvas cv(T * s, T * s);
+void write_heatmap_png(const std::string& path, const std::vector<std::vector<double>>& acc, int n_min, int m_min,
+                       int train_n, int train_m) {
+  write_png(path, heatmap_image(acc, n_min, m_min, train_n, train_m));
+}
+
+Image attention_image(const std::vector<float>& a, int T, int scale) {
+  const int s = scale > 0 ? scale : T < 64 ? 8 : T < 256 ? 2 : 1;
+  Image cv(T * s, T * s);
   for (int i = 0; i < T; ++i)
     for (int j = 0; j < T; ++j) {
       const float v = a[std::size_t(i) * std::size_t(T) + std::size_t(j)];
@@ -336,7 +350,30 @@ void write_attention_png(const std::string& path, const std::vector<float>& a, i
       for (int y = 0; y < s; ++y)
         for (int x = 0; x < s; ++x) cv.set(j * s + x, i * s + y, r, g, b);
     }
-  write_png(path, cv.w, cv.h, cv.px);
+  return cv;
+}
+
+void write_attention_png(const std::string& path, const std::vector<float>& a, int T) {
+  write_png(path, attention_image(a, T));
+}
+
+Image side_by_side(const std::vector<std::pair<std::string, Image>>& panels, const std::string& caption) {
+  const int gap = 12, title = 18, pad = 6, cap = caption.empty() ? 0 : 18;
+  int w = pad, h = 0;
+  for (const auto& [t, im] : panels) {
+    w += std::max(im.w, int(t.size()) * 8) + gap;
+    h = std::max(h, im.h);
+  }
+  w = std::max(w - gap + pad, int(caption.size()) * 8 + 2 * pad);
+  Image out(w, cap + title + h + pad);
+  if (cap) out.text(pad, 4, caption, 2);
+  int x = pad;
+  for (const auto& [t, im] : panels) {
+    out.text(x, cap + 4, t, 2);
+    out.blit(im, x, cap + title);
+    x += std::max(im.w, int(t.size()) * 8) + gap;
+  }
+  return out;
 }
 
 }  // namespace manyadd::learn

@@ -1,0 +1,326 @@
+// compare_attention: which learned head plays which constructed head's role, in numbers (issue 7).
+// On the same TA(n, m) instances and offsets, the learned model's averaged attention per head is
+// scored against each head of the constructed model of Theorem 4.1 (construct/, minimal padding as
+// the learned format): the share of the non-BOS attention on the constructed head's matched keys,
+// the BOS mass, a Jensen-Shannon divergence, the chance level; then a best one-to-one matching.
+// Definitions: learn/include/manyadd/learn/attention.hpp and learn/README.md.
+//   compare_attention --learned DIR --n 11 --m 11 --samples 1000          one shape: table, PNGs, JSON
+//   compare_attention --learned DIR --grid --samples 20                   per TA cell: alignment | accuracy
+// `--learned constructed` compares the construction with itself (a sanity check: every matched share
+// is 1 up to the finite lambda). Exit codes: 0 done, 2 bad usage or input.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "manyadd/learn/attention.hpp"
+#include "manyadd/learn/cli_common.hpp"
+#include "manyadd/learn/data.hpp"
+#include "manyadd/learn/eval.hpp"
+#include "manyadd/learn/io.hpp"
+
+using namespace manyadd;
+using namespace manyadd::learn;
+
+namespace {
+
+struct Args {
+  std::string learned, out, json_path;
+  int n = 11, m = 11, threads = 2;
+  int n_min = 1, n_max = 30, m_min = 2, m_max = 30;
+  bool grid = false;
+  double lambda = 0;
+  std::int64_t samples = 1000, s1 = 1, s2 = 1;
+  std::uint64_t seed = 12345;
+};
+
+bool self_mode(const Args& a) { return a.learned == "constructed"; }
+
+// One shape: the learned (or constructed) maps, the constructed maps and matches, the comparison.
+struct ShapeRun {
+  Shape shape;
+  ConstructedSetup cs;
+  std::vector<Problem> probs;
+  AttentionMaps learned, constructed;
+  MatchedKeys M;
+  Comparison cmp;
+  std::int64_t exact = -1;  // learned exact matches (teacher-forced) on the same instances; -1 in self mode
+};
+
+ShapeRun run_shape(const Args& a, const LoadedModel* lm, int n, int m) {
+  ShapeRun r;
+  r.shape = Shape::make(n, m, Padding::minimal);
+  r.cs = constructed_setup(n, m, a.s1, a.s2, a.lambda);
+  Rng rng(cell_seed(a.seed, n, m));  // the same instances as evaluate and dump_attention
+  for (std::int64_t i = 0; i < a.samples; ++i) r.probs.push_back(sample_TA(rng, n, m));
+  r.constructed = constructed_attention(r.cs, r.probs[0], a.s1, a.s2);
+  r.M = constructed_matches(r.cs, a.s1, a.s2);
+  if (lm) r.learned = learned_attention(*lm, r.probs, a.s1, a.s2, a.threads, &r.exact);
+  else r.learned = r.constructed;
+  r.cmp = compare_maps(r.learned, r.constructed, r.shape.eq_index(), r.M, r.shape.l + 1);
+  return r;
+}
+
+Image vstack(const std::vector<Image>& rows) {
+  int w = 0, h = 0;
+  for (const auto& im : rows) w = std::max(w, im.w), h += im.h;
+  Image out(w, h);
+  int y = 0;
+  for (const auto& im : rows) out.blit(im, 0, y), y += im.h;
+  return out;
+}
+
+std::string pct(double v) { return std::isnan(v) ? "NA" : fmt::format("{:.1f}%", 100 * v); }
+
+int run_single(const Args& a, const LoadedModel* lm) {
+  const ShapeRun r = run_shape(a, lm, a.n, a.m);
+  const auto& c = r.cmp;
+  const int G = r.learned.heads(), T = r.learned.T;
+  std::filesystem::create_directories(a.out);
+  // Both models' maps in dump_attention's format.
+  std::vector<std::int32_t> p1, p2;
+  position_ids_for(r.shape, PosMode::coupled, a.s1, a.s2, p1, p2);
+  const auto toks = build_sequence(r.probs[0], r.shape);
+  write_attention_dir(a.out + "/constructed", r.constructed, r.shape, a.s1, a.s2, a.samples, toks, p1, p2,
+                      {{"model", "constructed"}, {"P1", std::to_string(r.cs.P1)}, {"P2", std::to_string(r.cs.P2)},
+                       {"lambda", fmt::format("{}", r.cs.lambda)}});
+  if (lm) {
+    std::vector<std::int32_t> q1, q2;
+    const Example ex = make_example(r.probs[0], lm->cfg, a.s1, a.s2);
+    write_attention_dir(a.out + "/learned", r.learned, r.shape, a.s1, a.s2, a.samples, toks, ex.pos[0], ex.pos[1],
+                        {{"model", a.learned}});
+  }
+  // Side by side, one row per matched pair: constructed head | learned head (same axes, < 0.01 black).
+  const int scale = T < 64 ? 6 : T < 256 ? 2 : 1;
+  std::vector<Image> rows;
+  for (std::size_t k = 0; k < c.matching.size(); ++k) {
+    const auto [g, h] = c.matching[k];
+    const std::string ct = fmt::format("CONSTRUCTED HEAD {} ({})", h + 1, kConstructedHeadNames[std::size_t(h)]);
+    const std::string lt = fmt::format("{} {}  SHARE {:.3f}", lm ? "LEARNED" : "SELF", r.learned.names[std::size_t(g)],
+                                       c.share[std::size_t(g)][std::size_t(h)]);
+    Image row = side_by_side({{ct, attention_image(r.constructed.maps[std::size_t(h)], T, scale)},
+                              {lt, attention_image(r.learned.maps[std::size_t(g)], T, scale)}});
+    write_png(fmt::format("{}/side_by_side_{}.png", a.out, kConstructedHeadNames[std::size_t(h)]), row);
+    rows.push_back(std::move(row));
+  }
+  write_png(a.out + "/side_by_side.png", vstack(rows));
+
+  // The table.
+  std::printf("compare_attention: %s vs the constructed model (P1 = %d, P2 = %d, lambda = %g) on %lld samples of "
+              "TA(%d, %d), N = %d, offsets (%lld, %lld), %lld response rows\n",
+              lm ? a.learned.c_str() : "the constructed model", r.cs.P1, r.cs.P2, r.cs.lambda,
+              static_cast<long long>(a.samples), a.n, a.m, T, static_cast<long long>(a.s1),
+              static_cast<long long>(a.s2), static_cast<long long>(T - c.eq_index));
+  if (r.exact >= 0)
+    std::printf("learned model's exact match on these instances (teacher-forced): %lld / %lld = %s\n",
+                static_cast<long long>(r.exact), static_cast<long long>(a.samples),
+                pct(double(r.exact) / double(a.samples)).c_str());
+  std::printf("\nshare of each learned head's non-BOS attention on the constructed head's matched keys "
+              "(JS divergence in bits in brackets)\n");
+  std::printf("%-18s", "head");
+  for (int h = 0; h < 4; ++h) std::printf(" %20s", fmt::format("{} {}", h + 1, kConstructedHeadNames[std::size_t(h)]).c_str());
+  std::printf(" %8s\n", "BOS");
+  for (int g = 0; g < G; ++g) {
+    std::printf("%-18s", r.learned.names[std::size_t(g)].c_str());
+    for (int h = 0; h < 4; ++h)
+      std::printf(" %20s", fmt::format("{:.3f} [{:.2f}]", c.share[std::size_t(g)][std::size_t(h)],
+                                       c.js[std::size_t(g)][std::size_t(h)]).c_str());
+    std::printf(" %8.3f\n", c.bos_learned[std::size_t(g)]);
+  }
+  std::printf("%-18s", "chance (uniform)");
+  for (int h = 0; h < 4; ++h) std::printf(" %20.4f", c.chance[std::size_t(h)]);
+  std::printf("\n%-18s", "constructed BOS");
+  for (int h = 0; h < 4; ++h) std::printf(" %20.3f", c.bos_constructed[std::size_t(h)]);
+  std::printf("\n%-18s", "rows with keys");
+  for (int h = 0; h < 4; ++h) std::printf(" %20lld", static_cast<long long>(c.rows[std::size_t(h)]));
+  std::printf("\n\nbest one-to-one matching (maximum summed share):\n");
+  for (auto [g, h] : c.matching) {
+    const double s = c.share[std::size_t(g)][std::size_t(h)], ch = c.chance[std::size_t(h)];
+    std::printf("  constructed head %d (%-9s) <- %-16s share %.3f (%.0fx chance), JS %.3f bits, BOS %.3f (constructed %.3f)\n",
+                h + 1, kConstructedHeadNames[std::size_t(h)], r.learned.names[std::size_t(g)].c_str(), s,
+                ch > 0 ? s / ch : 0.0, c.js[std::size_t(g)][std::size_t(h)], c.bos_learned[std::size_t(g)],
+                c.bos_constructed[std::size_t(h)]);
+  }
+  std::printf("share of each matched pair by partial sum B_0 .. B_%d (rows '=' or '>' + the digits of B_k):\n", a.m);
+  for (std::size_t k = 0; k < c.matching.size(); ++k) {
+    std::printf("  %-9s", kConstructedHeadNames[std::size_t(c.matching[k].second)]);
+    for (double v : c.matched_block_share[k]) std::printf(std::isnan(v) ? "    --" : " %5.2f", v);
+    std::printf("\n");
+  }
+  std::printf("mean matched share %.3f\nwrote %s/{side_by_side*.png, constructed/, %scompare.json}\n",
+              c.mean_matched_share, a.out.c_str(), lm ? "learned/, " : "");
+
+  nlohmann::json heads = nlohmann::json::array();
+  for (int g = 0; g < G; ++g) {
+    nlohmann::json row = {{"name", r.learned.names[std::size_t(g)]}, {"bos", c.bos_learned[std::size_t(g)]}};
+    for (int h = 0; h < 4; ++h)
+      row["vs"][kConstructedHeadNames[std::size_t(h)]] = {{"share", c.share[std::size_t(g)][std::size_t(h)]},
+                                                          {"js_bits", c.js[std::size_t(g)][std::size_t(h)]}};
+    heads.push_back(row);
+  }
+  nlohmann::json cons = nlohmann::json::array(), matching = nlohmann::json::array();
+  for (int h = 0; h < 4; ++h)
+    cons.push_back({{"head", h + 1}, {"name", kConstructedHeadNames[std::size_t(h)]},
+                    {"chance", c.chance[std::size_t(h)]}, {"bos", c.bos_constructed[std::size_t(h)]},
+                    {"rows_with_keys", c.rows[std::size_t(h)]}});
+  for (std::size_t k = 0; k < c.matching.size(); ++k) {
+    const auto [g, h] = c.matching[k];
+    nlohmann::json rs = nlohmann::json::array(), bs = nlohmann::json::array();
+    for (double v : c.matched_row_share[k]) rs.push_back(std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v));
+    for (double v : c.matched_block_share[k]) bs.push_back(std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v));
+    matching.push_back({{"learned", r.learned.names[std::size_t(g)]}, {"constructed", kConstructedHeadNames[std::size_t(h)]},
+                        {"share", c.share[std::size_t(g)][std::size_t(h)]}, {"js_bits", c.js[std::size_t(g)][std::size_t(h)]},
+                        {"chance", c.chance[std::size_t(h)]}, {"block_share", bs}, {"row_share", rs}});
+  }
+  nlohmann::json rep = {
+      {"learned", a.learned}, {"n", a.n}, {"m", a.m}, {"l", r.shape.l}, {"N", T}, {"eq_index", c.eq_index},
+      {"s1", a.s1}, {"s2", a.s2}, {"samples", a.samples}, {"seed", a.seed},
+      {"constructed", {{"P1", r.cs.P1}, {"P2", r.cs.P2}, {"lambda", r.cs.lambda}, {"heads", cons}}},
+      {"learned_heads", heads}, {"matching", matching}, {"mean_matched_share", c.mean_matched_share},
+      {"learned_exact", r.exact >= 0 ? nlohmann::json(r.exact) : nlohmann::json(nullptr)},
+      {"example_tokens", tokens_to_string(toks)}};
+  atomic_write(a.out + "/compare.json", rep.dump(2) + "\n");
+  if (!a.json_path.empty()) atomic_write(a.json_path, rep.dump(2) + "\n");
+  return 0;
+}
+
+int run_grid(const Args& a, const LoadedModel* lm) {
+  const int rows = a.n_max - a.n_min + 1, cols = a.m_max - a.m_min + 1;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<std::vector<double>> align(std::size_t(rows), std::vector<double>(std::size_t(cols), nan)), acc = align;
+  std::filesystem::create_directories(a.out);
+  std::string csv = "n,m,N,samples,accuracy,mean_matched_share";
+  for (auto* nm : kConstructedHeadNames) csv += fmt::format(",{0}_learned,{0}_share,{0}_chance", nm);
+  csv += "\n";
+  nlohmann::json cells = nlohmann::json::array();
+  for (int n = a.n_min; n <= a.n_max; ++n) {
+    for (int m = a.m_min; m <= a.m_max; ++m) {
+      const Shape shape = Shape::make(n, m, Padding::minimal);
+      if (lm && (!shape_fits(lm->cfg, shape) || a.s1 > max_offset1(lm->cfg, shape) ||
+                 a.s2 > max_offset2(lm->cfg, shape))) {  // position IDs beyond the model's tables: NA
+        csv += fmt::format("{},{},{},0,NA,NA", n, m, shape.N());
+        for (int k = 0; k < 12; ++k) csv += ",NA";
+        csv += "\n";
+        continue;
+      }
+      const ShapeRun r = run_shape(a, lm, n, m);
+      const auto& c = r.cmp;
+      const double accv = r.exact >= 0 ? double(r.exact) / double(a.samples) : nan;
+      align[std::size_t(n - a.n_min)][std::size_t(m - a.m_min)] = c.mean_matched_share;
+      acc[std::size_t(n - a.n_min)][std::size_t(m - a.m_min)] = accv;
+      std::string line = fmt::format("{},{},{},{},{},{:.6f}", n, m, shape.N(), a.samples,
+                                     std::isnan(accv) ? std::string("NA") : fmt::format("{:.6f}", accv),
+                                     c.mean_matched_share);
+      nlohmann::json cell = {{"n", n}, {"m", m}, {"N", shape.N()}, {"samples", a.samples},
+                             {"accuracy", std::isnan(accv) ? nlohmann::json(nullptr) : nlohmann::json(accv)},
+                             {"mean_matched_share", c.mean_matched_share}};
+      for (int h = 0; h < 4; ++h) {
+        int g = -1;
+        for (auto [gg, hh] : c.matching)
+          if (hh == h) g = gg;
+        const double sh = g >= 0 ? c.share[std::size_t(g)][std::size_t(h)] : nan;
+        line += fmt::format(",{},{},{:.6f}", g >= 0 ? r.learned.names[std::size_t(g)] : std::string("NA"),
+                            std::isnan(sh) ? std::string("NA") : fmt::format("{:.6f}", sh), c.chance[std::size_t(h)]);
+        cell["heads"][kConstructedHeadNames[std::size_t(h)]] = {
+            {"learned", g >= 0 ? nlohmann::json(r.learned.names[std::size_t(g)]) : nlohmann::json(nullptr)},
+            {"share", std::isnan(sh) ? nlohmann::json(nullptr) : nlohmann::json(sh)},
+            {"chance", c.chance[std::size_t(h)]}};
+      }
+      csv += line + "\n";
+      cells.push_back(cell);
+    }
+    std::fprintf(stderr, "compare_attention --grid: operand length %d done (%d of %d rows)\n", n, n - a.n_min + 1, rows);
+  }
+  int train_n = 0, train_m = 0;
+  if (lm && lm->config_json.contains("train")) {
+    train_n = lm->config_json["train"].value("train_n", 0);
+    train_m = lm->config_json["train"].value("train_m", 0);
+  }
+  atomic_write(a.out + "/grid_alignment.csv", csv);
+  const Image ia = heatmap_image(align, a.n_min, a.m_min, train_n, train_m);
+  write_png(a.out + "/grid_alignment.png", ia);
+  std::vector<std::pair<std::string, Image>> panels = {{"ALIGNMENT (MEAN MATCHED SHARE)", ia}};
+  if (lm) {
+    const Image ic = heatmap_image(acc, a.n_min, a.m_min, train_n, train_m);
+    write_png(a.out + "/grid_accuracy.png", ic);
+    panels.push_back({"EXACT MATCH (SAME INSTANCES)", ic});
+  }
+  write_png(a.out + "/grid.png",
+            side_by_side(panels, fmt::format("{} SAMPLES PER CELL  0 = PURPLE  1 = YELLOW  GREY = NA", a.samples)));
+  nlohmann::json rep = {{"learned", a.learned}, {"grid", true}, {"samples", a.samples}, {"seed", a.seed},
+                        {"s1", a.s1}, {"s2", a.s2}, {"n_min", a.n_min}, {"n_max", a.n_max}, {"m_min", a.m_min},
+                        {"m_max", a.m_max}, {"cells", cells}};
+  atomic_write(a.out + "/grid_alignment.json", rep.dump(2) + "\n");
+  if (!a.json_path.empty()) atomic_write(a.json_path, rep.dump(2) + "\n");
+  std::printf("compare_attention --grid: %d x %d cells, %lld samples each: %s/grid.png (alignment | accuracy), "
+              "grid_alignment.{csv,png,json}\n",
+              rows, cols, static_cast<long long>(a.samples), a.out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Compare a learned model's attention, head by head, with the constructed model's (Theorem 4.1)."};
+  Args a;
+  app.add_option("--learned", a.learned, "learned model directory, or 'constructed' (the construction vs itself)")
+      ->required();
+  app.add_option("--n", a.n, "digits per operand (default 11, as Figure 7)");
+  app.add_option("--m", a.m, "operand count (default 11)");
+  app.add_option("--samples", a.samples, "TA(n, m) samples averaged (per cell with --grid; default 1000)");
+  app.add_option("--s1", a.s1, "level-1 position offset (default 1)");
+  app.add_option("--s2", a.s2, "level-2 position offset (default 1)");
+  app.add_option("--seed", a.seed, "seed of the samples (the same instances as evaluate/dump_attention)");
+  app.add_option("--lambda", a.lambda, "constructed model's attention scale (default: construct's default for N)");
+  app.add_option("--out", a.out, "output directory (default: <learned>/compare_TA<n>x<m>, or <learned>/compare_grid)");
+  app.add_flag("--grid", a.grid, "score every TA cell of the grid (--n-min..--n-max x --m-min..--m-max)");
+  app.add_option("--n-min", a.n_min, "grid: smallest operand length (default 1)");
+  app.add_option("--n-max", a.n_max, "grid: largest operand length (default 30)");
+  app.add_option("--m-min", a.m_min, "grid: smallest operand count (default 2)");
+  app.add_option("--m-max", a.m_max, "grid: largest operand count (default 30)");
+  app.add_option("--threads", a.threads, "worker threads (default 2)");
+  app.add_option("--json", a.json_path, "also write the JSON report here");
+  if (const int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
+  try {
+    if (a.samples < 1 || a.samples > 10'000'000) throw InputError("--samples must be in [1, 1e7]");
+    if (a.threads < 1 || a.threads > 256) throw InputError("--threads must be in [1, 256]");
+    if (a.lambda < 0 || !std::isfinite(a.lambda)) throw InputError("--lambda must be > 0");
+    if (a.s1 < 1 || a.s2 < 1 || a.s1 > 1'000'000 || a.s2 > 1'000'000) throw InputError("--s1, --s2 must be in [1, 1e6]");
+    auto check_nm = [](int n, int m, const char* what) {
+      if (n < 1 || m < 2 || n > 1000 || m > 1000)
+        throw InputError(fmt::format("{}: need 1 <= n <= 1000 and 2 <= m <= 1000 (got n = {}, m = {})", what, n, m));
+      const Shape s = Shape::make(n, m, Padding::minimal);
+      if (s.N() > 20000)
+        throw InputError(fmt::format("TA({}, {}) has N = {} tokens: the (N, N) maps per head (and the dense constructed "
+                                     "pass) are limited to 20,000 tokens", n, m, s.N()));
+    };
+    if (a.grid) {
+      if (a.n_min > a.n_max || a.m_min > a.m_max) throw InputError("empty grid: need --n-min <= --n-max, --m-min <= --m-max");
+      check_nm(a.n_min, a.m_min, "--n-min/--m-min");
+      check_nm(a.n_max, a.m_max, "--n-max/--m-max");
+    } else {
+      check_nm(a.n, a.m, "--n/--m");
+    }
+    LoadedModel lm;
+    const bool self = self_mode(a);
+    if (!self) lm = load_model_dir(a.learned);
+    if (a.out.empty()) {
+      if (self) throw InputError("--learned constructed needs --out DIR");
+      a.out = a.grid ? a.learned + "/compare_grid" : fmt::format("{}/compare_TA{}x{}", a.learned, a.n, a.m);
+    }
+    if (!self && !a.grid) {
+      const Shape s = Shape::make(a.n, a.m, Padding::minimal);
+      if (!shape_fits(lm.cfg, s) || a.s1 > max_offset1(lm.cfg, s) || a.s2 > max_offset2(lm.cfg, s))
+        throw InputError(fmt::format("TA({}, {}) at offsets ({}, {}) needs position IDs beyond the model's max_pos "
+                                     "({}, {})", a.n, a.m, a.s1, a.s2, lm.cfg.max_pos1, lm.cfg.max_pos2));
+    }
+    return a.grid ? run_grid(a, self ? nullptr : &lm) : run_single(a, self ? nullptr : &lm);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "compare_attention: %s\n", e.what());
+    return 2;
+  }
+}
