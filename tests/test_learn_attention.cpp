@@ -347,13 +347,18 @@ TEST(CompareAttentionCli, WritesTablesFiguresAndJson) {
   for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(td[i].data, tc[i].data);
   // Grid: a 2 x 2 grid writes the CSV, the JSON and the side-by-side figure.
   ASSERT_EQ(run(std::string(COMPARE_EXE) + " --learned " + model + " --grid --n-min 1 --n-max 2 --m-min 2 --m-max 3 "
-                "--samples 2 --out " + d + "/grid"), 0);
+                "--samples 2 --n 4 --m 3 --out " + d + "/grid"), 0);
   for (const char* f : {"grid.png", "grid_alignment.csv", "grid_alignment.png", "grid_accuracy.png", "grid_alignment.json"})
     EXPECT_TRUE(fs::exists(d + "/grid/" + f)) << f;
   std::ifstream csv(d + "/grid/grid_alignment.csv");
   int lines = 0;
   for (std::string s; std::getline(csv, s);) ++lines;
   EXPECT_EQ(lines, 1 + 4);
+  // The reference matching (at --n/--m, here TA(4, 3)) names a learned head for every constructed head.
+  const auto gj = read_json_file(d + "/grid/grid_alignment.json");
+  EXPECT_EQ(gj["cells"].size(), 4u);
+  EXPECT_EQ(gj["reference"]["matching"].size(), 4u);
+  for (const auto& c : gj["cells"]) EXPECT_TRUE(c["heads"]["digit_sum"].contains("fixed_share"));
   fs::remove_all(d);
 }
 
