@@ -296,6 +296,26 @@ TEST(CompareAttention, MatchingHandlesFewerAndMoreHeads) {
   EXPECT_EQ(m6[1], (std::pair<int, int>{0, 1}));
 }
 
+TEST(CompareAttention, CommittedModelKeepsItsMeasuredRoles) {
+  // bench/results/compare-attention-cpu/: on 1000 samples of TA(11, 11) the committed model's heads 1 and
+  // 2 take 0.961 and 0.968 of their non-BOS attention on the digit-sum and carry heads' matched keys.
+  // 20 samples here; the averaged share moves by far less than the 0.05 margin left below 0.9.
+  const LoadedModel lm = load_model_dir(std::string(MANYADD_SOURCE_DIR) + "/models/cpu-sa1010-1l4h-d64");
+  const auto probs = ta(11, 11, 20, 12345);
+  const ConstructedSetup cs = constructed_setup(11, 11, 1, 1, 0);
+  std::int64_t exact = 0;
+  const AttentionMaps a = learned_attention(lm, probs, 1, 1, 2, &exact);
+  const Comparison c = compare_maps(a, constructed_attention(cs, probs[0], 1, 1), cs.shape.eq_index(),
+                                    constructed_matches(cs, 1, 1));
+  EXPECT_EQ(exact, 20);
+  ASSERT_EQ(c.matching.size(), 4u);
+  EXPECT_EQ(c.matching[0], (std::pair<int, int>{1, 0}));
+  EXPECT_EQ(c.matching[1], (std::pair<int, int>{2, 1}));
+  EXPECT_GT(c.share[1][0], 0.9);
+  EXPECT_GT(c.share[2][1], 0.9);
+  EXPECT_LT(c.share[0][0], 0.1);
+}
+
 // ---- CLIs -------------------------------------------------------------------------------------------
 namespace {
 int run(const std::string& cmd, std::string* err = nullptr) {
@@ -347,13 +367,18 @@ TEST(CompareAttentionCli, WritesTablesFiguresAndJson) {
   for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(td[i].data, tc[i].data);
   // Grid: a 2 x 2 grid writes the CSV, the JSON and the side-by-side figure.
   ASSERT_EQ(run(std::string(COMPARE_EXE) + " --learned " + model + " --grid --n-min 1 --n-max 2 --m-min 2 --m-max 3 "
-                "--samples 2 --out " + d + "/grid"), 0);
+                "--samples 2 --n 4 --m 3 --out " + d + "/grid"), 0);
   for (const char* f : {"grid.png", "grid_alignment.csv", "grid_alignment.png", "grid_accuracy.png", "grid_alignment.json"})
     EXPECT_TRUE(fs::exists(d + "/grid/" + f)) << f;
   std::ifstream csv(d + "/grid/grid_alignment.csv");
   int lines = 0;
   for (std::string s; std::getline(csv, s);) ++lines;
   EXPECT_EQ(lines, 1 + 4);
+  // The reference matching (at --n/--m, here TA(4, 3)) names a learned head for every constructed head.
+  const auto gj = read_json_file(d + "/grid/grid_alignment.json");
+  EXPECT_EQ(gj["cells"].size(), 4u);
+  EXPECT_EQ(gj["reference"]["matching"].size(), 4u);
+  for (const auto& c : gj["cells"]) EXPECT_TRUE(c["heads"]["digit_sum"].contains("fixed_share"));
   fs::remove_all(d);
 }
 

@@ -191,44 +191,62 @@ int run_single(const Args& a, const LoadedModel* lm) {
 int run_grid(const Args& a, const LoadedModel* lm) {
   const int rows = a.n_max - a.n_min + 1, cols = a.m_max - a.m_min + 1;
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  std::vector<std::vector<double>> align(std::size_t(rows), std::vector<double>(std::size_t(cols), nan)), acc = align;
+  using Grid = std::vector<std::vector<double>>;
+  Grid align(std::size_t(rows), std::vector<double>(std::size_t(cols), nan)), acc = align;
+  std::array<Grid, 4> fixed;  // share of the reference matching's learned head, per constructed head
+  for (auto& g : fixed) g = align;
+  // The reference matching: the best one at (--n, --m) (default TA(11, 11), Figure 7's shape). Per
+  // cell the best matching may change roles (a head that stops following one pattern can score
+  // better on another); the fixed one shows where each role, as found at the reference, stops.
+  const ShapeRun ref = run_shape(a, lm, a.n, a.m);
+  std::array<int, 4> ref_head{-1, -1, -1, -1};
+  for (auto [g, h] : ref.cmp.matching) ref_head[std::size_t(h)] = g;
+  std::fprintf(stderr, "compare_attention --grid: reference matching at TA(%d, %d):", a.n, a.m);
+  for (int h = 0; h < 4; ++h)
+    std::fprintf(stderr, " %s <- %s", kConstructedHeadNames[std::size_t(h)],
+                 ref_head[std::size_t(h)] >= 0 ? ref.learned.names[std::size_t(ref_head[std::size_t(h)])].c_str() : "none");
+  std::fprintf(stderr, "\n");
   std::filesystem::create_directories(a.out);
   std::string csv = "n,m,N,samples,accuracy,mean_matched_share";
-  for (auto* nm : kConstructedHeadNames) csv += fmt::format(",{0}_learned,{0}_share,{0}_chance", nm);
+  for (auto* nm : kConstructedHeadNames) csv += fmt::format(",{0}_learned,{0}_share,{0}_chance,{0}_fixed_share", nm);
   csv += "\n";
   nlohmann::json cells = nlohmann::json::array();
+  auto num = [](double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
+  auto str = [](double v) { return std::isnan(v) ? std::string("NA") : fmt::format("{:.6f}", v); };
   for (int n = a.n_min; n <= a.n_max; ++n) {
     for (int m = a.m_min; m <= a.m_max; ++m) {
       const Shape shape = Shape::make(n, m, Padding::minimal);
       if (lm && (!shape_fits(lm->cfg, shape) || a.s1 > max_offset1(lm->cfg, shape) ||
                  a.s2 > max_offset2(lm->cfg, shape))) {  // position IDs beyond the model's tables: NA
         csv += fmt::format("{},{},{},0,NA,NA", n, m, shape.N());
-        for (int k = 0; k < 12; ++k) csv += ",NA";
+        for (int k = 0; k < 16; ++k) csv += ",NA";
         csv += "\n";
         continue;
       }
       const ShapeRun r = run_shape(a, lm, n, m);
       const auto& c = r.cmp;
+      const std::size_t i = std::size_t(n - a.n_min), j = std::size_t(m - a.m_min);
       const double accv = r.exact >= 0 ? double(r.exact) / double(a.samples) : nan;
-      align[std::size_t(n - a.n_min)][std::size_t(m - a.m_min)] = c.mean_matched_share;
-      acc[std::size_t(n - a.n_min)][std::size_t(m - a.m_min)] = accv;
-      std::string line = fmt::format("{},{},{},{},{},{:.6f}", n, m, shape.N(), a.samples,
-                                     std::isnan(accv) ? std::string("NA") : fmt::format("{:.6f}", accv),
-                                     c.mean_matched_share);
-      nlohmann::json cell = {{"n", n}, {"m", m}, {"N", shape.N()}, {"samples", a.samples},
-                             {"accuracy", std::isnan(accv) ? nlohmann::json(nullptr) : nlohmann::json(accv)},
+      align[i][j] = c.mean_matched_share;
+      acc[i][j] = accv;
+      std::string line = fmt::format("{},{},{},{},{},{:.6f}", n, m, shape.N(), a.samples, str(accv), c.mean_matched_share);
+      nlohmann::json cell = {{"n", n}, {"m", m}, {"N", shape.N()}, {"samples", a.samples}, {"accuracy", num(accv)},
                              {"mean_matched_share", c.mean_matched_share}};
       for (int h = 0; h < 4; ++h) {
         int g = -1;
         for (auto [gg, hh] : c.matching)
           if (hh == h) g = gg;
         const double sh = g >= 0 ? c.share[std::size_t(g)][std::size_t(h)] : nan;
-        line += fmt::format(",{},{},{:.6f}", g >= 0 ? r.learned.names[std::size_t(g)] : std::string("NA"),
-                            std::isnan(sh) ? std::string("NA") : fmt::format("{:.6f}", sh), c.chance[std::size_t(h)]);
+        const int gf = ref_head[std::size_t(h)];
+        const double fs = gf >= 0 ? c.share[std::size_t(gf)][std::size_t(h)] : nan;
+        fixed[std::size_t(h)][i][j] = fs;
+        line += fmt::format(",{},{},{:.6f},{}", g >= 0 ? r.learned.names[std::size_t(g)] : std::string("NA"), str(sh),
+                            c.chance[std::size_t(h)], str(fs));
         cell["heads"][kConstructedHeadNames[std::size_t(h)]] = {
             {"learned", g >= 0 ? nlohmann::json(r.learned.names[std::size_t(g)]) : nlohmann::json(nullptr)},
-            {"share", std::isnan(sh) ? nlohmann::json(nullptr) : nlohmann::json(sh)},
-            {"chance", c.chance[std::size_t(h)]}};
+            {"share", num(sh)}, {"chance", c.chance[std::size_t(h)]},
+            {"fixed_learned", gf >= 0 ? nlohmann::json(r.learned.names[std::size_t(gf)]) : nlohmann::json(nullptr)},
+            {"fixed_share", num(fs)}};
       }
       csv += line + "\n";
       cells.push_back(cell);
@@ -243,22 +261,36 @@ int run_grid(const Args& a, const LoadedModel* lm) {
   atomic_write(a.out + "/grid_alignment.csv", csv);
   const Image ia = heatmap_image(align, a.n_min, a.m_min, train_n, train_m);
   write_png(a.out + "/grid_alignment.png", ia);
-  std::vector<std::pair<std::string, Image>> panels = {{"ALIGNMENT (MEAN MATCHED SHARE)", ia}};
+  std::vector<std::pair<std::string, Image>> top = {{"BEST MATCHING PER CELL: MEAN SHARE", ia}};
   if (lm) {
     const Image ic = heatmap_image(acc, a.n_min, a.m_min, train_n, train_m);
     write_png(a.out + "/grid_accuracy.png", ic);
-    panels.push_back({"EXACT MATCH (SAME INSTANCES)", ic});
+    top.push_back({"EXACT MATCH (SAME INSTANCES)", ic});
   }
-  write_png(a.out + "/grid.png",
-            side_by_side(panels, fmt::format("{} SAMPLES PER CELL  0 = PURPLE  1 = YELLOW  GREY = NA", a.samples)));
+  std::vector<std::pair<std::string, Image>> bottom;
+  for (int h = 0; h < 4; ++h) {
+    const int gf = ref_head[std::size_t(h)];
+    if (gf < 0) continue;
+    const Image im = heatmap_image(fixed[std::size_t(h)], a.n_min, a.m_min, train_n, train_m);
+    write_png(fmt::format("{}/grid_share_{}.png", a.out, kConstructedHeadNames[std::size_t(h)]), im);
+    bottom.push_back({fmt::format("{} <- {}", kConstructedHeadNames[std::size_t(h)], ref.learned.names[std::size_t(gf)]), im});
+  }
+  const Image t = side_by_side(top, fmt::format("{} SAMPLES PER CELL.  0 = PURPLE  1 = YELLOW  GREY = NA", a.samples));
+  const Image b = side_by_side(bottom, fmt::format("SHARE OF THE HEAD MATCHED AT TA({}, {}), PER CONSTRUCTED HEAD", a.n, a.m));
+  write_png(a.out + "/grid.png", vstack({t, b}));
+  nlohmann::json refj = nlohmann::json::object();
+  for (int h = 0; h < 4; ++h)
+    refj[kConstructedHeadNames[std::size_t(h)]] =
+        ref_head[std::size_t(h)] >= 0 ? nlohmann::json(ref.learned.names[std::size_t(ref_head[std::size_t(h)])]) : nlohmann::json(nullptr);
   nlohmann::json rep = {{"learned", a.learned}, {"grid", true}, {"samples", a.samples}, {"seed", a.seed},
                         {"s1", a.s1}, {"s2", a.s2}, {"n_min", a.n_min}, {"n_max", a.n_max}, {"m_min", a.m_min},
-                        {"m_max", a.m_max}, {"cells", cells}};
+                        {"m_max", a.m_max}, {"reference", {{"n", a.n}, {"m", a.m}, {"matching", refj}}},
+                        {"cells", cells}};
   atomic_write(a.out + "/grid_alignment.json", rep.dump(2) + "\n");
   if (!a.json_path.empty()) atomic_write(a.json_path, rep.dump(2) + "\n");
-  std::printf("compare_attention --grid: %d x %d cells, %lld samples each: %s/grid.png (alignment | accuracy), "
-              "grid_alignment.{csv,png,json}\n",
-              rows, cols, static_cast<long long>(a.samples), a.out.c_str());
+  std::printf("compare_attention --grid: %d x %d cells, %lld samples each: %s/grid.png (alignment | accuracy, and the "
+              "share of each head matched at TA(%d, %d)), grid_alignment.{csv,png,json}, grid_share_<head>.png\n",
+              rows, cols, static_cast<long long>(a.samples), a.out.c_str(), a.n, a.m);
   return 0;
 }
 
@@ -269,8 +301,8 @@ int main(int argc, char** argv) {
   Args a;
   app.add_option("--learned", a.learned, "learned model directory, or 'constructed' (the construction vs itself)")
       ->required();
-  app.add_option("--n", a.n, "digits per operand (default 11, as Figure 7)");
-  app.add_option("--m", a.m, "operand count (default 11)");
+  app.add_option("--n", a.n, "digits per operand (default 11, as Figure 7); with --grid: the reference shape");
+  app.add_option("--m", a.m, "operand count (default 11); with --grid: the reference shape");
   app.add_option("--samples", a.samples, "TA(n, m) samples averaged (per cell with --grid; default 1000)");
   app.add_option("--s1", a.s1, "level-1 position offset (default 1)");
   app.add_option("--s2", a.s2, "level-2 position offset (default 1)");
@@ -302,9 +334,8 @@ int main(int argc, char** argv) {
       if (a.n_min > a.n_max || a.m_min > a.m_max) throw InputError("empty grid: need --n-min <= --n-max, --m-min <= --m-max");
       check_nm(a.n_min, a.m_min, "--n-min/--m-min");
       check_nm(a.n_max, a.m_max, "--n-max/--m-max");
-    } else {
-      check_nm(a.n, a.m, "--n/--m");
     }
+    check_nm(a.n, a.m, "--n/--m");
     LoadedModel lm;
     const bool self = self_mode(a);
     if (!self) lm = load_model_dir(a.learned);
@@ -312,7 +343,7 @@ int main(int argc, char** argv) {
       if (self) throw InputError("--learned constructed needs --out DIR");
       a.out = a.grid ? a.learned + "/compare_grid" : fmt::format("{}/compare_TA{}x{}", a.learned, a.n, a.m);
     }
-    if (!self && !a.grid) {
+    if (!self) {  // the single shape, or the grid's reference shape
       const Shape s = Shape::make(a.n, a.m, Padding::minimal);
       if (!shape_fits(lm.cfg, s) || a.s1 > max_offset1(lm.cfg, s) || a.s2 > max_offset2(lm.cfg, s))
         throw InputError(fmt::format("TA({}, {}) at offsets ({}, {}) needs position IDs beyond the model's max_pos "

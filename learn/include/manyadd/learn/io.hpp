@@ -54,7 +54,7 @@ nlohmann::json read_json_file(const std::string& path);  // throws InputError on
 // PNG writer (8-bit RGB), via libpng. rgb is (h, w, 3) row-major.
 void write_png(const std::string& path, int w, int h, const std::vector<std::uint8_t>& rgb);
 
-// An RGB image (white background) with a small bitmap font (3x5 glyphs: digits, letters, . - ( ) = : /)
+// An RGB image (white background) with a small bitmap font (3x5 glyphs: digits, letters, . , - _ ( ) = : / < >)
 // for axis labels and titles.
 struct Image {
   int w = 0, h = 0;
