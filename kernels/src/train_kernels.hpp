@@ -25,7 +25,8 @@ void synchronize();
 void embedding_forward(float* out, const std::uint8_t* tok, const std::int32_t* pos0, const std::int32_t* pos1, int L,
                        const float* wte, const float* wpe0, const float* wpe1, int R, int C);
 // dwte (V, C), dwpe_lv (rows_lv, C) += scatter of dout (R, C). One thread per (table row, channel) sums
-// the rows that read it in row order: the CPU twin's order, so the result is bitwise the CPU's.
+// the rows that read it in row order, then adds that sum to the entry: bitwise the CPU twin's
+// (which adds row by row into the entry) when the gradients start at zero, as in training.
 void embedding_backward(float* dwte, float* dwpe0, float* dwpe1, const float* dout, const std::uint8_t* tok,
                         const std::int32_t* pos0, const std::int32_t* pos1, int L, int R, int C, int V, int rows0,
                         int rows1);
