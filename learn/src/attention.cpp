@@ -223,7 +223,7 @@ double chance_share(int T, std::int64_t eq_index, const std::vector<std::vector<
   return mass > 0 ? on / mass : 0.0;
 }
 
-std::vector<std::pair<int, int>> best_matching(const std::vector<std::array<double, 4>>& share) {
+std::vector<std::pair<int, int>> best_matching(const std::vector<std::array<double, 4>>& share) {  // share = score
   const int G = int(share.size());
   const int K = std::min(G, 4);
   std::vector<std::pair<int, int>> best, cur;
@@ -293,7 +293,13 @@ Comparison compare_maps(const AttentionMaps& learned, const AttentionMaps& const
     c.chance[std::size_t(h)] = chance_share(T, eq_index, M[std::size_t(h)]);
     for (const auto& r : M[std::size_t(h)]) c.rows[std::size_t(h)] += !r.empty();
   }
-  c.matching = best_matching(c.share);
+  std::vector<std::array<double, 4>> sim(static_cast<std::size_t>(G));
+  for (int g = 0; g < G; ++g)
+    for (int h = 0; h < 4; ++h) {
+      const double js = c.js[std::size_t(g)][std::size_t(h)];
+      sim[std::size_t(g)][std::size_t(h)] = std::isnan(js) ? 0.0 : 1.0 - js;
+    }
+  c.matching = best_matching(sim);
   double s = 0;
   for (auto [g, h] : c.matching) {
     s += c.share[std::size_t(g)][std::size_t(h)];

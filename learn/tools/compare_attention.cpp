@@ -137,7 +137,7 @@ int run_single(const Args& a, const LoadedModel* lm) {
   for (int h = 0; h < 4; ++h) std::printf(" %20.3f", c.bos_constructed[std::size_t(h)]);
   std::printf("\n%-18s", "rows with keys");
   for (int h = 0; h < 4; ++h) std::printf(" %20lld", static_cast<long long>(c.rows[std::size_t(h)]));
-  std::printf("\n\nbest one-to-one matching (maximum summed share):\n");
+  std::printf("\n\nbest one-to-one matching (smallest summed JS divergence):\n");
   for (auto [g, h] : c.matching) {
     const double s = c.share[std::size_t(g)][std::size_t(h)], ch = c.chance[std::size_t(h)];
     std::printf("  constructed head %d (%-9s) <- %-16s share %.3f (%.0fx chance), JS %.3f bits, BOS %.3f (constructed %.3f)\n",

@@ -18,3 +18,14 @@ build/learn/compare_attention --learned $M --grid --samples 10 --out /tmp/cmp_gr
 cp /tmp/cmp_grid/grid.png /tmp/cmp_grid/grid_alignment.csv $R/   # grid_alignment.json (1 MB) not committed
 build/learn/evaluate --model $M --n-min 1 --n-max 10 --m-min 2 --m-max 10 --samples 1000 --mode teacher \
   --csv $R/in_distribution_1000.csv --png $R/in_distribution_1000.png --json $R/in_distribution_1000.json
+# 3. the 1-layer 2-head model (models/cpu-sa1010-1l2h-d64; command in models/README.md):
+M2=models/cpu-sa1010-1l2h-d64
+R2=$R/1l2h
+mkdir -p $R2
+build/learn/compare_attention --learned $M2 --n 11 --m 11 --samples 1000 --out /tmp/cmp2_TA11x11 > $R2/compare_TA11x11.txt
+cp /tmp/cmp2_TA11x11/compare.json $R2/compare_TA11x11.json
+cp /tmp/cmp2_TA11x11/side_by_side.png $R2/side_by_side_TA11x11.png
+build/learn/compare_attention --learned $M2 --grid --samples 10 --out /tmp/cmp2_grid
+cp /tmp/cmp2_grid/grid.png /tmp/cmp2_grid/grid_alignment.csv $R2/
+build/learn/evaluate --model $M2 --n-min 1 --n-max 10 --m-min 2 --m-max 10 --samples 1000 --mode teacher \
+  --csv $R2/in_distribution_1000.csv --png $R2/in_distribution_1000.png --json $R2/in_distribution_1000.json

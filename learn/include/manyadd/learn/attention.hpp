@@ -12,7 +12,8 @@
 //   bos(A)       = mean over response rows of A[j][0]   (BOS is counted separately, here);
 //   js(A, h)     = mean over rows of the Jensen-Shannon divergence, in bits (0 = same, 1 = disjoint),
 //                  between A's non-BOS row renormalized and the uniform distribution on M_h(j);
-//   chance(h)    = share of uniform causal attention (A[j][i] = 1 / (j + 1)), computed from M_h.
+//   chance(h)    = share of uniform causal attention (A[j][i] = 1 / (j + 1)), computed from M_h;
+//   matching     = the one-to-one assignment of heads with the smallest summed js (see best_matching).
 // Every score is computed on the map averaged over the samples (the map the PNGs show); share is
 // linear in A, so it also equals the per-sample ratio of summed masses.
 #pragma once
@@ -71,8 +72,12 @@ double bos_mass(const std::vector<float>& A, int T, std::int64_t eq_index);
 double chance_share(int T, std::int64_t eq_index, const std::vector<std::vector<std::int32_t>>& M);
 
 // A one-to-one matching between learned heads (rows) and constructed heads (columns) maximizing the
-// summed share: min(G, 4) pairs, exhaustive over assignments, ties broken by the lowest head indices.
-std::vector<std::pair<int, int>> best_matching(const std::vector<std::array<double, 4>>& share);
+// summed score: min(G, 4) pairs, exhaustive over assignments, ties broken by the lowest head indices.
+// compare_maps scores a pair by 1 - JS (the symmetric divergence), not by the share: the share only
+// asks that the learned attention lie inside M_h(j), so a head that follows the digit-sum keys also
+// scores high against the arrow head, whose matched set contains them; the divergence also asks
+// that it cover M_h(j) the way the construction does.
+std::vector<std::pair<int, int>> best_matching(const std::vector<std::array<double, 4>>& score);
 
 struct Comparison {
   std::int64_t eq_index = 0;
@@ -80,7 +85,7 @@ struct Comparison {
   std::vector<double> bos_learned;               // per learned head
   std::array<double, 4> bos_constructed{}, chance{};
   std::array<std::int64_t, 4> rows{};            // response rows with a non-empty M_h(j)
-  std::vector<std::pair<int, int>> matching;     // (learned head, constructed head)
+  std::vector<std::pair<int, int>> matching;     // (learned head, constructed head), by minimum summed JS
   double mean_matched_share = 0;                 // mean share over the matching's pairs
   std::vector<std::vector<double>> matched_row_share;  // per pair of the matching, per response row
   // Per pair of the matching, the share over the rows of each response block k = 0..m ('=' or '>'
