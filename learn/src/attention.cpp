@@ -211,7 +211,7 @@ double bos_mass(const std::vector<float>& A, int T, std::int64_t eq_index) {
   return s / double(T - eq_index);
 }
 
-double chance_share(int T, std::int64_t eq_index, const std::vector<std::vector<std::int32_t>>& M) {
+double chance_share(std::int64_t eq_index, const std::vector<std::vector<std::int32_t>>& M) {
   double on = 0, mass = 0;
   for (std::size_t k = 0; k < M.size(); ++k) {
     if (M[k].empty()) continue;
@@ -219,17 +219,15 @@ double chance_share(int T, std::int64_t eq_index, const std::vector<std::vector<
     on += double(M[k].size()) / (j + 1);
     mass += j / (j + 1);
   }
-  (void)T;
   return mass > 0 ? on / mass : 0.0;
 }
 
-std::vector<std::pair<int, int>> best_matching(const std::vector<std::array<double, 4>>& share) {  // share = score
-  const int G = int(share.size());
-  const int K = std::min(G, 4);
+std::vector<std::pair<int, int>> best_matching(const std::vector<std::array<double, 4>>& score) {
+  const int G = int(score.size());
   std::vector<std::pair<int, int>> best, cur;
   double best_v = -1;
   std::vector<char> used_l(std::size_t(G), 0), used_c(4, 0);
-  // Exhaustive: choose K constructed heads in order and a distinct learned head for each. The
+  // Exhaustive: choose the 4 constructed heads in order and a distinct learned head for each. The
   // constructed heads are taken in index order when G >= 4; when G < 4 every learned head picks a
   // distinct constructed head instead. Strict improvement keeps the lexicographically first optimum.
   std::function<void(int, double)> rec;
@@ -243,7 +241,7 @@ std::vector<std::pair<int, int>> best_matching(const std::vector<std::array<doub
         if (used_l[std::size_t(g)]) continue;
         used_l[std::size_t(g)] = 1;
         cur.emplace_back(g, c);
-        rec(c + 1, v + share[std::size_t(g)][std::size_t(c)]);
+        rec(c + 1, v + score[std::size_t(g)][std::size_t(c)]);
         cur.pop_back();
         used_l[std::size_t(g)] = 0;
       }
@@ -258,14 +256,13 @@ std::vector<std::pair<int, int>> best_matching(const std::vector<std::array<doub
         if (used_c[std::size_t(c)]) continue;
         used_c[std::size_t(c)] = 1;
         cur.emplace_back(g, c);
-        rec(g + 1, v + share[std::size_t(g)][std::size_t(c)]);
+        rec(g + 1, v + score[std::size_t(g)][std::size_t(c)]);
         cur.pop_back();
         used_c[std::size_t(c)] = 0;
       }
     };
   }
   rec(0, 0.0);
-  (void)K;
   std::sort(best.begin(), best.end(), [](auto a, auto b) { return a.second < b.second; });
   return best;
 }
@@ -290,7 +287,7 @@ Comparison compare_maps(const AttentionMaps& learned, const AttentionMaps& const
   }
   for (int h = 0; h < 4; ++h) {
     c.bos_constructed[std::size_t(h)] = bos_mass(constructed.maps[std::size_t(h)], T, eq_index);
-    c.chance[std::size_t(h)] = chance_share(T, eq_index, M[std::size_t(h)]);
+    c.chance[std::size_t(h)] = chance_share(eq_index, M[std::size_t(h)]);
     for (const auto& r : M[std::size_t(h)]) c.rows[std::size_t(h)] += !r.empty();
   }
   std::vector<std::array<double, 4>> sim(static_cast<std::size_t>(G));

@@ -89,7 +89,6 @@ int run_single(const Args& a, const LoadedModel* lm) {
                       {{"model", "constructed"}, {"P1", std::to_string(r.cs.P1)}, {"P2", std::to_string(r.cs.P2)},
                        {"lambda", fmt::format("{}", r.cs.lambda)}});
   if (lm) {
-    std::vector<std::int32_t> q1, q2;
     const Example ex = make_example(r.probs[0], lm->cfg, a.s1, a.s2);
     write_attention_dir(a.out + "/learned", r.learned, r.shape, a.s1, a.s2, a.samples, toks, ex.pos[0], ex.pos[1],
                         {{"model", a.learned}});

@@ -69,7 +69,7 @@ struct PairScore {
 };
 PairScore score_pair(const std::vector<float>& A, int T, std::int64_t eq_index, const std::vector<std::vector<std::int32_t>>& M);
 double bos_mass(const std::vector<float>& A, int T, std::int64_t eq_index);
-double chance_share(int T, std::int64_t eq_index, const std::vector<std::vector<std::int32_t>>& M);
+double chance_share(std::int64_t eq_index, const std::vector<std::vector<std::int32_t>>& M);
 
 // A one-to-one matching between learned heads (rows) and constructed heads (columns) maximizing the
 // summed score: min(G, 4) pairs, exhaustive over assignments, ties broken by the lowest head indices.
