@@ -15,6 +15,7 @@
 #include "manyadd/learn/eval.hpp"
 #include "manyadd/learn/io.hpp"
 #include "manyadd/learn/train.hpp"
+#include "learn_fixtures.hpp"
 
 using namespace manyadd;
 using namespace manyadd::learn;
@@ -179,15 +180,6 @@ TEST(AdamW, ScalarsAndClipping) {
 }
 
 namespace {
-ModelConfig trainer_model() {
-  ModelConfig c;
-  c.d_model = 32;
-  c.d_head = 8;
-  c.d_ff = 64;
-  c.max_pos1 = 6;
-  c.max_pos2 = 6;
-  return c;
-}
 TrainConfig trainer_cfg() {
   TrainConfig t;
   t.train_n = 2;
@@ -209,7 +201,7 @@ TrainConfig trainer_cfg() {
 // hence 1e-5 for the loss and 1e-4 for the norm). The batch of another step gives a loss further off
 // than 100x that tolerance: the check can tell batches apart.
 TEST(DevicePath, SameBatchesAsTheCpuTrainer) {
-  const ModelConfig mc = trainer_model();
+  const ModelConfig mc = fixtures::micro_model();
   const TrainConfig tc = trainer_cfg();
   Trainer cpu(mc, tc);
   for (int s = 0; s < 40; ++s) cpu.step();
@@ -241,7 +233,7 @@ TEST(DevicePath, SameBatchesAsTheCpuTrainer) {
 // On the device path, resume == uninterrupted, bit for bit (files compared byte for byte), and the
 // evaluation through the device (packed batches) gives the CPU evaluation's counts.
 TEST(DevicePath, ResumeIsBitIdenticalAndEvalMatches) {
-  const ModelConfig mc = trainer_model();
+  const ModelConfig mc = fixtures::micro_model();
   TrainConfig tc = trainer_cfg();
   tc.steps = 60;
   tc.eval_every = 0;

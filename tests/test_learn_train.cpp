@@ -16,20 +16,12 @@
 #include "manyadd/learn/eval.hpp"
 #include "manyadd/learn/io.hpp"
 #include "manyadd/learn/train.hpp"
+#include "learn_fixtures.hpp"
 
 using namespace manyadd;
 using namespace manyadd::learn;
 
 namespace {
-ModelConfig micro_model() {
-  ModelConfig c;
-  c.d_model = 32;
-  c.d_head = 8;
-  c.d_ff = 64;
-  c.max_pos1 = 6;
-  c.max_pos2 = 6;
-  return c;
-}
 TrainConfig micro_train() {
   TrainConfig t;
   t.train_n = 2;
@@ -51,7 +43,7 @@ std::string tmpdir(const std::string& name) {
 
 // One micro run shared by the tests below (training once keeps the suite within its time budget).
 struct Micro {
-  ModelConfig mc = micro_model();
+  ModelConfig mc = fixtures::micro_model();
   TrainConfig tc = micro_train();
   Trainer tr{mc, tc};
   double first_loss = 0, last_loss = 0;
@@ -153,7 +145,7 @@ TEST(LearnTrain, CheckpointRoundTripIsExact) {
 
 // 40 steps straight vs 20 steps, checkpoint, a fresh trainer restored from it, 20 more steps.
 TEST(LearnTrain, ResumeIsBitIdentical) {
-  ModelConfig mc = micro_model();
+  ModelConfig mc = fixtures::micro_model();
   TrainConfig tc = micro_train();
   tc.steps = 40;
   tc.train_size = 300;  // several epochs in 40 x 16 samples: the reshuffle is crossed on resume
@@ -180,7 +172,7 @@ TEST(LearnTrain, ResumeIsBitIdentical) {
 // Thread count does not change the result beyond float reassociation of the gradient reduction; the
 // run is deterministic for a fixed thread count (two runs, same bits).
 TEST(LearnTrain, DeterministicForFixedThreads) {
-  ModelConfig mc = micro_model();
+  ModelConfig mc = fixtures::micro_model();
   TrainConfig tc = micro_train();
   tc.steps = 10;
   Trainer a(mc, tc), b(mc, tc);
