@@ -29,3 +29,14 @@ build/learn/compare_attention --learned $M2 --grid --samples 10 --out /tmp/cmp2_
 cp /tmp/cmp2_grid/grid.png /tmp/cmp2_grid/grid_alignment.csv $R2/
 build/learn/evaluate --model $M2 --n-min 1 --n-max 10 --m-min 2 --m-max 10 --samples 1000 --mode teacher \
   --csv $R2/in_distribution_1000.csv --png $R2/in_distribution_1000.png --json $R2/in_distribution_1000.json
+# 4. the 2-layer 2-head model (models/cpu-sa1010-2l2h-d64): the same five commands with M3/R3
+M3=models/cpu-sa1010-2l2h-d64
+R3=$R/2l2h
+mkdir -p $R3
+build/learn/compare_attention --learned $M3 --n 11 --m 11 --samples 1000 --out /tmp/cmp3_TA11x11 > $R3/compare_TA11x11.txt
+cp /tmp/cmp3_TA11x11/compare.json $R3/compare_TA11x11.json
+cp /tmp/cmp3_TA11x11/side_by_side.png $R3/side_by_side_TA11x11.png
+build/learn/compare_attention --learned $M3 --grid --samples 10 --out /tmp/cmp3_grid
+cp /tmp/cmp3_grid/grid.png /tmp/cmp3_grid/grid_alignment.csv $R3/
+build/learn/evaluate --model $M3 --n-min 1 --n-max 10 --m-min 2 --m-max 10 --samples 1000 --mode teacher \
+  --csv $R3/in_distribution_1000.csv --png $R3/in_distribution_1000.png --json $R3/in_distribution_1000.json
