@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "manyadd/cuda_train.hpp"
+#include "cuda_train_test_util.hpp"
 #include "manyadd/learn/batch.hpp"
 #include "manyadd/learn/eval.hpp"
 #include "manyadd/learn/io.hpp"
@@ -23,11 +24,6 @@ using namespace manyadd;
 using namespace manyadd::learn;
 
 namespace {
-#define REQUIRE_DEVICE()                                                         \
-  do {                                                                           \
-    std::string why_;                                                            \
-    if (!cuda_training_available(&why_)) GTEST_SKIP() << "no CUDA device: " << why_; \
-  } while (0)
 
 std::string tmpdir(const std::string& name) {
   auto p = std::filesystem::temp_directory_path() / ("manyadd_test_cuda_train_" + name + "_" + std::to_string(::getpid()));

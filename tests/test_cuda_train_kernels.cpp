@@ -9,6 +9,7 @@
 #include <random>
 
 #include "manyadd/cuda_train.hpp"
+#include "cuda_train_test_util.hpp"
 #include "manyadd/learn/batch.hpp"
 #include "manyadd/learn/layers.hpp"
 #include "manyadd/learn/train.hpp"
@@ -19,11 +20,6 @@ using namespace manyadd::learn;
 namespace K = manyadd::cuda::train;
 
 namespace {
-#define REQUIRE_DEVICE()                                                              \
-  do {                                                                                \
-    std::string why_;                                                                 \
-    if (!cuda_training_available(&why_)) GTEST_SKIP() << "no CUDA device: " << why_; \
-  } while (0)
 
 template <class T>
 struct Dev {  // device copy of a host vector

@@ -1,0 +1,14 @@
+// Shared by the CUDA training tests: skip (with the reason) where no usable CUDA device exists.
+#pragma once
+
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "manyadd/cuda_train.hpp"
+
+#define REQUIRE_DEVICE()                                                              \
+  do {                                                                                \
+    std::string why_;                                                                 \
+    if (!cuda_training_available(&why_)) GTEST_SKIP() << "no CUDA device: " << why_; \
+  } while (0)
