@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "manyadd/cuda_train.hpp"
+#include "manyadd/learn/cuda_device.hpp"
 #include "manyadd/learn/train.hpp"
 
 using namespace manyadd;

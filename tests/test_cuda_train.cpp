@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "manyadd/cuda_train.hpp"
+#include "manyadd/learn/cuda_device.hpp"
 #include "cuda_train_test_util.hpp"
 #include "manyadd/learn/batch.hpp"
 #include "manyadd/learn/eval.hpp"
@@ -107,7 +107,7 @@ TEST(CudaTrainNoDevice, CliExitsTwoAndWritesNothing) {
 // loss and gradient norm differ only by fp32 summation order (cuBLAS GEMM blocking, warp-tree sums,
 // expf/tanhf within 2 ulp): 1e-5 relative for the loss, 1e-4 for the norm (the argument of
 // test_learn_batch's DevicePath test). Weights after the step: within 1% of a full step (lr 3e-3).
-TEST(CudaTrain, StepMatchesPackedCpuTwin) {
+TEST(CudaTrainGpu, StepMatchesPackedCpuTwin) {
   REQUIRE_DEVICE();
   for (auto mc : {model(1, 4, 64), model(2, 2, 64), model(1, 4, 256)}) {
     SCOPED_TRACE("layers " + std::to_string(mc.n_layers) + " d_model " + std::to_string(mc.d_model));
@@ -136,7 +136,7 @@ TEST(CudaTrain, StepMatchesPackedCpuTwin) {
 // of products that themselves passed ~10 fp32 reductions of length <= max(d_model, d_ff, T); in
 // different orders on the two sides: errors ~1e-6 of the tensor's largest entry are expected, 1e-4 is
 // the bound (a wrong pass, mask or index gives O(1)).
-TEST(CudaTrain, EveryGradientMatchesPackedCpuTwin) {
+TEST(CudaTrainGpu, EveryGradientMatchesPackedCpuTwin) {
   REQUIRE_DEVICE();
   for (auto mc : {model(1, 4, 32), model(2, 2, 128), model(1, 4, 384), model(1, 4, 512)}) {
     SCOPED_TRACE("layers " + std::to_string(mc.n_layers) + " d_model " + std::to_string(mc.d_model));
@@ -169,7 +169,7 @@ TEST(CudaTrain, EveryGradientMatchesPackedCpuTwin) {
 // any predictions; the committed trained model (models/cpu-sa1010-1l4h-d64, 100% teacher-forced on these
 // cells on the CPU) makes the counts meaningful, and row by row the GPU's argmax must equal the packed
 // CPU twin's on every row whose top-2 logit gap exceeds fp32 order noise (mixed lengths: padding).
-TEST(CudaTrain, EvaluationMatchesCpu) {
+TEST(CudaTrainGpu, EvaluationMatchesCpu) {
   REQUIRE_DEVICE();
   {
     const ModelConfig mc = model(1, 4, 64);
@@ -230,7 +230,7 @@ TEST(CudaTrain, EvaluationMatchesCpu) {
 
 // No atomics, fixed-order reductions, cuBLAS reproducible on one device: two runs and a resumed run
 // give the same checkpoint bytes.
-TEST(CudaTrain, DeterministicAndResumeIsBitIdentical) {
+TEST(CudaTrainGpu, DeterministicAndResumeIsBitIdentical) {
   REQUIRE_DEVICE();
   const ModelConfig mc = model(1, 4, 64);
   TrainConfig tc = train_cfg();

@@ -1,4 +1,4 @@
-// Every CUDA training kernel (kernels/src/train_kernels.cu) against its CPU twin in learn/layers.hpp
+// Every CUDA training kernel (kernels/src/train.cu) against its CPU twin in learn/layers.hpp
 // or learn/batch.hpp, on random inputs. Built only with nvcc; each test skips (with the reason)
 // without a device. Tolerances: see each test; errors are measured relative to the largest entry of
 // the CPU result (max |gpu - cpu| / max |cpu|), the scale at which fp32 rounding acts.
@@ -8,35 +8,29 @@
 #include <cmath>
 #include <random>
 
-#include "manyadd/cuda_train.hpp"
 #include "cuda_train_test_util.hpp"
 #include "manyadd/learn/batch.hpp"
 #include "manyadd/learn/layers.hpp"
 #include "manyadd/learn/train.hpp"
-#include "train_kernels.hpp"
+#include "manyadd/kernels/device.hpp"
+#include "manyadd/kernels/train.hpp"
 
 using namespace manyadd;
 using namespace manyadd::learn;
-namespace K = manyadd::cuda::train;
+namespace K = manyadd::kernels::train;
 
 namespace {
 
 template <class T>
 struct Dev {  // device copy of a host vector
+  kernels::DeviceBuffer<T> buf;
   T* p = nullptr;
   std::size_t n = 0;
-  explicit Dev(const std::vector<T>& h) : n(h.size()) {
-    p = static_cast<T*>(K::dev_alloc(n * sizeof(T)));
-    K::to_device(p, h.data(), n * sizeof(T));
-  }
-  explicit Dev(std::size_t count) : n(count) {
-    p = static_cast<T*>(K::dev_alloc(n * sizeof(T)));
-    K::dev_zero(p, n * sizeof(T));
-  }
-  ~Dev() { K::dev_free(p); }
+  explicit Dev(const std::vector<T>& h) : buf(h.size()), p(buf.get()), n(h.size()) { buf.upload(h.data(), n); }
+  explicit Dev(std::size_t count) : buf(count), p(buf.get()), n(count) { buf.zero(); }
   std::vector<T> get() const {
     std::vector<T> h(n);
-    K::to_host(h.data(), p, n * sizeof(T));
+    buf.download(h.data(), n);
     return h;
   }
 };
@@ -58,7 +52,7 @@ double rel_err(const std::vector<float>& gpu, const std::vector<float>& cpu) {
 }  // namespace
 
 // Same additions in the same order as the CPU: bitwise equal (tolerance 0), forward and backward.
-TEST(CudaKernels, EmbeddingIsBitwiseTheCpu) {
+TEST(CudaKernelsGpu, EmbeddingIsBitwiseTheCpu) {
   REQUIRE_DEVICE();
   const int R = 900, C = 96, V = 14, rows0 = 21, rows1 = 11;
   std::mt19937 g(1);
@@ -89,7 +83,7 @@ TEST(CudaKernels, EmbeddingIsBitwiseTheCpu) {
 // at most ~C eps relative (C = 256: 1.5e-5, usually far less), and the outputs inherit it: 3e-5
 // relative to the largest entry. dw sums over R = 2000 rows in 256-row chunks vs sequentially:
 // ~R eps worst case = 1.2e-4; observed errors of such sums are ~sqrt(R) eps, so 1e-4.
-TEST(CudaKernels, RmsNormMatchesCpu) {
+TEST(CudaKernelsGpu, RmsNormMatchesCpu) {
   REQUIRE_DEVICE();
   const int R = 2000, C = 256;
   const auto x = randn(std::size_t(R) * C, 6), w = randn(C, 7), g = randn(std::size_t(R) * C, 8);
@@ -108,7 +102,7 @@ TEST(CudaKernels, RmsNormMatchesCpu) {
 
 // GEGLU and the residual: element-wise; the only difference is CUDA tanhf (<= 2 ulp) vs glibc's,
 // i.e. a few 1e-7 relative: 2e-6 relative to the largest entry.
-TEST(CudaKernels, GegluAndResidualMatchCpu) {
+TEST(CudaKernelsGpu, GegluAndResidualMatchCpu) {
   REQUIRE_DEVICE();
   const int R = 700, F = 192;
   const auto h = randn(std::size_t(R) * 2 * F, 10, 2.f), dg = randn(std::size_t(R) * F, 11);
@@ -132,7 +126,7 @@ TEST(CudaKernels, GegluAndResidualMatchCpu) {
 // terms per row, so the outputs differ by ~T eps ~ 1e-5 relative in the worst case; 1e-4 relative to
 // the largest entry. The backward subtracts nearly equal terms (dP - D) and sums T of them twice:
 // 3e-4. Every head width class (NPL 1..4: d_head 8, 64, 96, 128) is covered.
-TEST(CudaKernels, AttentionForwardBackwardMatchCpu) {
+TEST(CudaKernelsGpu, AttentionForwardBackwardMatchCpu) {
   REQUIRE_DEVICE();
   for (int HS : {8, 64, 96, 128}) {
     SCOPED_TRACE("d_head " + std::to_string(HS));
@@ -158,7 +152,7 @@ TEST(CudaKernels, AttentionForwardBackwardMatchCpu) {
 }
 
 // Cross-entropy: the same operations per row, expf/logf within 2 ulp of glibc's: 1e-6 relative.
-TEST(CudaKernels, CrossEntropyMatchesCpu) {
+TEST(CudaKernelsGpu, CrossEntropyMatchesCpu) {
   REQUIRE_DEVICE();
   const int R = 1000, V = 14;
   const auto z = randn(std::size_t(R) * V, 16, 3.f);
@@ -178,7 +172,7 @@ TEST(CudaKernels, CrossEntropyMatchesCpu) {
 
 // Reductions in double over fp32 inputs: exact products, n = 1e6 double additions in another order:
 // relative error <= n 2^-53 ~ 1e-10.
-TEST(CudaKernels, ReductionsMatchCpu) {
+TEST(CudaKernelsGpu, ReductionsMatchCpu) {
   REQUIRE_DEVICE();
   const auto x = randn(1'000'003, 17);
   double s = 0, ss = 0;
@@ -190,7 +184,7 @@ TEST(CudaKernels, ReductionsMatchCpu) {
 }
 
 // AdamW: the same correctly rounded float operations in the same order (no contraction): bitwise.
-TEST(CudaKernels, AdamWIsBitwiseTheCpu) {
+TEST(CudaKernelsGpu, AdamWIsBitwiseTheCpu) {
   REQUIRE_DEVICE();
   const std::size_t n = 100'000;
   auto p = randn(n, 18), m = randn(n, 19, 1e-3f), v = randn(n, 20, 1e-3f), g = randn(n, 21, 1e-2f);

@@ -14,6 +14,7 @@
 #include "manyadd/learn/io.hpp"
 
 namespace fs = std::filesystem;
+using namespace manyadd;
 using namespace manyadd::learn;
 
 namespace {
@@ -110,16 +111,16 @@ TEST(LearnCli, DumpAttentionRowsAreDistributions) {
   const std::string out = tmp() + "/att";
   const CliRun r = run(kDump + " --model " + model_dir() + " --n 2 --m 3 --samples 6 --out " + out);
   ASSERT_EQ(r.rc, 0) << r.err;
-  std::map<std::string, std::string> meta;
-  const auto ts = read_safetensors(out + "/attention.safetensors", &meta);
+  const auto ts = read_safetensors(out + "/attention.safetensors").tensors;
   ASSERT_EQ(ts.size(), 4u);  // 1 layer x 4 heads
   EXPECT_TRUE(fs::exists(out + "/layer0_head3.png"));
   // Each averaged row is a mean of probability rows: sums to 1 (fp32 sums of <= 50 terms: 1e-5).
   for (auto& t : ts) {
     const auto T = t.shape[0];
+    const auto v = t.to_f32();
     for (std::int64_t i = 0; i < T; ++i) {
       double s = 0;
-      for (std::int64_t j = 0; j < T; ++j) s += t.data[std::size_t(i * T + j)];
+      for (std::int64_t j = 0; j < T; ++j) s += v[std::size_t(i * T + j)];
       EXPECT_NEAR(s, 1.0, 1e-5) << t.name << " row " << i;
     }
   }
@@ -255,7 +256,7 @@ RC_GTEST_PROP(LearnCliFuzz, CorruptedSafetensorsNeverLoadWrongWeights, ()) {
   spit(path, bad);
   try {
     std::vector<float> Q;
-    tensors_to_params(lay, read_safetensors(path, nullptr), Q);
+    tensors_to_params(lay, read_safetensors(path), Q);
     RC_ASSERT(Q == P);
   } catch (const manyadd::InputError&) {
     RC_SUCCEED("rejected");

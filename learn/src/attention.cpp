@@ -14,6 +14,8 @@
 #include "manyadd/dense.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
+#include "manyadd/learn/io.hpp"
+#include "manyadd/learn/plot.hpp"
 #include "manyadd/model.hpp"
 
 namespace manyadd::learn {
@@ -324,20 +326,17 @@ void write_attention_dir(const std::string& out, const AttentionMaps& a, const S
                          const std::vector<std::int32_t>& pos1, const std::vector<std::int32_t>& pos2,
                          const std::map<std::string, std::string>& extra) {
   std::filesystem::create_directories(out);
-  std::vector<NamedTensor> ts;
+  std::vector<Tensor> ts;
   for (int g = 0; g < a.heads(); ++g) {
-    NamedTensor nt;
-    nt.name = a.names[std::size_t(g)];
-    nt.shape = {a.T, a.T};
-    nt.data = a.maps[std::size_t(g)];
+    const std::string& name = a.names[std::size_t(g)];
     // "layers.<l>.head.<h>" -> "layer<l>_head<h>.png"
-    std::string png = nt.name;
+    std::string png = name;
     std::size_t p = png.find("layers.");
     if (p == 0) png = "layer" + png.substr(7);
     p = png.find(".head.");
     if (p != std::string::npos) png = png.substr(0, p) + "_head" + png.substr(p + 6);
-    write_attention_png(out + "/" + png + ".png", nt.data, a.T);
-    ts.push_back(std::move(nt));
+    write_attention_png(out + "/" + png + ".png", a.maps[std::size_t(g)], a.T);
+    ts.push_back(make_tensor(name, {a.T, a.T}, a.maps[std::size_t(g)]));
   }
   std::map<std::string, std::string> meta = {
       {"n", std::to_string(shape.n)},   {"m", std::to_string(shape.m)},   {"l", std::to_string(shape.l)},

@@ -11,29 +11,6 @@
 
 namespace manyadd::learn {
 
-void parallel_for(int threads, std::int64_t n, const std::function<void(int, std::int64_t)>& f) {
-  threads = int(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n)));
-  if (threads <= 1) {
-    for (std::int64_t i = 0; i < n; ++i) f(0, i);
-    return;
-  }
-  std::vector<std::thread> pool;
-  std::exception_ptr err;
-  std::mutex mu;
-  for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      try {
-        const std::int64_t lo = n * t / threads, hi = n * (t + 1) / threads;
-        for (std::int64_t i = lo; i < hi; ++i) f(t, i);
-      } catch (...) {
-        std::lock_guard<std::mutex> lk(mu);
-        if (!err) err = std::current_exception();
-      }
-    });
-  for (auto& th : pool) th.join();
-  if (err) std::rethrow_exception(err);
-}
-
 bool teacher_forced_correct(Acts<float>& a, const ModelConfig& c, const Layout& lay, const float* params,
                             const Example& ex, std::vector<std::uint8_t>* pred) {
   model_forward(a, c, lay, params, ex);

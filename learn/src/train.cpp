@@ -262,8 +262,8 @@ void Trainer::save(const std::string& dir) const {
 }
 
 void Trainer::load_checkpoint(const std::string& dir) {
-  std::map<std::string, std::string> meta;
-  const auto ts = read_safetensors(dir + "/checkpoint.safetensors", &meta);
+  const SafetensorsFile ts = read_safetensors(dir + "/checkpoint.safetensors");
+  auto meta = ts.metadata;
   nlohmann::json mj = mc_;
   if (!meta.count("model_config") || meta["model_config"] != mj.dump())
     throw InputError(fmt::format("'{}/checkpoint.safetensors' was written for another model configuration", dir));

@@ -22,6 +22,7 @@
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
 #include "manyadd/learn/io.hpp"
+#include "manyadd/learn/plot.hpp"
 
 using namespace manyadd;
 using namespace manyadd::learn;

@@ -17,6 +17,7 @@
 #include "manyadd/learn/eval.hpp"
 #include "manyadd/learn/attention.hpp"
 #include "manyadd/learn/io.hpp"
+#include "manyadd/learn/plot.hpp"
 
 using namespace manyadd;
 using namespace manyadd::learn;

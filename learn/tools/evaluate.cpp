@@ -11,11 +11,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "manyadd/cuda_train.hpp"
+#include "manyadd/learn/cuda_device.hpp"
 #include "manyadd/learn/cli_common.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
 #include "manyadd/learn/io.hpp"
+#include "manyadd/learn/plot.hpp"
 
 using namespace manyadd;
 using namespace manyadd::learn;

@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "manyadd/cuda_train.hpp"
+#include "manyadd/learn/cuda_device.hpp"
 #include "manyadd/learn/cli_common.hpp"
 #include "manyadd/learn/io.hpp"
 #include "manyadd/learn/train.hpp"

@@ -12,13 +12,9 @@
 
 #include <boost/multiprecision/cpp_int.hpp>
 
-namespace manyadd {
+#include "manyadd/core/error.hpp"
 
-// Raised for every user-correctable problem (bad shape, bad string, offset out of range); the CLIs
-// turn it into exit code 2.
-struct InputError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+namespace manyadd {
 
 // Vocabulary V = (0, ..., 9, '+', '=', '>', '$') in the paper's order (D.1); '$' is BOS and EOS.
 enum Tok : std::uint8_t { kPlus = 10, kEq = 11, kArrow = 12, kDollar = 13 };

@@ -7,15 +7,12 @@
 #include <functional>
 #include <vector>
 
+#include "manyadd/core/parallel.hpp"
 #include "manyadd/learn/model.hpp"
 
 namespace manyadd::learn {
 
 class TrainDevice;  // batch.hpp
-
-// Runs f(i) for i in [0, n) on `threads` threads, each taking a contiguous block of indices, so that
-// anything f writes per index is independent of scheduling.
-void parallel_for(int threads, std::int64_t n, const std::function<void(int thread, std::int64_t i)>& f);
 
 // Teacher-forced prediction: argmax at every counted target position (response tokens + EOS).
 // Returns true iff all equal the targets; pred (if given) receives the argmax tokens in order.

@@ -21,22 +21,15 @@
 // already charges (head_box). That is why its float32 margin (Part 3, name "float32") is the one to
 // read for this engine: if it is positive for the shape, float32 here predicts correctly, up to the
 // extra rescale factor, which is not yet in the certificate. NOT YET CHECKED ON A DEVICE.
-#include <cuda_runtime.h>
-
 #include <stdexcept>
 #include <string>
 
-#include "attention.hpp"
+#include "cuda_check.cuh"
+#include "manyadd/kernels/constructed_attention.hpp"
+#include "manyadd/kernels/device.hpp"
 
-namespace manyadd::cuda {
+namespace manyadd::kernels {
 namespace {
-
-void check(cudaError_t e, const char* what, int line) {
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string("CUDA error in ") + what + " (kernels/src/attention.cu:" + std::to_string(line) +
-                             "): " + cudaGetErrorString(e));
-}
-#define CUDA_CHECK(x) check((x), #x, __LINE__)
 
 __device__ inline float exp_(float x) { return expf(x); }
 __device__ inline double exp_(double x) { return exp(x); }
@@ -98,73 +91,41 @@ __global__ void attention_kernel(const T* __restrict__ q, const T* __restrict__ 
 }
 
 template <typename T>
-struct DeviceBuffer {  // RAII device memory
-  T* p = nullptr;
-  explicit DeviceBuffer(std::size_t n) { CUDA_CHECK(cudaMalloc(&p, n * sizeof(T))); }
-  ~DeviceBuffer() { cudaFree(p); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
-
-template <typename T>
 double run(const T* q, const T* k, const T* v, T* out, int D, std::int64_t N, std::int64_t first) {
   if (D < 8 || D > kMaxD || D % 8) throw std::runtime_error("cuda attention: query/key width not a multiple of 8 in [8, 48]");
   const std::size_t nqk = std::size_t(4) * std::size_t(N) * std::size_t(D), nv = std::size_t(4) * std::size_t(N),
                     no = std::size_t(4) * std::size_t(N - first);
   DeviceBuffer<T> dq(nqk), dk(nqk), dv(nv), dout(no);
-  CUDA_CHECK(cudaMemcpy(dq.p, q, nqk * sizeof(T), cudaMemcpyHostToDevice));
-  CUDA_CHECK(cudaMemcpy(dk.p, k, nqk * sizeof(T), cudaMemcpyHostToDevice));
-  CUDA_CHECK(cudaMemcpy(dv.p, v, nv * sizeof(T), cudaMemcpyHostToDevice));
+  dq.upload(q, nqk), dk.upload(k, nqk), dv.upload(v, nv);
   constexpr int TILE = Tile<T>::n;
   const dim3 grid(unsigned((N - first + TILE - 1) / TILE), 4);
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  CUDA_CHECK(cudaEventRecord(a));
+  DeviceTimer timer;
+  timer.start();
   const long long n = N, f = first;
   switch (D) {
-    case 8: attention_kernel<T, 8><<<grid, TILE>>>(dq.p, dk.p, dv.p, dout.p, n, f); break;
-    case 16: attention_kernel<T, 16><<<grid, TILE>>>(dq.p, dk.p, dv.p, dout.p, n, f); break;
-    case 24: attention_kernel<T, 24><<<grid, TILE>>>(dq.p, dk.p, dv.p, dout.p, n, f); break;
-    case 32: attention_kernel<T, 32><<<grid, TILE>>>(dq.p, dk.p, dv.p, dout.p, n, f); break;
-    case 40: attention_kernel<T, 40><<<grid, TILE>>>(dq.p, dk.p, dv.p, dout.p, n, f); break;
-    case 48: attention_kernel<T, 48><<<grid, TILE>>>(dq.p, dk.p, dv.p, dout.p, n, f); break;
+    case 8: attention_kernel<T, 8><<<grid, TILE>>>(dq.get(), dk.get(), dv.get(), dout.get(), n, f); break;
+    case 16: attention_kernel<T, 16><<<grid, TILE>>>(dq.get(), dk.get(), dv.get(), dout.get(), n, f); break;
+    case 24: attention_kernel<T, 24><<<grid, TILE>>>(dq.get(), dk.get(), dv.get(), dout.get(), n, f); break;
+    case 32: attention_kernel<T, 32><<<grid, TILE>>>(dq.get(), dk.get(), dv.get(), dout.get(), n, f); break;
+    case 40: attention_kernel<T, 40><<<grid, TILE>>>(dq.get(), dk.get(), dv.get(), dout.get(), n, f); break;
+    case 48: attention_kernel<T, 48><<<grid, TILE>>>(dq.get(), dk.get(), dv.get(), dout.get(), n, f); break;
     default: throw std::runtime_error("cuda attention: width not a multiple of 8 in [8, 48]");
   }
-  CUDA_CHECK(cudaGetLastError());
-  CUDA_CHECK(cudaEventRecord(b));
-  CUDA_CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  CUDA_CHECK(cudaMemcpy(out, dout.p, no * sizeof(T), cudaMemcpyDeviceToHost));
-  return double(ms) * 1e-3;
+  LAUNCH_CHECK();
+  const double seconds = timer.stop_seconds();
+  dout.download(out, no);
+  return seconds;
 }
 
 }  // namespace
 
-bool device_count(std::string* why) {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    if (why) *why = cudaGetErrorString(e);
-    cudaGetLastError();  // clear the sticky error
-    return false;
-  }
-  if (n == 0) {
-    if (why) *why = "cudaGetDeviceCount found 0 devices";
-    return false;
-  }
-  return true;
-}
-
-double attention(const float* q, const float* k, const float* v, float* out, int D, std::int64_t N, std::int64_t first) {
+double constructed_attention(const float* q, const float* k, const float* v, float* out, int D, std::int64_t N,
+                             std::int64_t first) {
   return run(q, k, v, out, D, N, first);
 }
-double attention(const double* q, const double* k, const double* v, double* out, int D, std::int64_t N,
-                 std::int64_t first) {
+double constructed_attention(const double* q, const double* k, const double* v, double* out, int D, std::int64_t N,
+                             std::int64_t first) {
   return run(q, k, v, out, D, N, first);
 }
 
-}  // namespace manyadd::cuda
+}  // namespace manyadd::kernels

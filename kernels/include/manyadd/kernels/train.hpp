@@ -1,5 +1,6 @@
-// Internal: the CUDA kernels of learned-model training (train_kernels.cu), as plain C++ launchers on
-// device pointers (no CUDA headers here, so cuda_trainer.cpp and the kernel tests are plain C++).
+// The CUDA kernels of learned-model training (kernels/src/train.cu), as plain C++ launchers on device
+// pointers (no CUDA headers here, so learn's CUDA device and the kernel tests are plain C++). Memory:
+// device.hpp; matrix products: blas.hpp.
 // Each launcher's CPU twin is the function of the same name in learn/layers.hpp (or batch.hpp);
 // tests/test_cuda_train_kernels.cpp checks every one against its twin on random inputs.
 // Every launcher runs on the default stream and throws std::runtime_error on a CUDA error.
@@ -10,16 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace manyadd::cuda::train {
-
-// Device memory helpers (cudaMalloc/cudaMemcpy/cudaFree; sizes in bytes).
-void* dev_alloc(std::size_t bytes);
-void dev_free(void* p);
-void to_device(void* dst, const void* src, std::size_t bytes);
-void to_host(void* dst, const void* src, std::size_t bytes);
-void dev_zero(void* p, std::size_t bytes);
-void dev_copy(void* dst, const void* src, std::size_t bytes);  // device to device
-void synchronize();
+namespace manyadd::kernels::train {
 
 // out (R, C) = wte[tok] + sum_{lv < L} wpe_lv[pos_lv]
 void embedding_forward(float* out, const std::uint8_t* tok, const std::int32_t* pos0, const std::int32_t* pos1, int L,
@@ -66,4 +58,4 @@ double reduce_sum(const float* x, std::int64_t n, bool sum_sq, double* scratch);
 void adamw_update(float* p, float* m, float* v, const float* g, std::int64_t n, double clip, float b1, float b2,
                   float eps, float step_size, float inv_sqrt_bc2, float wd);
 
-}  // namespace manyadd::cuda::train
+}  // namespace manyadd::kernels::train

@@ -1,6 +1,7 @@
 // Host side of the CUDA engine: builds each head's query/key/value rows from the token sequence and
 // position IDs (the model's Q, K, V applied to X0 column by column, through their nonzeros only), runs
-// the attention pass on the device (attention.cu), then the FFN + readout on the host with CompiledFFN.
+// the attention pass on the device (kernels/src/constructed_attention.cu), then the FFN + readout on the
+// host with CompiledFFN. Without CUDA in the build only the CPU twin of the device pass runs.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -8,8 +9,9 @@
 
 #include <fmt/format.h>
 
-#include "attention.hpp"
 #include "manyadd/cuda_engine.hpp"
+#include "manyadd/kernels/constructed_attention.hpp"
+#include "manyadd/kernels/device.hpp"
 #include "manyadd/structured.hpp"
 
 namespace manyadd {
@@ -32,7 +34,7 @@ std::vector<SparseRow> sparse_rows(const Eigen::MatrixXd& A) {
   return rows;
 }
 
-// CPU twin of the device pass (attention.cu): same layout, same per-row key order, same online
+// CPU twin of the device pass (kernels/src/constructed_attention.cu): same layout, same per-row key order, same online
 // softmax; O(N^2) on one thread, for tests of everything around the kernel on machines without a GPU.
 template <typename T>
 double attention_cpu(const T* q, const T* k, const T* v, T* out, int D, std::int64_t N, std::int64_t first) {
@@ -60,6 +62,16 @@ double attention_cpu(const T* q, const T* k, const T* v, T* out, int D, std::int
 }
 
 template <typename T>
+double attention_device(const T* q, const T* k, const T* v, T* out, int D, std::int64_t N, std::int64_t first) {
+#if MANYADD_WITH_CUDA
+  return kernels::constructed_attention(q, k, v, out, D, N, first);
+#else
+  (void)q, (void)k, (void)v, (void)out, (void)D, (void)N, (void)first;
+  throw InvariantError("attention_device in a build without CUDA (cuda_forward checks the device first)");
+#endif
+}
+
+template <typename T>
 CudaForwardResult forward(const ConstructedModel& M, const std::vector<std::uint8_t>& tokens, const Shape& shape,
                           std::int64_t s1, std::int64_t s2, bool keep, bool on_device) {
   const std::int64_t N = shape.N(), first = shape.eq_index();
@@ -77,8 +89,8 @@ CudaForwardResult forward(const ConstructedModel& M, const std::vector<std::uint
     D = std::max<int>(D, int(Q[h].size()));
   }
   D = (D + 7) / 8 * 8;  // the kernel is instantiated for widths 8, 16, .., 48 (zero padding adds nothing)
-  if (D > cuda::kMaxD)
-    throw InputError(fmt::format("cuda_forward: query/key width {} above the engine's {}", D, cuda::kMaxD));
+  if (D > kernels::kMaxD)
+    throw InputError(fmt::format("cuda_forward: query/key width {} above the engine's {}", D, kernels::kMaxD));
 
   // 1. q, k (4, N, D), v (4, N) and the 7 FFN inputs (N - first, 7) from X0, one column at a time.
   const int d = M.d();
@@ -105,7 +117,7 @@ CudaForwardResult forward(const ConstructedModel& M, const std::vector<std::uint
   std::vector<T> out(std::size_t(4 * (N - first)));
   CudaForwardResult R;
   R.first = first;
-  R.kernel_seconds = on_device ? cuda::attention(q.data(), k.data(), v.data(), out.data(), D, N, first)
+  R.kernel_seconds = on_device ? attention_device(q.data(), k.data(), v.data(), out.data(), D, N, first)
                                : attention_cpu(q.data(), k.data(), v.data(), out.data(), D, N, first);
 
   // 3. residual after attention (the 7 FFN inputs; U writes o_h into its target dimension), FFN, readout
@@ -127,7 +139,7 @@ CudaForwardResult forward(const ConstructedModel& M, const std::vector<std::uint
 
 }  // namespace
 
-bool cuda_available(std::string* why) { return cuda::device_count(why); }
+bool cuda_available(std::string* why) { return kernels::device_available(why); }
 
 CudaForwardResult cuda_forward(const ConstructedModel& model, const std::vector<std::uint8_t>& tokens,
                                const Shape& shape, std::int64_t s1, std::int64_t s2, bool float64,

@@ -81,9 +81,9 @@ int main(int argc, char** argv) {
       PackedActs<float> a;
       const float loss = packed_forward(a, mc, tr.layout(), tr.params().data(), first);
       write_safetensors(reference,
-                        {{"logits", {first.rows(), mc.vocab}, a.logits},
-                         {"loss_sum", {1}, {loss}},
-                         {"counted_targets", {1}, {float(first.counted_targets)}}},
+                        {make_tensor("logits", {first.rows(), mc.vocab}, a.logits),
+                         make_tensor("loss_sum", {1}, std::vector<float>{loss}),
+                         make_tensor("counted_targets", {1}, std::vector<float>{float(first.counted_targets)})},
                         {{"step", std::to_string(from)}});
     }
     std::printf("wrote %lld batches (steps %lld..%lld) to %s\n", static_cast<long long>(steps),

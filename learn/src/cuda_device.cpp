@@ -5,10 +5,14 @@
 // trainer computes (learn::adam_scalars). Matrix products: cuBLAS SGEMM (fp32, default math mode: no
 // TF32), run-to-run reproducible on one GPU model (cuBLAS guarantees bitwise-identical results for a
 // toolkit version, architecture and SM count, single stream); every other reduction is ours and fixed
-// order (train_kernels.cu). So a resumed CUDA run equals the uninterrupted CUDA run bit for bit on the
-// same GPU model and toolkit. NEVER RUN ON A GPU YET.
-#include <cublas_v2.h>
+// order (kernels/src/train.cu). So a resumed CUDA run equals the uninterrupted CUDA run bit for bit on
+// the same GPU model and toolkit. Its GPU tests passed on an H100 at commit 896f091. Without CUDA in the
+// build only make_cuda_device's refusal is compiled.
+#include "manyadd/learn/cuda_device.hpp"
 
+#include "manyadd/kernels/device.hpp"
+
+#if MANYADD_WITH_CUDA
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -17,41 +21,16 @@
 
 #include <fmt/format.h>
 
-#include "manyadd/cuda_engine.hpp"
-#include "manyadd/cuda_train.hpp"
+#include "manyadd/kernels/blas.hpp"
+#include "manyadd/kernels/train.hpp"
 #include "manyadd/learn/train.hpp"
-#include "train_kernels.hpp"
 
 namespace manyadd::learn {
 namespace {
-namespace K = manyadd::cuda::train;
-
-void cublas_check(cublasStatus_t s, const char* what, int line) {
-  if (s != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error(fmt::format("cuBLAS error {} in {} (kernels/src/cuda_trainer.cpp:{})", int(s), what, line));
-}
-#define CUBLAS_CHECK(x) cublas_check((x), #x, __LINE__)
-
-// RAII device array of T.
+namespace K = manyadd::kernels::train;
+using kernels::DeviceBuffer;
 template <class T>
-struct Buf {
-  T* p = nullptr;
-  std::size_t n = 0;
-  Buf() = default;
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-  ~Buf() { K::dev_free(p); }
-  void resize(std::size_t count) {
-    if (count <= n) return;
-    K::dev_free(p);
-    p = nullptr;
-    n = 0;
-    p = static_cast<T*>(K::dev_alloc(count * sizeof(T)));
-    n = count;
-  }
-  void zero() { K::dev_zero(p, n * sizeof(T)); }
-  operator T*() const { return p; }
-};
+using Buf = DeviceBuffer<T>;
 
 struct BlockActs {  // one block's activations, (R, ...) as learn::Acts::Block, lse instead of att
   Buf<float> n1, r1, q, k, v, ao, lse, proj, res1, x1, r2, n3, r3, h, g, fo, res2, x2, r4;
@@ -65,19 +44,16 @@ class CudaDevice final : public TrainDevice {
     n_ = std::size_t(lay_.total);
     params_.resize(n_), grads_.resize(n_), m_.resize(n_), v_.resize(n_);
     red_.resize(K::reduce_scratch_doubles());
-    CUBLAS_CHECK(cublasCreate(&blas_));
-    CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
   }
-  ~CudaDevice() override { cublasDestroy(blas_); }
   std::string name() const override { return "cuda"; }
 
   void set_state(const std::vector<float>& p, const std::vector<float>& m, const std::vector<float>& v) override {
     if (p.size() != n_ || m.size() != n_ || v.size() != n_) throw std::logic_error("CudaDevice::set_state: sizes");
-    K::to_device(params_, p.data(), n_ * 4), K::to_device(m_, m.data(), n_ * 4), K::to_device(v_, v.data(), n_ * 4);
+    params_.upload(p.data(), n_), m_.upload(m.data(), n_), v_.upload(v.data(), n_);
   }
   void get_state(std::vector<float>& p, std::vector<float>& m, std::vector<float>& v) override {
     p.resize(n_), m.resize(n_), v.resize(n_);
-    K::to_host(p.data(), params_, n_ * 4), K::to_host(m.data(), m_, n_ * 4), K::to_host(v.data(), v_, n_ * 4);
+    params_.download(p.data(), n_), m_.download(m.data(), n_), v_.download(v.data(), n_);
   }
 
   StepResult step(const PackedBatch& pb, float loss_scale, const TrainConfig& tc, std::int64_t t) override {
@@ -89,7 +65,7 @@ class CudaDevice final : public TrainDevice {
     const AdamScalars s = adam_scalars(tc, t, r.grad_norm);
     K::adamw_update(params_, m_, v_, grads_, std::int64_t(n_), s.clip, s.b1, s.b2, s.eps, s.step_size, s.inv_sqrt_bc2,
                     s.wd);
-    K::synchronize();
+    kernels::synchronize();
     return r;
   }
 
@@ -98,7 +74,7 @@ class CudaDevice final : public TrainDevice {
     grads_.zero();
     backward(pb, loss_scale);
     grads.resize(n_);
-    K::to_host(grads.data(), grads_, n_ * 4);
+    grads_.download(grads.data(), n_);
     return loss;
   }
 
@@ -106,7 +82,7 @@ class CudaDevice final : public TrainDevice {
     forward(pb);
     const std::size_t R = std::size_t(pb.rows()), V = std::size_t(c_.vocab);
     host_logits_.resize(R * V);
-    K::to_host(host_logits_.data(), logits_, R * V * 4);
+    logits_.download(host_logits_.data(), R * V);
     argmax.resize(R);
     for (std::size_t i = 0; i < R; ++i) {
       const float* z = host_logits_.data() + i * V;
@@ -118,7 +94,7 @@ class CudaDevice final : public TrainDevice {
   ModelConfig c_;
   Layout lay_;
   std::size_t n_ = 0;
-  cublasHandle_t blas_ = nullptr;
+  kernels::Blas blas_;
   Buf<float> params_, grads_, m_, v_;
   Buf<double> red_;
   // batch
@@ -129,19 +105,16 @@ class CudaDevice final : public TrainDevice {
   Buf<float> dlogits_, dxf_, dx_, dres_, dn_, dh_, dg_, dao_, dq_, dk_, dv_, attscr_, normscr_;
   std::vector<float> host_logits_;
 
-  const float* P(std::int64_t off) const { return params_.p + off; }
-  float* G(std::int64_t off) const { return grads_.p + off; }
+  const float* P(std::int64_t off) const { return params_.get() + off; }
+  float* G(std::int64_t off) const { return grads_.get() + off; }
 
   // out (R, OC) = inp (R, C) W^T with W (OC, C), all row-major (cuBLAS sees the column-major transposes).
   void mm_forward(float* out, const float* inp, const float* w, int R, int C, int OC) {
-    const float one = 1.f, zero = 0.f;
-    CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, OC, R, C, &one, w, C, inp, C, &zero, out, OC));
+    blas_.linear_forward(out, inp, w, R, C, OC);
   }
   // dinp (R, C) += dout W ; dW (OC, C) += dout^T inp
   void mm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int R, int C, int OC) {
-    const float one = 1.f;
-    CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_N, C, R, OC, &one, w, C, dout, OC, &one, dinp, C));
-    CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, R, &one, inp, C, dout, OC, &one, dw, C));
+    blas_.linear_backward(dinp, dw, dout, inp, w, R, C, OC);
   }
 
   void ensure(const PackedBatch& pb) {
@@ -160,10 +133,10 @@ class CudaDevice final : public TrainDevice {
     dlogits_.resize(R * V), dxf_.resize(R * C), dx_.resize(R * C), dres_.resize(R * C), dn_.resize(R * C);
     dh_.resize(R * 2 * F), dg_.resize(R * F), dao_.resize(R * D), dq_.resize(R * D), dk_.resize(R * D), dv_.resize(R * D);
     attscr_.resize(BHT), normscr_.resize(K::rmsnorm_scratch_floats(int(R), int(C)));
-    K::to_device(tok_, pb.tokens.data(), R);
-    K::to_device(tgt_, pb.targets.data(), R * 4);
-    if (!pb.pos[0].empty()) K::to_device(pos0_, pb.pos[0].data(), R * 4);
-    if (!pb.pos[1].empty()) K::to_device(pos1_, pb.pos[1].data(), R * 4);
+    tok_.upload(pb.tokens.data(), R);
+    tgt_.upload(pb.targets.data(), R);
+    if (!pb.pos[0].empty()) pos0_.upload(pb.pos[0].data(), R);
+    if (!pb.pos[1].empty()) pos1_.upload(pb.pos[1].data(), R);
   }
 
   // learn::packed_forward, pass by pass. Returns the loss sum (fixed-order double reduction).
@@ -214,12 +187,12 @@ class CudaDevice final : public TrainDevice {
     K::crossentropy_backward(dlogits_, probs_, tgt_, loss_scale, R, V);
     dxf_.zero(), dx_.zero();
     mm_backward(dxf_, G(lay_.lm_head), dlogits_, xf_, P(lay_.lm_head), R, C, V);
-    const float* xlast = c_.n_layers ? blocks_.back().x2.p : x0_.p;
+    const float* xlast = c_.n_layers ? blocks_.back().x2.get() : x0_.get();
     K::rmsnorm_backward(dx_, G(lay_.final_norm), normscr_, dxf_, xlast, P(lay_.final_norm), rf_, R, C);
     for (int l = c_.n_layers - 1; l >= 0; --l) {
       auto& b = blocks_[std::size_t(l)];
       const auto& w = lay_.blocks[std::size_t(l)];
-      const float* a_in = l == 0 ? x0_.p : blocks_[std::size_t(l - 1)].x2.p;
+      const float* a_in = l == 0 ? x0_.get() : blocks_[std::size_t(l - 1)].x2.get();
       // 7.
       dres_.zero();
       K::rmsnorm_backward(dres_, G(w.ffn_norm2), normscr_, dx_, b.res2, P(w.ffn_norm2), b.r4, R, C);
@@ -230,7 +203,7 @@ class CudaDevice final : public TrainDevice {
       K::geglu_backward(dh_, dg_, b.h, R, F);
       dn_.zero();
       mm_backward(dn_, G(w.wi), dh_, b.n3, P(w.wi), R, C, 2 * F);
-      K::dev_copy(dx_, dres_, RC);
+      kernels::dev_copy(dx_, dres_, RC);
       K::rmsnorm_backward(dx_, G(w.ffn_norm1), normscr_, dn_, b.x1, P(w.ffn_norm1), b.r3, R, C);
       // 5.
       dres_.zero();
@@ -245,7 +218,7 @@ class CudaDevice final : public TrainDevice {
       mm_backward(dn_, G(w.wk), dk_, b.n1, P(w.wk), R, C, D);
       mm_backward(dn_, G(w.wv), dv_, b.n1, P(w.wv), R, C, D);
       // 2.
-      K::dev_copy(dx_, dres_, RC);
+      kernels::dev_copy(dx_, dres_, RC);
       K::rmsnorm_backward(dx_, G(w.attn_norm1), normscr_, dn_, a_in, P(w.attn_norm1), b.r1, R, C);
     }
     // 1.
@@ -256,12 +229,22 @@ class CudaDevice final : public TrainDevice {
 
 }  // namespace
 
-bool cuda_training_available(std::string* why) { return cuda_available(why); }
+}  // namespace manyadd::learn
+#endif  // MANYADD_WITH_CUDA
+
+namespace manyadd::learn {
+
+bool cuda_training_available(std::string* why) { return kernels::device_available(why); }
 
 std::unique_ptr<TrainDevice> make_cuda_device(const ModelConfig& c) {
   std::string why;
-  if (!cuda_available(&why)) throw InputError("no CUDA device: " + why);
+  if (!kernels::device_available(&why)) throw InputError("no CUDA device: " + why);
+#if MANYADD_WITH_CUDA
   return std::make_unique<CudaDevice>(c);
+#else
+  (void)c;
+  throw InvariantError("a CUDA device was reported in a build without CUDA");
+#endif
 }
 
 }  // namespace manyadd::learn

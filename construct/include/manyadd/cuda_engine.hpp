@@ -1,6 +1,6 @@
 // The constructed model's real-softmax forward pass on a CUDA device (flash-attention style: no N x N
-// matrix). A plain C++ header: callers need no CUDA headers and no #ifdefs; a build without nvcc links
-// a stub whose cuda_available() returns false ("built without CUDA").
+// matrix). A plain C++ header: callers need no CUDA headers and no #ifdefs; in a build without CUDA
+// cuda_available() is false ("built without CUDA") and cuda_forward_cpu_twin still runs.
 #pragma once
 
 #include <array>

@@ -1,7 +1,7 @@
 // Training and teacher-forced evaluation of the learned model on a CUDA device: a learn::TrainDevice
 // (learn/batch.hpp) whose steps run the packed pipeline on the GPU (cuBLAS SGEMM for the matrix
-// products, kernels/src/train_kernels.cu for everything else, fp32). A plain C++ header: without nvcc
-// a stub is built whose make_cuda_device always throws ("built without CUDA").
+// products, kernels/src/train.cu for everything else, fp32). A plain C++ header: without CUDA in the
+// build make_cuda_device always throws ("no CUDA device: built without CUDA ...").
 #pragma once
 
 #include <memory>

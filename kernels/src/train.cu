@@ -1,30 +1,21 @@
 // CUDA kernels of learned-model training (fp32): embedding, RMSNorm, GEGLU, residual, causal attention
 // (flash style: online softmax forward saving the row log-sum-exp, recomputing backward), softmax
 // cross-entropy on response rows, fixed-order reductions and AdamW. The matrix products are cuBLAS
-// calls in cuda_trainer.cpp. See train_kernels.hpp for the contracts; each kernel's CPU twin is in
+// calls in blas.cpp. See train.hpp for the contracts; each kernel's CPU twin is in
 // learn/layers.hpp or learn/batch.hpp. NONE OF THIS HAS RUN ON A GPU YET (compiled for sm_90 only).
 //
 // Determinism: no atomics anywhere. Every thread/warp owns its outputs and sums its terms in a fixed
 // order; reductions across threads use a fixed grid and a fixed tree, so two runs on the same device
 // give bitwise the same results (cuBLAS is run-to-run reproducible on one architecture and SM count:
-// see cuda_trainer.cpp).
-#include <cuda_runtime.h>
-
+// see blas.hpp).
 #include <stdexcept>
 #include <string>
 
-#include "train_kernels.hpp"
+#include "cuda_check.cuh"
+#include "manyadd/kernels/train.hpp"
 
-namespace manyadd::cuda::train {
+namespace manyadd::kernels::train {
 namespace {
-
-void check(cudaError_t e, const char* what, int line) {
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string("CUDA error in ") + what + " (kernels/src/train_kernels.cu:" +
-                             std::to_string(line) + "): " + cudaGetErrorString(e));
-}
-#define CUDA_CHECK(x) check((x), #x, __LINE__)
-#define LAUNCH_CHECK() check(cudaGetLastError(), "kernel launch", __LINE__)
 
 int blocks_for(std::int64_t n, int threads) { return int((n + threads - 1) / threads); }
 
@@ -383,27 +374,6 @@ __global__ void adamw_kernel(float* p, float* m, float* v, const float* grad, lo
 
 }  // namespace
 
-void* dev_alloc(std::size_t bytes) {
-  void* p = nullptr;
-  CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 1));
-  return p;
-}
-void dev_free(void* p) {
-  if (p) cudaFree(p);
-}
-void to_device(void* dst, const void* src, std::size_t bytes) {
-  if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
-}
-void to_host(void* dst, const void* src, std::size_t bytes) {
-  if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
-}
-void dev_zero(void* p, std::size_t bytes) {
-  if (bytes) CUDA_CHECK(cudaMemset(p, 0, bytes));
-}
-void dev_copy(void* dst, const void* src, std::size_t bytes) {
-  if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
-}
-void synchronize() { CUDA_CHECK(cudaDeviceSynchronize()); }
 
 void embedding_forward(float* out, const std::uint8_t* tok, const std::int32_t* pos0, const std::int32_t* pos1, int L,
                        const float* wte, const float* wpe0, const float* wpe1, int R, int C) {
@@ -505,7 +475,7 @@ double reduce_sum(const float* x, std::int64_t n, bool sum_sq, double* scratch) 
   reduce_final_kernel<<<1, 1>>>(scratch);
   LAUNCH_CHECK();
   double r = 0;
-  to_host(&r, scratch + kRedBlocks, sizeof(double));
+  CUDA_CHECK(cudaMemcpy(&r, scratch + kRedBlocks, sizeof(double), cudaMemcpyDeviceToHost));
   return r;
 }
 
@@ -515,4 +485,4 @@ void adamw_update(float* p, float* m, float* v, const float* g, std::int64_t n, 
   LAUNCH_CHECK();
 }
 
-}  // namespace manyadd::cuda::train
+}  // namespace manyadd::kernels::train
