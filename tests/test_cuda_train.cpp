@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "test_util.hpp"
 #include "manyadd/learn/cuda_device.hpp"
 #include "cuda_train_test_util.hpp"
 #include "manyadd/learn/batch.hpp"
@@ -190,7 +191,7 @@ TEST(CudaTrainGpu, EvaluationMatchesCpu) {
       EXPECT_EQ(c1.exact, c2.exact) << n << "x" << m;
     }
   }
-  const LoadedModel lm = load_model_dir(std::string(MANYADD_SOURCE_DIR) + "/models/cpu-sa1010-1l4h-d64");
+  const LoadedModel lm = load_model_dir(manyadd::testing::source_path("models/cpu-sa1010-1l4h-d64"));
   auto gpu = make_cuda_device(lm.cfg);
   auto cpu = make_packed_cpu_device(lm.cfg);
   const std::vector<float> zeros(lm.params.size(), 0.f);

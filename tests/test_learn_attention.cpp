@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "test_util.hpp"
 #include "manyadd/learn/attention.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
@@ -308,7 +309,7 @@ TEST(CompareAttention, CommittedModelKeepsItsMeasuredRoles) {
   // bench/results/compare-attention-cpu/: on 1000 samples of TA(11, 11) the committed model's heads 1 and
   // 2 take 0.961 and 0.968 of their non-BOS attention on the digit-sum and carry heads' matched keys.
   // 20 samples here; the averaged share moves by far less than the 0.05 margin left below 0.9.
-  const LoadedModel lm = load_model_dir(std::string(MANYADD_SOURCE_DIR) + "/models/cpu-sa1010-1l4h-d64");
+  const LoadedModel lm = load_model_dir(manyadd::testing::source_path("models/cpu-sa1010-1l4h-d64"));
   const auto probs = ta(11, 11, 20, 12345);
   const ConstructedSetup cs = constructed_setup(11, 11, 1, 1, 0);
   std::int64_t exact = 0;

@@ -10,6 +10,7 @@
 
 #include <unistd.h>
 
+#include "test_util.hpp"
 #include "manyadd/learn/batch.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
@@ -270,7 +271,7 @@ TEST(DevicePath, ResumeIsBitIdenticalAndEvalMatches) {
   EXPECT_THROW(eval_cell(lm.cfg, lm.lay, lm.params.data(), 2, 2, 5, 9, 1, EvalMode::greedy, dev.get()), InputError);
   // The 60-step model above scores 0 exact on those cells, so equal counts say little: the committed
   // trained model (100% teacher-forced there) makes them meaningful.
-  const LoadedModel tm = load_model_dir(std::string(MANYADD_SOURCE_DIR) + "/models/cpu-sa1010-1l4h-d64");
+  const LoadedModel tm = load_model_dir(manyadd::testing::source_path("models/cpu-sa1010-1l4h-d64"));
   auto tdev = make_packed_cpu_device(tm.cfg);
   const std::vector<float> tz(tm.params.size(), 0.f);
   tdev->set_state(tm.params, tz, tz);
