@@ -21,6 +21,7 @@
 #include "manyadd/core/error.hpp"
 #include "manyadd/core/files.hpp"
 #include "manyadd/core/parallel.hpp"
+#include "manyadd/core/progress.hpp"
 #include "manyadd/core/safetensors.hpp"
 
 using namespace manyadd;
@@ -238,4 +239,50 @@ TEST(ErrorPolicy, ExitCodes) {
   EXPECT_NE(err.str().find("t: bad n"), std::string::npos);
   EXPECT_NE(err.str().find("internal error: boom"), std::string::npos);
   EXPECT_NE(err.str().find("invariant (1 + 1 == 3) broken: arithmetic"), std::string::npos);
+}
+
+TEST(Progress, LinesCountsAndQuiet) {
+  {
+    std::ostringstream o;
+    ProgressOptions opt;
+    opt.out = &o;
+    opt.live = 0;
+    opt.period_s = 1e9;  // no periodic line: only the final one
+    Progress p("certify", 10, "pairs", opt);
+    parallel_for(4, 10, [&](int, std::int64_t) { p.add(); });
+    p.note("3 failed");
+    EXPECT_EQ(p.done(), 10);
+    p.finish();
+    p.finish();  // once
+    const std::string s = o.str();
+    EXPECT_EQ(std::count(s.begin(), s.end(), '\n'), 1) << s;
+    EXPECT_NE(s.find("certify: 10/10 pairs (100%)"), std::string::npos) << s;
+    EXPECT_NE(s.find("| 3 failed"), std::string::npos) << s;
+    EXPECT_EQ(s.find("ETA"), std::string::npos) << s;  // done: no ETA
+  }
+  {
+    std::ostringstream o;
+    ProgressOptions opt;
+    opt.out = &o;
+    opt.quiet = true;
+    Progress p("x", 5, "items", opt);
+    p.add(5);
+    p.finish();
+    EXPECT_TRUE(o.str().empty());
+  }
+  {
+    std::ostringstream o;
+    ProgressOptions opt;
+    opt.out = &o;
+    opt.live = 1;  // redraw in place: carriage returns, one newline at the end
+    Progress p("x", 0, "steps", opt);
+    p.add(3);
+    p.finish();
+    EXPECT_NE(o.str().find('\r'), std::string::npos);
+    EXPECT_NE(o.str().find("x: 3 steps"), std::string::npos);
+  }
+  EXPECT_EQ(human_seconds(42), "42s");
+  EXPECT_EQ(human_seconds(187), "3m07s");
+  EXPECT_EQ(human_seconds(7500), "2h05m");
+  EXPECT_EQ(human_seconds(NAN), "?");
 }

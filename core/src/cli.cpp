@@ -144,6 +144,10 @@ CLI::Option* add_device(CLI::App& app, std::string& device, const std::string& h
       ->type_name("cpu|cuda");
 }
 
+CLI::Option* add_quiet(CLI::App& app, bool& quiet) {
+  return app.add_flag("--quiet,-q", quiet, "no progress lines on stderr (results and errors are still printed)");
+}
+
 std::string exit_codes_footer(bool has_failed_check) {
   return has_failed_check
              ? "Exit codes: 0 done/verified, 1 a check failed (printed), 2 bad input or usage, 3 internal error."

@@ -45,6 +45,8 @@ CLI::Option* add_threads(CLI::App& app, int& threads);
 CLI::Option* add_seed(CLI::App& app, std::uint64_t& seed, const std::string& help);
 CLI::Option* add_json(CLI::App& app, std::string& path, const std::string& help = "write the JSON report to FILE");
 CLI::Option* add_device(CLI::App& app, std::string& device, const std::string& help);
+// --quiet: no progress lines (results and errors are still printed).
+CLI::Option* add_quiet(CLI::App& app, bool& quiet);
 
 // The footer every --help ends with.
 std::string exit_codes_footer(bool has_failed_check);
