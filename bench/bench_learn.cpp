@@ -1,4 +1,4 @@
-// CPU training throughput of the learned transformer (learn/): one optimizer step of the issue's
+// CPU training throughput of the learned transformer (learn/): one optimizer step of the CPU
 // target configuration (1 layer, 4 heads, d_model 64, SA(5, 5), batch 64), with 1 and 2 threads,
 // reported as tokens/s (every input token of every sequence counts), plus one sequence's
 // forward+backward and the teacher-forced evaluation forward.

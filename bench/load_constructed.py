@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
-"""Load the constructed Theorem 4.1 model exported by manyadd's export_model (model.safetensors +
-config.json) into PyTorch and run it on one addition problem, using nothing from this project:
-only the two files, PyTorch, and (if installed) the safetensors package.
+"""Load the constructed Theorem 4.1 model written by `verify_construction --export DIR`
+(model.safetensors + config.json) into PyTorch and run it on one addition problem. It needs the two
+files, PyTorch, and the project's safetensors reader (python/manyadd, imported by path: standard
+library, numpy when installed); the file is plain safetensors, which `safetensors.torch.load_file`
+loads as well.
 
 Tested torch version: not run here: no torch on the dev machine (no torch, no pip registry there).
-The script uses only long-standing torch APIs (torch.frombuffer needs torch >= 1.10). What was
-checked without torch: the sequence, width and position-ID builders against the C++ ones
-(build_sequence, width_theorem/minimal, position_ids) on 32 shapes; and a whole run (fallback
-reader, teacher-forced pass, --greedy) on the exported worked example 57+48+96, s1=4, s2=2, with a
-pure-Python stand-in for the dozen torch calls used (not committed; it checks shapes and
-orientation, not torch itself), giving 000>750>501>102$. The forward pass is the one
-tests/test_export.cpp runs in C++ on the exported tensors and checks against dense_forward.
+The script uses only long-standing torch APIs (from_numpy, tensor, tril, softmax, masked_fill). What
+was checked without torch: the sequence, width and position-ID builders against the C++ ones
+(build_sequence, width_theorem/minimal, position_ids) on 32 shapes; and a whole run (reader,
+teacher-forced pass, --greedy) on the exported worked example 57+48+96, s1=4, s2=2, with a stand-in
+for the dozen torch calls used (not committed; it checks shapes and orientation, not torch itself),
+giving 000>750>501>102$. The forward pass is the one tests/test_export.cpp runs in C++ on the
+exported tensors and checks against dense_forward.
 
 Usage:
   python3 bench/load_constructed.py DIR 57+48+96 [--s1 4 --s2 2] [--greedy]
@@ -25,7 +27,6 @@ when every prediction is right, 1 otherwise, 2 on bad input.
 import argparse
 import json
 import os
-import struct
 import sys
 
 try:
@@ -33,47 +34,25 @@ try:
 except ImportError:  # the pure-Python helpers below stay usable (and testable) without torch
     torch = None
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from manyadd import safetensors  # noqa: E402  (the project's reader, by path: nothing to install)
+
 VOCAB_DEFAULT = list("0123456789+=>$")
 
 
 # ---- weights -------------------------------------------------------------------------------------
 
-def read_safetensors_fallback(path):
-    """Minimal safetensors reader: u64 little-endian header length, JSON header, raw data."""
-    dtypes = {"F64": torch.float64, "F32": torch.float32}
-    if sys.byteorder != "little":
-        raise SystemExit("fallback reader: the file is little-endian and torch.frombuffer uses native order")
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    if 8 + n > len(raw):
-        raise SystemExit(f"{path}: header length {n} runs past the end of the file")
-    header = json.loads(raw[8:8 + n].decode("utf-8"))
-    data = raw[8 + n:]
-    tensors = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = info["data_offsets"]
-        if not (0 <= begin <= end <= len(data)):
-            raise SystemExit(f"{path}: tensor {name} has offsets [{begin}, {end}) outside the data")
-        dt = dtypes[info["dtype"]]
-        shape = info["shape"]
-        if end == begin:
-            tensors[name] = torch.zeros(shape, dtype=dt)
-        else:
-            # bytearray: frombuffer shares memory and warns on read-only buffers.
-            tensors[name] = torch.frombuffer(bytearray(data[begin:end]), dtype=dt).reshape(shape)
-    return tensors
-
-
 def load_weights(model_dir):
-    path = os.path.join(model_dir, "model.safetensors")
-    try:
-        from safetensors.torch import load_file
-    except ImportError:
-        return read_safetensors_fallback(path)
-    return load_file(path)
+    """{name: float64 torch tensor} from model.safetensors, read by python/manyadd's reader (every
+    check, the checksum verified; numpy arrays when numpy is installed, else flat arrays)."""
+    tensors, _ = safetensors.read(os.path.join(model_dir, "model.safetensors"))
+    out = {}
+    for name, a in tensors.items():
+        if isinstance(a, safetensors.Tensor):  # no numpy: the flat values
+            out[name] = torch.tensor(list(a.data), dtype=torch.float64).reshape(a.shape)
+        else:
+            out[name] = torch.from_numpy(a).to(torch.float64)
+    return out
 
 
 # ---- sequence and position IDs (config.json "sequence", "position_ids") ---------------------------
@@ -168,7 +147,7 @@ def main(argv=None):
     with open(os.path.join(args.model_dir, "config.json")) as f:
         cfg = json.load(f)
     vocab = cfg.get("vocab", VOCAB_DEFAULT)
-    W = {k: v.to(torch.float64) for k, v in load_weights(args.model_dir).items()}
+    W = load_weights(args.model_dir)
 
     try:
         operands, l = parse_input(args.input)

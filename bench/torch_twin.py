@@ -21,6 +21,7 @@ global-norm clipping and the same warm-up + cosine schedule.
 import argparse
 import json
 import math
+import os
 import struct
 import sys
 import time
@@ -30,27 +31,20 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from manyadd import files, safetensors  # noqa: E402  (the project's reader, by path: nothing to install)
+
 LEVELS = {"coupled": 2, "digits": 1, "absolute": 1, "none": 0}
 
 
 def read_safetensors(path):
-    with open(path, "rb") as f:
-        b = f.read()
-    (hl,) = struct.unpack("<Q", b[:8])
-    header = json.loads(b[8:8 + hl])
-    data = b[8 + hl:]
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        assert e["dtype"] == "F32", name
-        s, t = e["data_offsets"]
-        out[name] = torch.from_numpy(np.frombuffer(data[s:t], dtype="<f4").copy().reshape(e["shape"]))
-    return out, header.get("__metadata__", {})
+    """{name: torch tensor}, metadata: python/manyadd's reader (every check, the checksum verified)."""
+    arrays, meta = safetensors.read(path, use_numpy=True)
+    return {name: torch.from_numpy(a) for name, a in arrays.items()}, meta
 
 
 def read_batches(path):
-    """The file of kernels/tools/dump_batches.cpp: a list of dicts of numpy arrays."""
+    """The file of learn/tools/dump_batches.cpp: a list of dicts of numpy arrays."""
     with open(path, "rb") as f:
         b = f.read()
     assert b[:8] == b"MABATCH1", "not a dump_batches file"
@@ -288,8 +282,7 @@ def bench(args):
         results[variant] = {"tokens_per_s": tokens / dt, "seconds": dt, "tokens": tokens}
         print("%-8s %d steps, %.0f tokens/s (%.2f s)" % (variant, args.steps, tokens / dt, dt))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+        files.atomic_write(args.json, json.dumps(results, indent=2) + "\n")
     return 0
 
 

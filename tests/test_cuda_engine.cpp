@@ -104,7 +104,7 @@ TEST(CudaEngine, CpuTwinMatchesDenseOnSmallShapes) { check_against_dense(false);
 
 // Full size, n = m = 1000 (N = 2,011,005): predictions equal the structured engine's; sampled rows'
 // head outputs agree with the exact double row engine within float32's worst-case N r (attention.cu).
-// The structured finite-lambda intervals (S.iv) are the tighter check; the GPU session should add it.
+// The structured finite-lambda intervals (S.iv) are the tighter check; a GPU run should add it.
 TEST(CudaEngineGpu, MatchesStructuredAtFullSize) {
   REQUIRE_DEVICE();
   const Case c = make_case(1000, 1000, 7);

@@ -52,7 +52,7 @@ ojson config_json(const ConstructedModel& M, const Shape* shape, std::int64_t ma
   ojson c;
   c["format"] = "manyadd-constructed";
   c["format_version"] = kExportFormatVersion;
-  c["model"] = "Theorem 4.1 construction (paper 000, Appendix D): 1-layer 4-head transformer adding many numbers";
+  c["model"] = "Theorem 4.1 construction (Cho et al., ICLR 2025, Appendix D): 1-layer 4-head transformer adding many numbers";
   c["weights"] = "model.safetensors";
   c["dtype"] = "float64";
   c["architecture"] = {

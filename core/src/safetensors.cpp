@@ -367,6 +367,9 @@ std::string header_bytes(const std::vector<TensorDecl>& ds, std::map<std::string
     const std::int64_t n = checked_numel(d.shape, dtype_size(d.dtype));
     if (n < 0) throw InvariantError(fmt::format("tensor '{}' is too large", d.name));
     const std::uint64_t bytes = std::uint64_t(n) * dtype_size(d.dtype);
+    if (off % dtype_size(d.dtype))  // readers refuse such a file: order the tensors by element size, largest first
+      throw InvariantError(fmt::format("tensor '{}' ({}) would start at data offset {}, not aligned to {} bytes", d.name,
+                                       dtype_name(d.dtype), off, dtype_size(d.dtype)));
     header[d.name] = {{"dtype", dtype_name(d.dtype)}, {"shape", d.shape}, {"data_offsets", {off, off + bytes}}};
     off += bytes;
   }

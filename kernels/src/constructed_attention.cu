@@ -12,7 +12,7 @@
 // are rescaled by sc = exp(mx_old - mx_new). The error of exp itself is common to l and acc and
 // cancels in out = acc / l; the two multiplications add one rounding each (r relative). In this
 // model the BOS key (j = 0, processed first) scores lambda P, the top score, which the matched keys
-// tie (construction-notes.md, head table: BOS gets sqrt(lambda P) IS_BOS on the key side), so after
+// tie (docs/construction.md, Attention: BOS gets sqrt(lambda P) IS_BOS on the key side), so after
 // j = 0 the running max rises only by score rounding (<= 2 eta), rarely, and each rise costs <= 2r
 // in the ratio. Each addition to a
 // positive running sum errs by at most min(r |sum|, |term|); this holds for any order of positive

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Independent forward pass of a model directory written by `train`, from config.json and
-model.safetensors alone (Python standard library only, double precision), to show the exported
-files are self-describing and to cross-check the C++ forward.
+model.safetensors alone (Python standard library only, double precision; the file is read by
+python/manyadd/safetensors.py in its standard-library mode), to show the exported files are
+self-describing and to cross-check the C++ forward.
 
 usage: reference_forward.py MODEL_DIR PROBLEM_JSON
   PROBLEM_JSON is what `evaluate --model MODEL_DIR --problem P --json FILE` writes: the tokens, the
@@ -15,32 +16,20 @@ GEGLU wi -> [gate | up], gelu_tanh(gate) * up, then wo.
 """
 import json
 import math
-import struct
+import os
 import sys
+
+# The project's safetensors reader, imported by path (nothing to install), in its standard-library mode.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+from manyadd import safetensors  # noqa: E402
 
 VOCAB = "0123456789+=>$"
 
 
-def load_safetensors(path):
-    with open(path, "rb") as f:
-        b = f.read()
-    (hl,) = struct.unpack("<Q", b[:8])
-    header = json.loads(b[8:8 + hl])
-    data = b[8 + hl:]
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        assert e["dtype"] == "F32", name
-        s, t = e["data_offsets"]
-        vals = struct.unpack("<%df" % ((t - s) // 4), data[s:t])
-        shape = e["shape"]
-        if len(shape) == 1:
-            out[name] = list(vals)
-        else:
-            rows, cols = shape
-            out[name] = [list(vals[r * cols:(r + 1) * cols]) for r in range(rows)]
-    return out
+def load_weights(path):
+    """{name: nested lists of floats} (float32 values widened exactly to double)."""
+    tensors, _ = safetensors.read(path, use_numpy=False)
+    return {name: t.tolist() for name, t in tensors.items()}
 
 
 def linear(x, w):  # x (T, C), w (OC, C) -> (T, OC)
@@ -101,7 +90,7 @@ def main():
         return 2
     model_dir, pj = sys.argv[1], sys.argv[2]
     cfg = json.load(open(model_dir + "/config.json"))["model"]
-    W = load_safetensors(model_dir + "/model.safetensors")
+    W = load_weights(model_dir + "/model.safetensors")
     prob = json.load(open(pj))
     tokens = [VOCAB.index(c) for c in prob["tokens"]]
     logits = forward(cfg, W, tokens, [prob["pos1"], prob["pos2"]])

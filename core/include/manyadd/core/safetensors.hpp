@@ -8,7 +8,8 @@
 // allocates a tensor: header size and JSON, known dtypes, integer shapes whose element and byte counts
 // do not overflow, offsets that are aligned, sorted, non-overlapping and cover the data section
 // exactly, the checksum, and (unless allowed) finite floating-point values. Every problem is an
-// InputError naming the file and the tensor.
+// InputError naming the file and the tensor. python/manyadd/safetensors.py is the Python twin (same
+// checks, byte-identical files; tests/data/safetensors_cases.json holds the cases both are tested on).
 #pragma once
 
 #include <cstdint>
@@ -69,7 +70,9 @@ SafetensorsFile read_safetensors(const std::string& path, const ReadOptions& opt
 // The same from bytes in memory; `what` names them in messages.
 SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& what, const ReadOptions& opt = {});
 
-// The bytes of a file (checksum added to the metadata; "checksum" may not be given).
+// The bytes of a file (checksum added to the metadata; "checksum" may not be given). A tensor order
+// that would leave a tensor's data misaligned (a 1-byte tensor of odd size before an F32 one) is an
+// InvariantError: readers refuse such files. Order tensors by element size, largest first.
 std::string safetensors_bytes(const std::vector<Tensor>& ts, std::map<std::string, std::string> meta);
 // Atomic write (files.hpp rules: the target must be new or a regular file).
 void write_safetensors(const std::string& path, const std::vector<Tensor>& ts,
