@@ -5,11 +5,11 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
-#include <sys/wait.h>
 
 #include <nlohmann/json.hpp>
 
 #include "manyadd/verify_cli.hpp"
+#include "test_util.hpp"
 
 namespace {
 struct Run {
@@ -165,11 +165,7 @@ TEST(VerifyCli, ExportWritesTheModel) {
 }
 
 TEST(VerifyCli, RealBinaryExitCodes) {
-  const std::string exe = std::string(MANYADD_BINARY_DIR) + "/proofs-check/verify_construction";
-  auto status = [&](const std::string& args) {
-    const int s = std::system((exe + " " + args + " >/dev/null 2>&1").c_str());
-    return WIFEXITED(s) ? WEXITSTATUS(s) : -1;
-  };
+  auto status = [&](const std::string& args) { return manyadd::testing::run_cmd(std::string(VERIFY_CONSTRUCTION_EXE) + " " + args).rc; };
   EXPECT_EQ(status("--n 3 --m 3 --samples 2"), 0);
   EXPECT_EQ(status("--n 3 --m 3 --lambda 0.05"), 1);
   EXPECT_EQ(status("--n x"), 2);
