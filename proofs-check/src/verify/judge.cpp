@@ -1,19 +1,29 @@
 // judge(): the one place that turns an engine's predictions into a verdict and an answer.
 #include "manyadd/verify.hpp"
 
+#include <algorithm>
+#include <array>
 #include <limits>
 
 #include <fmt/format.h>
 
 namespace manyadd {
 
+static_assert(kVocab % 2 == 0, "judge() takes the best other logit two at a time");
+
 void predict_from_logits(EngineResult& r) {
-  r.pred.resize(std::size_t(r.logits.cols()));
-  for (Eigen::Index c = 0; c < r.logits.cols(); ++c) {
+  const auto cols = std::size_t(r.logits.cols());
+  r.pred.resize(cols);
+  const double* x = r.logits.data();  // column-major: kVocab logits per column
+  std::uint8_t* out = r.pred.data();
+  for (std::size_t c = 0; c < cols; ++c, x += kVocab) {
     int best = 0;
-    for (int t = 1; t < kVocab; ++t)
-      if (r.logits(t, c) > r.logits(best, c)) best = t;
-    r.pred[std::size_t(c)] = std::uint8_t(best);
+    double top = x[0];
+    for (int t = 1; t < kVocab; ++t) {  // branch-free: the winner is data, not control flow
+      best = x[t] > top ? t : best;
+      top = x[t] > top ? x[t] : top;
+    }
+    out[c] = std::uint8_t(best);
   }
 }
 
@@ -29,25 +39,36 @@ Verdict judge(const EngineResult& r, const std::vector<std::uint8_t>& tokens, co
   MANYADD_INVARIANT(!has_logits || (r.logits.rows() == kVocab && std::size_t(r.logits.cols()) == count),
                     r.engine + ": logits do not match the predictions");
   Verdict v;
-  v.min_margin = r.margins ? r.margins->min : std::numeric_limits<double>::infinity();
+  double min_margin = r.margins ? r.margins->min : std::numeric_limits<double>::infinity();
+  const std::int64_t first_not_positive = r.margins ? r.margins->first_not_positive : -1;
+  const double* x = has_logits ? r.logits.data() : nullptr;  // column-major: kVocab logits per row
   for (std::size_t i = 0; i < count; ++i) {
     const std::int64_t j = r.row(i);
     const int expected = j + 1 < N ? tokens[std::size_t(j + 1)] : int(kDollar);
     int got = r.pred[i];
     bool wrong = got != expected;
-    if (has_logits) {
-      double other = -1e300;
-      int rival = 0;
-      for (int t = 0; t < kVocab; ++t)
-        if (t != expected && r.logits(t, Eigen::Index(i)) > other) {
-          other = r.logits(t, Eigen::Index(i));
-          rival = t;
-        }
-      const double margin = r.logits(expected, Eigen::Index(i)) - other;
-      v.min_margin = std::min(v.min_margin, margin);
+    if (x) {
+      const double* col = x + i * kVocab;
+      // the best other logit: two independent running maxima (kVocab is even), the expected token
+      // masked by the start value
+      std::array<double, kVocab> o;
+      std::copy(col, col + kVocab, o.begin());
+      o[std::size_t(expected)] = -1e300;
+      double even = -1e300, odd = -1e300;
+      for (std::size_t t = 0; t < o.size(); t += 2) {
+        even = std::max(even, o[t]);
+        odd = std::max(odd, o[t + 1]);
+      }
+      const double other = std::max(even, odd);
+      const double margin = col[expected] - other;
+      min_margin = std::min(min_margin, margin);
       wrong = !(margin > 0);
-      if (got == expected) got = rival;
-    } else if (r.margins && j == r.margins->first_not_positive) {
+      if (wrong && got == expected) {  // a tie: name the rival (the lowest other token at the maximum)
+        got = 0;
+        for (int t = kVocab - 1; t >= 0; --t)
+          if (t != expected && col[t] == other) got = t;
+      }
+    } else if (j == first_not_positive) {
       wrong = true;
       if (got == expected) got = -1;
     }
@@ -56,6 +77,7 @@ Verdict judge(const EngineResult& r, const std::vector<std::uint8_t>& tokens, co
       v.mismatch = Mismatch{j + 1, expected, got};
     }
   }
+  v.min_margin = min_margin;
   // B_m's digits are predicted at N - l - 1 .. N - 2, least significant first: read them backwards.
   if (every_row) {
     std::string a;

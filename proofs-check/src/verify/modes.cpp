@@ -1,4 +1,5 @@
 // The stages of the other modes: --exhaustive, --dump and --dims-table (verify/stages.hpp).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <mutex>
@@ -59,6 +60,7 @@ ExhaustiveOutcome run_exhaustive(const Plan& plan, const BuiltModel& model) {
           std::uint64_t chunk_fails = 0;
           for (std::uint64_t code = std::uint64_t(c) * chunk; code < std::min(total, std::uint64_t(c + 1) * chunk); ++code) {
             Problem p;
+            p.operands.reserve(std::size_t(shape.m));
             std::uint64_t rest = code;
             std::int64_t sum = 0;
             for (int i = 0; i < shape.m; ++i) {
@@ -86,7 +88,7 @@ ExhaustiveOutcome run_exhaustive(const Plan& plan, const BuiltModel& model) {
               y[Layout::PRE_ARROW] = R.Y(Layout::PRE_ARROW, j);
               y[Layout::PRE_EOS] = R.Y(Layout::PRE_EOS, j);
               const auto lg = model.F.logits(y);
-              for (int tk = 0; tk < kVocab; ++tk) er.logits(tk, j - eq) = lg[std::size_t(tk)];
+              std::copy(lg.begin(), lg.end(), er.logits.col(j - eq).data());
             }
             predict_from_logits(er);
             const Verdict v = judge(er, seq, shape);
