@@ -185,8 +185,9 @@ TEST(CudaTrainGpu, EvaluationMatchesCpu) {
     gpu->set_state(P, zeros, zeros);
     const Layout lay = Layout::make(mc);
     for (auto [n, m] : {std::pair{2, 3}, std::pair{3, 4}, std::pair{4, 6}}) {
-      const auto c1 = eval_cell(mc, lay, P.data(), n, m, 200, 5, 2, EvalMode::teacher);
-      const auto c2 = eval_cell(mc, lay, P.data(), n, m, 200, 5, 2, EvalMode::teacher, gpu.get());
+      const ModelView<float> model{mc, lay, P.data()};
+      const auto c1 = eval_cell(model, n, m, 200, 5, 2, EvalMode::teacher);
+      const auto c2 = eval_cell(model, n, m, 200, 5, 2, EvalMode::teacher, gpu.get());
       EXPECT_EQ(c1.fits, c2.fits);
       EXPECT_EQ(c1.exact, c2.exact) << n << "x" << m;
     }
@@ -198,8 +199,8 @@ TEST(CudaTrainGpu, EvaluationMatchesCpu) {
   gpu->set_state(lm.params, zeros, zeros);
   cpu->set_state(lm.params, zeros, zeros);
   for (auto [n, m] : {std::pair{3, 3}, std::pair{10, 10}, std::pair{13, 13}}) {
-    const auto c1 = eval_cell(lm.cfg, lm.lay, lm.params.data(), n, m, 100, 9, 2, EvalMode::teacher);
-    const auto c2 = eval_cell(lm.cfg, lm.lay, lm.params.data(), n, m, 100, 9, 2, EvalMode::teacher, gpu.get());
+    const auto c1 = eval_cell(lm.view(), n, m, 100, 9, 2, EvalMode::teacher);
+    const auto c2 = eval_cell(lm.view(), n, m, 100, 9, 2, EvalMode::teacher, gpu.get());
     EXPECT_EQ(c1.exact, 100) << n << "x" << m << ": the committed model no longer scores 100% here";
     EXPECT_EQ(c2.exact, c1.exact) << n << "x" << m;
   }
@@ -210,8 +211,8 @@ TEST(CudaTrainGpu, EvaluationMatchesCpu) {
   std::vector<std::uint8_t> ag, ac;
   gpu->predict(pb, ag);
   cpu->predict(pb, ac);
-  PackedActs<float> acts;
-  packed_forward(acts, lm.cfg, lm.lay, lm.params.data(), pb);
+  Acts<float> acts;
+  model_forward(acts, lm.view(), batch_of(pb));
   ASSERT_EQ(ag.size(), std::size_t(pb.rows()));
   ASSERT_EQ(ac.size(), std::size_t(pb.rows()));
   const int V = lm.cfg.vocab;

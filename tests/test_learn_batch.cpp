@@ -110,8 +110,9 @@ TEST(Pack, LayoutPaddingAndValidation) {
   EXPECT_THROW(pack_batch({}, c), InputError);
 }
 
-// The packed pipeline (the CUDA device's CPU twin) equals learn's per-sequence forward and backward,
-// summed over the batch, for every position mode and 1 or 2 layers. Double precision: the only
+// The forward/backward on a packed batch (what the CUDA device and its CPU twin run) equals the same
+// code on each sequence alone (a batch of one, what the CPU trainer runs), summed over the batch, for
+// every position mode and 1 or 2 layers. Double precision: the only
 // differences are summation orders (GEMM blocking over R rows instead of T; gradients summed over the
 // whole batch instead of per sequence), i.e. relative ~1e-15; 1e-10 of each tensor's largest entry
 // leaves room for that while any wrong row, missed mask or leaked padding gives O(1) differences.
@@ -127,21 +128,23 @@ TEST(PackedPipeline, EqualsPerSequenceForwardBackward) {
       const PackedBatch pb = pack_batch(exs, c);
       const double scale = 1.0 / double(pb.counted_targets);
       // reference: per sequence
+      const ModelView<double> model{c, lay, P.data()};
       std::vector<double> Gref(P.size(), 0.0);
       double loss_ref = 0;
       Acts<double> a;
       GradScratch<double> g;
       std::vector<std::vector<double>> logits_ref;
       for (const auto& e : exs) {
-        loss_ref += model_forward(a, c, lay, P.data(), e);
+        loss_ref += model_forward(a, model, batch_of(e));
         logits_ref.push_back(a.logits);
-        model_backward(Gref.data(), g, a, c, lay, P.data(), e, scale);
+        model_backward(Gref.data(), g, a, model, batch_of(e), scale);
       }
       // packed
-      PackedActs<double> pa;
+      Acts<double> pa;
+      GradScratch<double> pg;
       std::vector<double> G(P.size(), 0.0);
-      const double loss = packed_forward(pa, c, lay, P.data(), pb);
-      packed_backward(G.data(), pa, c, lay, P.data(), pb, scale);
+      const double loss = model_forward(pa, model, batch_of(pb));
+      model_backward(G.data(), pg, pa, model, batch_of(pb), scale);
       EXPECT_NEAR(loss, loss_ref, 1e-10 * std::abs(loss_ref));
       for (int b = 0; b < pb.B; ++b) {
         const int T = pb.lengths[std::size_t(b)];
@@ -211,10 +214,9 @@ TEST(DevicePath, SameBatchesAsTheCpuTrainer) {
   Trainer dev(mc, tc);
   dev.load_checkpoint(dir);
   dev.attach_device(make_packed_cpu_device(mc));
-  PackedActs<float> pa;
+  Acts<float> pa;
   const PackedBatch other = dev.packed_batch(42);
-  const double other_loss =
-      double(packed_forward(pa, mc, dev.layout(), cpu.params().data(), other)) / double(other.counted_targets);
+  const double other_loss = double(model_forward(pa, cpu.view(), batch_of(other))) / double(other.counted_targets);
   const StepStats a = cpu.step(), b = dev.step();
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_EQ(a.targets, b.targets);
@@ -263,12 +265,12 @@ TEST(DevicePath, ResumeIsBitIdenticalAndEvalMatches) {
   const std::vector<float> zeros(lm.params.size(), 0.f);
   dev->set_state(lm.params, zeros, zeros);
   for (auto [n, m] : {std::pair{2, 2}, std::pair{2, 3}, std::pair{3, 3}}) {
-    const auto c1 = eval_cell(lm.cfg, lm.lay, lm.params.data(), n, m, 50, 9, 2, EvalMode::teacher);
-    const auto c2 = eval_cell(lm.cfg, lm.lay, lm.params.data(), n, m, 50, 9, 2, EvalMode::teacher, dev.get());
+    const auto c1 = eval_cell(lm.view(), n, m, 50, 9, 2, EvalMode::teacher);
+    const auto c2 = eval_cell(lm.view(), n, m, 50, 9, 2, EvalMode::teacher, dev.get());
     EXPECT_EQ(c1.exact, c2.exact) << n << "x" << m;
     EXPECT_EQ(c1.fits, c2.fits);
   }
-  EXPECT_THROW(eval_cell(lm.cfg, lm.lay, lm.params.data(), 2, 2, 5, 9, 1, EvalMode::greedy, dev.get()), InputError);
+  EXPECT_THROW(eval_cell(lm.view(), 2, 2, 5, 9, 1, EvalMode::greedy, dev.get()), InputError);
   // The 60-step model above scores 0 exact on those cells, so equal counts say little: the committed
   // trained model (100% teacher-forced there) makes them meaningful.
   const LoadedModel tm = load_model_dir(manyadd::testing::source_path("models/cpu-sa1010-1l4h-d64"));
@@ -276,8 +278,8 @@ TEST(DevicePath, ResumeIsBitIdenticalAndEvalMatches) {
   const std::vector<float> tz(tm.params.size(), 0.f);
   tdev->set_state(tm.params, tz, tz);
   for (auto [n, m] : {std::pair{3, 3}, std::pair{10, 10}}) {
-    const auto c1 = eval_cell(tm.cfg, tm.lay, tm.params.data(), n, m, 20, 9, 2, EvalMode::teacher);
-    const auto c2 = eval_cell(tm.cfg, tm.lay, tm.params.data(), n, m, 20, 9, 2, EvalMode::teacher, tdev.get());
+    const auto c1 = eval_cell(tm.view(), n, m, 20, 9, 2, EvalMode::teacher);
+    const auto c2 = eval_cell(tm.view(), n, m, 20, 9, 2, EvalMode::teacher, tdev.get());
     EXPECT_EQ(c1.exact, 20) << n << "x" << m;
     EXPECT_EQ(c2.exact, c1.exact) << n << "x" << m;
   }

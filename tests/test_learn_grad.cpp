@@ -104,7 +104,7 @@ RC_GTEST_PROP(LearnGrad, Attention, ()) {
   auto q = randn(g, n), k = randn(g, n), v = randn(g, n), R = randn(g, n);
   std::vector<double> out(n), att(std::size_t(NH * T * T)), scratch(std::size_t(T * T));
   auto f = [&] {
-    attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), T, NH, HS);
+    attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), T, T, NH, HS);
     return dot(out, R);
   };
   f();
@@ -212,10 +212,11 @@ TEST_P(WholeModel, GradientMatchesFiniteDifferences) {
   const Example ex = make_example(parse_problem("57+8+96"), c, 2, 2);
   Acts<double> a;
   GradScratch<double> gs;
-  auto f = [&] { return model_forward(a, c, lay, P.data(), ex); };
+  const ModelView<double> model{c, lay, P.data()};
+  auto f = [&] { return model_forward(a, model, batch_of(ex)); };
   f();
   std::vector<double> G(P.size(), 0.0);
-  model_backward(G.data(), gs, a, c, lay, P.data(), ex, 1.0);
+  model_backward(G.data(), gs, a, model, batch_of(ex), 1.0);
   // Check every tensor separately so a failure names it.
   for (auto& t : lay.tensors) {
     std::vector<double> x(P.begin() + t.offset, P.begin() + t.offset + t.size);
@@ -249,8 +250,8 @@ TEST_P(WholeModel, FloatMatchesDouble) {
   const Example ex = make_example(parse_problem("123+45+6+999"), c, 1, 1);
   Acts<double> ad;
   Acts<float> af;
-  const double ld = model_forward(ad, c, lay, Pd.data(), ex);
-  const float lf = model_forward(af, c, lay, Pf.data(), ex);
+  const double ld = model_forward(ad, ModelView<double>{c, lay, Pd.data()}, batch_of(ex));
+  const float lf = model_forward(af, ModelView<float>{c, lay, Pf.data()}, batch_of(ex));
   EXPECT_NEAR(double(lf), ld, 1e-4 * std::abs(ld));
 }
 

@@ -85,8 +85,8 @@ TEST(LearnTrain, MicroRunExactOnTinyFixedSet) {
     for (int k = 2; k <= 3; ++k)
       for (int i = 0; i < 10; ++i) {
         const Example ex = make_example(sample_TA(rng, n, k), m.mc, 1, 1);
-        ok_tf += teacher_forced_correct(a, m.mc, m.tr.layout(), m.tr.params().data(), ex);
-        ok_gr += greedy_correct(m.mc, m.tr.layout(), m.tr.params().data(), ex);
+        ok_tf += teacher_forced_correct(a, m.tr.view(), ex);
+        ok_gr += greedy_correct(m.tr.view(), ex);
         ++total;
       }
   EXPECT_EQ(ok_tf, total);
@@ -108,8 +108,8 @@ TEST(LearnTrain, TeacherForcedEqualsGreedy) {
     if (!shape_fits(m.mc, s)) continue;
     const Example ex = make_example(sample_TA(rng, n, k), m.mc, 1, 1);
     std::vector<std::uint8_t> tf, gr;
-    const bool ok_tf = teacher_forced_correct(a, m.mc, m.tr.layout(), m.tr.params().data(), ex, &tf);
-    const bool ok_gr = greedy_correct(m.mc, m.tr.layout(), m.tr.params().data(), ex, &gr);
+    const bool ok_tf = teacher_forced_correct(a, m.tr.view(), ex, &tf);
+    const bool ok_gr = greedy_correct(m.tr.view(), ex, &gr);
     EXPECT_EQ(ok_tf, ok_gr);
     wrong += !ok_tf;
     // First position where teacher-forced disagrees with the target (or the end).
@@ -247,8 +247,9 @@ TEST(LearnDecode, KvCacheMatchesFullForwardAllModes) {
     const auto P = init_params<float>(c, lay, 99 + int(mode));
     const Example ex = make_example(parse_problem("123+45+6+78"), c, 2, 1);
     Acts<float> a;
-    model_forward(a, c, lay, P.data(), ex);
-    KvDecoder dec(c, lay, P.data());
+    const ModelView<float> model{c, lay, P.data()};
+    model_forward(a, model, batch_of(ex));
+    KvDecoder dec(model);
     int compared = 0;
     for (int k = 0; k < ex.T(); ++k) {
       const float* z = a.logits.data() + std::size_t(k) * kVocab;

@@ -38,7 +38,7 @@ AttentionMaps learned_attention(const LoadedModel& lm, const std::vector<Problem
     const Example ex = make_example(problems[std::size_t(i)], c, s1, s2);
     if (ex.T() != T) throw InputError("learned_attention: the problems have different shapes");
     auto& a = acts[std::size_t(t)];
-    ok[std::size_t(i)] = teacher_forced_correct(a, c, lm.lay, lm.params.data(), ex);
+    ok[std::size_t(i)] = teacher_forced_correct(a, lm.view(), ex);
     auto& s = sums[std::size_t(t)];
     for (int l = 0; l < c.n_layers; ++l) {
       const auto& att = a.blocks[std::size_t(l)].att;

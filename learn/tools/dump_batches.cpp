@@ -78,8 +78,8 @@ int main(int argc, char** argv) {
       if (tr.steps_done() != from - 1)
         throw InputError(fmt::format("--reference needs the checkpoint at step {} (it is at step {})", from - 1,
                                      tr.steps_done()));
-      PackedActs<float> a;
-      const float loss = packed_forward(a, mc, tr.layout(), tr.params().data(), first);
+      Acts<float> a;
+      const float loss = model_forward(a, tr.view(), batch_of(first));
       write_safetensors(reference,
                         {make_tensor("logits", {first.rows(), mc.vocab}, a.logits),
                          make_tensor("loss_sum", {1}, std::vector<float>{loss}),

@@ -86,8 +86,8 @@ int main(int argc, char** argv) {
       const Example ex = make_example(p, lm.cfg, s1, s2);
       Acts<float> a;
       std::vector<std::uint8_t> tf, gr;
-      const bool ok_tf = teacher_forced_correct(a, lm.cfg, lm.lay, lm.params.data(), ex, &tf);
-      const bool ok_gr = greedy_correct(lm.cfg, lm.lay, lm.params.data(), ex, &gr);
+      const bool ok_tf = teacher_forced_correct(a, lm.view(), ex, &tf);
+      const bool ok_gr = greedy_correct(lm.view(), ex, &gr);
       const std::vector<std::uint8_t> expected(ex.tokens.begin() + sh.eq_index() + 1, ex.tokens.end());
       std::vector<std::uint8_t> exp_eos = expected;
       exp_eos.push_back(kDollar);
@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
     for (int i = n_min; i <= n_max; ++i) {
       acc.emplace_back();
       for (int j = m_min; j <= m_max; ++j) {
-        const auto r = eval_cell(lm.cfg, lm.lay, lm.params.data(), i, j, samples, seed, threads, mode, dev.get());
+        const auto r = eval_cell(lm.view(), i, j, samples, seed, threads, mode, dev.get());
         const double a = r.fits ? r.accuracy() : NAN;
         acc.back().push_back(a);
         disagree += r.disagree;

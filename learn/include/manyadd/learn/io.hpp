@@ -25,6 +25,7 @@ struct LoadedModel {
   Layout lay;
   std::vector<float> params;
   nlohmann::json config_json;  // the whole config.json
+  ModelView<float> view() const { return {cfg, lay, params.data()}; }
 };
 LoadedModel load_model_dir(const std::string& dir);  // throws InputError
 
