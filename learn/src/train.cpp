@@ -188,7 +188,7 @@ StepStats Trainer::step() {
 
 void Trainer::save(const std::string& dir) const {
   pull_from_device();
-  std::filesystem::create_directories(dir);
+  make_output_dir(dir);
   nlohmann::json cfg;
   cfg["model"] = mc_;
   cfg["train"] = tc_;
@@ -272,7 +272,7 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
   Trainer tr(mc, tc);
   if (resume) tr.load_checkpoint(dir);
   if (device) tr.attach_device(std::move(device));
-  fs::create_directories(dir);
+  make_output_dir(dir);
   // A run killed between checkpoints logged steps the checkpoint does not hold; on resume drop those
   // rows so the CSVs describe exactly one history.
   auto trim = [&](const std::string& path) {
@@ -292,9 +292,10 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
     trim(dir + "/eval.csv");
   }
   std::ofstream csv(dir + "/log.csv", std::ios::app);
-  if (!csv) throw std::runtime_error(fmt::format("cannot open '{}/log.csv'", dir));
+  if (!csv) throw InputError(fmt::format("cannot open '{}/log.csv'", dir));
   if (tr.steps_done() == 0) csv << "step,loss,lr,grad_norm,tokens_per_s,elapsed_s\n";
   std::ofstream ecsv(dir + "/eval.csv", std::ios::app);
+  if (!ecsv) throw InputError(fmt::format("cannot open '{}/eval.csv'", dir));
   if (tr.steps_done() == 0) ecsv << "step,mean_exact_match,min_exact_match,elapsed_s\n";
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();

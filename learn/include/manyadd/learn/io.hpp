@@ -29,4 +29,8 @@ struct LoadedModel {
 };
 LoadedModel load_model_dir(const std::string& dir);  // throws InputError
 
+// Creates an output directory (and its parents); InputError with the OS message when it cannot be
+// (a file in the way, no permission): the user's to correct.
+void make_output_dir(const std::string& dir);
+
 }  // namespace manyadd::learn
