@@ -127,6 +127,33 @@ RC_GTEST_PROP(LearnGrad, Attention, ()) {
     }
 }
 
+// The key/value-cache form of attention_forward (queries = the last Tq positions, keys = all Tk, what
+// greedy decoding runs) equals the last Tq rows of the full causal attention over the Tk positions:
+// outputs and attention rows. Double; the score products run on different shapes (Tq or Tk rows), so
+// equal up to rounding, ~1e-16 relative: 1e-12 of the largest entry, while a wrong mask offset or a
+// shifted row gives O(1) differences.
+RC_GTEST_PROP(LearnLayers, CachedAttentionEqualsTheLastRowsOfFullAttention, ()) {
+  const int Tk = *rc::gen::inRange(1, 9), Tq = *rc::gen::inRange(1, Tk + 1), NH = *rc::gen::inRange(1, 4),
+            HS = *rc::gen::inRange(1, 5), D = NH * HS;
+  std::mt19937_64 g(*rc::gen::arbitrary<std::uint32_t>());
+  const auto q = randn(g, std::size_t(Tk * D), 2.0), k = randn(g, std::size_t(Tk * D), 2.0), v = randn(g, std::size_t(Tk * D));
+  std::vector<double> out(std::size_t(Tk * D)), att(std::size_t(NH * Tk * Tk));
+  attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), Tk, Tk, NH, HS);
+  std::vector<double> outc(std::size_t(Tq * D)), attc(std::size_t(NH * Tq * Tk));
+  const int past = Tk - Tq;
+  attention_forward(outc.data(), attc.data(), q.data() + past * D, k.data(), v.data(), Tq, Tk, NH, HS);
+  double scale = 0;
+  for (double x : out) scale = std::max(scale, std::abs(x));
+  for (int i = 0; i < Tq; ++i)
+    for (int d = 0; d < D; ++d)
+      RC_ASSERT(std::abs(outc[std::size_t(i * D + d)] - out[std::size_t((past + i) * D + d)]) <= 1e-12 * scale);
+  for (int h = 0; h < NH; ++h)
+    for (int i = 0; i < Tq; ++i)
+      for (int j = 0; j < Tk; ++j)
+        RC_ASSERT(std::abs(attc[std::size_t((h * Tq + i) * Tk + j)] - att[std::size_t((h * Tk + past + i) * Tk + j)]) <=
+                  1e-12);
+}
+
 RC_GTEST_PROP(LearnGrad, Geglu, ()) {
   const int T = *rc::gen::inRange(1, 5), F = *rc::gen::inRange(1, 9);
   std::mt19937_64 g(*rc::gen::arbitrary<std::uint32_t>());
