@@ -2,6 +2,8 @@
 // learned position table per position-ID level, summed; L blocks of causal MHA and GEGLU FFN, each
 // sublayer wrapped as h = Norm2(x + Sublayer(Norm1(x))) with RMSNorm; a final RMSNorm; a linear readout.
 // Parameters live in one flat buffer with a named layout (the names are the safetensors keys).
+// One forward/backward (model_forward/model_backward) serves every caller: it runs on a batch of padded
+// sequences, a single sequence being a batch of one, and with cached keys/values for decoding.
 #pragma once
 
 #include <cstdint>
