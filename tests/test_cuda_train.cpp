@@ -10,12 +10,10 @@
 #include <functional>
 #include <string>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include "test_util.hpp"
-#include "manyadd/learn/cuda_device.hpp"
 #include "cuda_train_test_util.hpp"
+#include "learn_fixtures.hpp"
+#include "manyadd/learn/cuda_device.hpp"
 #include "manyadd/learn/batch.hpp"
 #include "manyadd/learn/eval.hpp"
 #include "manyadd/learn/io.hpp"
@@ -26,26 +24,9 @@ using namespace manyadd::learn;
 
 namespace {
 
-std::string tmpdir(const std::string& name) {
-  auto p = std::filesystem::temp_directory_path() / ("manyadd_test_cuda_train_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(p);
-  return p.string();
-}
-struct CliRun {
-  int code;
-  std::string err;
-};
-CliRun run(const std::string& cmd) {
-  const std::string errfile = tmpdir("stderr") + ".txt";
-  const int rc = std::system((cmd + " 2>" + errfile + " >/dev/null").c_str());
-  CliRun r{WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, ""};
-  try {
-    r.err = read_file(errfile);
-  } catch (const std::exception&) {
-  }
-  std::filesystem::remove(errfile);
-  return r;
-}
+using fixtures::scratch;
+using manyadd::testing::CmdResult;
+using manyadd::testing::run_cmd;
 ModelConfig model(int layers, int heads, int d_model) {
   ModelConfig c;
   c.n_layers = layers;
@@ -86,20 +67,20 @@ TEST(CudaTrainNoDevice, LibraryRefusesWithTheReason) {
 TEST(CudaTrainNoDevice, CliExitsTwoAndWritesNothing) {
   std::string why;
   if (cuda_training_available(&why)) GTEST_SKIP() << "a CUDA device is present; the no-device path is not reachable";
-  const std::string out = tmpdir("cli");
+  const std::string out = scratch("cli");
   const std::string args = " --out " + out + " --train-n 2 --train-m 2 --max-pos1 6 --max-pos2 6 --steps 3 --batch 4 "
                            "--d-model 16 --d-head 4 --d-ff 32 --train-size 50";
-  const CliRun t = run(std::string(TRAIN_EXE) + args + " --device cuda");
-  EXPECT_EQ(t.code, 2);
+  const CmdResult t = run_cmd(std::string(TRAIN_EXE) + args + " --device cuda");
+  EXPECT_EQ(t.rc, 2);
   EXPECT_NE(t.err.find("no CUDA device: "), std::string::npos) << t.err;
   EXPECT_FALSE(std::filesystem::exists(out)) << "nothing may be written on a refused run";
-  const CliRun bad = run(std::string(TRAIN_EXE) + args + " --device tpu");
-  EXPECT_EQ(bad.code, 2);
+  const CmdResult bad = run_cmd(std::string(TRAIN_EXE) + args + " --device tpu");
+  EXPECT_EQ(bad.rc, 2);
   EXPECT_NE(bad.err.find("--device 'tpu' unknown"), std::string::npos) << bad.err;
   // evaluate: a real (CPU-trained) model directory, then --device cuda.
-  ASSERT_EQ(run(std::string(TRAIN_EXE) + args + " --eval-every 0").code, 0);
-  const CliRun e = run(std::string(EVALUATE_EXE) + " --model " + out + " --n-max 2 --m-max 2 --samples 2 --device cuda");
-  EXPECT_EQ(e.code, 2);
+  ASSERT_EQ(run_cmd(std::string(TRAIN_EXE) + args + " --eval-every 0").rc, 0);
+  const CmdResult e = run_cmd(std::string(EVALUATE_EXE) + " --model " + out + " --n-max 2 --m-max 2 --samples 2 --device cuda");
+  EXPECT_EQ(e.rc, 2);
   EXPECT_NE(e.err.find("no CUDA device: "), std::string::npos) << e.err;
   std::filesystem::remove_all(out);
 }
@@ -115,7 +96,7 @@ TEST(CudaTrainGpu, StepMatchesPackedCpuTwin) {
     const TrainConfig tc = train_cfg();
     Trainer warm(mc, tc);
     for (int s = 0; s < 10; ++s) warm.step();  // nonzero moments, a state that tells batches apart
-    const std::string dir = tmpdir("step");
+    const std::string dir = scratch("step");
     warm.save(dir);
     Trainer cpu(mc, tc), gpu(mc, tc);
     cpu.load_checkpoint(dir), gpu.load_checkpoint(dir);
@@ -185,8 +166,9 @@ TEST(CudaTrainGpu, EvaluationMatchesCpu) {
     gpu->set_state(P, zeros, zeros);
     const Layout lay = Layout::make(mc);
     for (auto [n, m] : {std::pair{2, 3}, std::pair{3, 4}, std::pair{4, 6}}) {
-      const auto c1 = eval_cell(mc, lay, P.data(), n, m, 200, 5, 2, EvalMode::teacher);
-      const auto c2 = eval_cell(mc, lay, P.data(), n, m, 200, 5, 2, EvalMode::teacher, gpu.get());
+      const ModelView<float> model{mc, lay, P.data()};
+      const auto c1 = eval_cell(model, n, m, 200, 5, 2, EvalMode::teacher);
+      const auto c2 = eval_cell(model, n, m, 200, 5, 2, EvalMode::teacher, gpu.get());
       EXPECT_EQ(c1.fits, c2.fits);
       EXPECT_EQ(c1.exact, c2.exact) << n << "x" << m;
     }
@@ -198,8 +180,8 @@ TEST(CudaTrainGpu, EvaluationMatchesCpu) {
   gpu->set_state(lm.params, zeros, zeros);
   cpu->set_state(lm.params, zeros, zeros);
   for (auto [n, m] : {std::pair{3, 3}, std::pair{10, 10}, std::pair{13, 13}}) {
-    const auto c1 = eval_cell(lm.cfg, lm.lay, lm.params.data(), n, m, 100, 9, 2, EvalMode::teacher);
-    const auto c2 = eval_cell(lm.cfg, lm.lay, lm.params.data(), n, m, 100, 9, 2, EvalMode::teacher, gpu.get());
+    const auto c1 = eval_cell(lm.view(), n, m, 100, 9, 2, EvalMode::teacher);
+    const auto c2 = eval_cell(lm.view(), n, m, 100, 9, 2, EvalMode::teacher, gpu.get());
     EXPECT_EQ(c1.exact, 100) << n << "x" << m << ": the committed model no longer scores 100% here";
     EXPECT_EQ(c2.exact, c1.exact) << n << "x" << m;
   }
@@ -210,8 +192,8 @@ TEST(CudaTrainGpu, EvaluationMatchesCpu) {
   std::vector<std::uint8_t> ag, ac;
   gpu->predict(pb, ag);
   cpu->predict(pb, ac);
-  PackedActs<float> acts;
-  packed_forward(acts, lm.cfg, lm.lay, lm.params.data(), pb);
+  Acts<float> acts;
+  model_forward(acts, lm.view(), batch_of(pb));
   ASSERT_EQ(ag.size(), std::size_t(pb.rows()));
   ASSERT_EQ(ac.size(), std::size_t(pb.rows()));
   const int V = lm.cfg.vocab;
@@ -236,7 +218,7 @@ TEST(CudaTrainGpu, DeterministicAndResumeIsBitIdentical) {
   const ModelConfig mc = model(1, 4, 64);
   TrainConfig tc = train_cfg();
   tc.steps = 40;
-  const std::string a = tmpdir("a"), b = tmpdir("b"), c = tmpdir("c");
+  const std::string a = scratch("a"), b = scratch("b"), c = scratch("c");
   auto quiet = [](const std::string&) {};
   run_training(mc, tc, a, false, 0, quiet, make_cuda_device(mc));
   run_training(mc, tc, b, false, 0, quiet, make_cuda_device(mc));

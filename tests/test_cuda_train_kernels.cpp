@@ -136,7 +136,7 @@ TEST(CudaKernelsGpu, AttentionForwardBackwardMatchCpu) {
     std::vector<float> out(n), att(std::size_t(NH) * T * T), dq(n, 0.f), dk(n, 0.f), dv(n, 0.f), scratch(std::size_t(T) * T);
     for (int b = 0; b < B; ++b) {
       const std::size_t o = std::size_t(b) * T * D;
-      attention_forward(out.data() + o, att.data(), q.data() + o, k.data() + o, v.data() + o, T, NH, HS);
+      attention_forward(out.data() + o, att.data(), q.data() + o, k.data() + o, v.data() + o, T, T, NH, HS);
       attention_backward(dq.data() + o, dk.data() + o, dv.data() + o, scratch.data(), dout.data() + o, att.data(),
                          q.data() + o, k.data() + o, v.data() + o, T, NH, HS);
     }

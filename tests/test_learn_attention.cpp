@@ -9,12 +9,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -327,14 +324,11 @@ TEST(CompareAttention, CommittedModelKeepsItsMeasuredRoles) {
 
 // ---- CLIs -------------------------------------------------------------------------------------------
 namespace {
+// Exit code of a tool run; its stderr into *err when given.
 int run(const std::string& cmd, std::string* err = nullptr) {
-  const std::string errf = fs::temp_directory_path() / ("manyadd_cmp_err_" + std::to_string(::getpid()));
-  const int st = std::system((cmd + " > /dev/null 2> " + errf).c_str());
-  if (err) {
-    std::ifstream f(errf);
-    err->assign(std::istreambuf_iterator<char>(f), {});
-  }
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  const auto r = manyadd::testing::run_cmd(cmd);
+  if (err) *err = r.err;
+  return r.rc;
 }
 std::string write_model_dir(const LoadedModel& lm, const std::string& dir) {
   fs::create_directories(dir);
@@ -348,8 +342,7 @@ std::string write_model_dir(const LoadedModel& lm, const std::string& dir) {
 }  // namespace
 
 TEST(CompareAttentionCli, WritesTablesFiguresAndJson) {
-  const std::string d = fs::temp_directory_path() / ("manyadd_cmp_" + std::to_string(::getpid()));
-  fs::remove_all(d);
+  const std::string d = manyadd::testing::temp_dir("cmp");
   const std::string model = write_model_dir(small_model(1, 4, 0.3f, 4), d + "/model");
   ASSERT_EQ(run(std::string(COMPARE_ATTENTION_EXE) + " --learned " + model + " --n 4 --m 3 --samples 5 --out " + d + "/cmp"), 0);
   for (const char* f : {"compare.json", "side_by_side.png", "side_by_side_digit_sum.png", "constructed/attention.safetensors",
@@ -393,8 +386,7 @@ TEST(CompareAttentionCli, WritesTablesFiguresAndJson) {
 }
 
 TEST(CompareAttentionCli, BadInputExitsTwo) {
-  const std::string d = fs::temp_directory_path() / ("manyadd_cmp_bad_" + std::to_string(::getpid()));
-  fs::remove_all(d);
+  const std::string d = manyadd::testing::temp_dir("cmp_bad");
   const std::string model = write_model_dir(small_model(1, 4, 0.3f, 4), d + "/model");
   const std::string exe = COMPARE_ATTENTION_EXE;
   struct Case {

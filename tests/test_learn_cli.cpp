@@ -5,12 +5,10 @@
 #include <rapidcheck/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sys/wait.h>
-#include <unistd.h>
 
+#include "test_util.hpp"
 #include "manyadd/learn/io.hpp"
 
 namespace fs = std::filesystem;
@@ -18,27 +16,11 @@ using namespace manyadd;
 using namespace manyadd::learn;
 
 namespace {
-struct CliRun {
-  int rc;
-  std::string err;
-};
+using manyadd::testing::CmdResult;
+using manyadd::testing::run_cmd;
 const std::string& tmp() {
-  static const std::string d = [] {
-    auto p = fs::temp_directory_path() / ("manyadd_test_learn_cli_" + std::to_string(::getpid()));
-    fs::remove_all(p);
-    fs::create_directories(p);
-    return p.string();
-  }();
+  static const std::string d = manyadd::testing::temp_dir("test_learn_cli");
   return d;
-}
-CliRun run(const std::string& cmd) {
-  const std::string errf = tmp() + "/stderr.txt";
-  const int st = std::system((cmd + " > /dev/null 2> " + errf).c_str());
-  CliRun r;
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-  std::ifstream f(errf);
-  r.err.assign(std::istreambuf_iterator<char>(f), {});
-  return r;
 }
 const std::string kTrain = TRAIN_EXE, kEval = EVALUATE_EXE, kDump = DUMP_ATTENTION_EXE;
 // A small, fast configuration (about a second of training).
@@ -50,7 +32,7 @@ const std::string kSmall =
 const std::string& model_dir() {
   static const std::string d = [] {
     const std::string dir = tmp() + "/model";
-    const CliRun r = run(kTrain + " --out " + dir + kSmall);
+    const CmdResult r = run_cmd(kTrain + " --out " + dir + kSmall);
     EXPECT_EQ(r.rc, 0) << r.err;
     return dir;
   }();
@@ -80,7 +62,7 @@ TEST(LearnCli, TrainWritesAModelDirectory) {
 
 TEST(LearnCli, EvaluateWritesGridAndAgreesWithGreedy) {
   const std::string d = model_dir(), js = tmp() + "/eval.json";
-  const CliRun r = run(kEval + " --model " + d + " --n-max 3 --m-max 4 --samples 10 --mode both --json " + js);
+  const CmdResult r = run_cmd(kEval + " --model " + d + " --n-max 3 --m-max 4 --samples 10 --mode both --json " + js);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(fs::exists(d + "/grid.csv"));
   EXPECT_TRUE(fs::exists(d + "/grid.png"));
@@ -93,7 +75,7 @@ TEST(LearnCli, EvaluateWritesGridAndAgreesWithGreedy) {
 
 TEST(LearnCli, EvaluateMarksCellsBeyondMaxPosAsNA) {
   const std::string js = tmp() + "/eval_na.json";
-  const CliRun r = run(kEval + " --model " + model_dir() + " --n-min 6 --n-max 6 --m-min 2 --m-max 2 --samples 3 --json " + js +
+  const CmdResult r = run_cmd(kEval + " --model " + model_dir() + " --n-min 6 --n-max 6 --m-min 2 --m-max 2 --samples 3 --json " + js +
                     " --csv " + tmp() + "/na.csv --png " + tmp() + "/na.png");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(read_json_file(js)["cells"][0]["accuracy"].is_null());
@@ -101,7 +83,7 @@ TEST(LearnCli, EvaluateMarksCellsBeyondMaxPosAsNA) {
 
 TEST(LearnCli, RequireFailsWithExitOne) {
   // No model is above 100%: --require 1.01 must fail on the training region.
-  const CliRun r = run(kEval + " --model " + model_dir() + " --n-max 2 --m-max 3 --samples 5 --require 1.01 --csv " + tmp() +
+  const CmdResult r = run_cmd(kEval + " --model " + model_dir() + " --n-max 2 --m-max 3 --samples 5 --require 1.01 --csv " + tmp() +
                     "/r.csv --png " + tmp() + "/r.png");
   EXPECT_EQ(r.rc, 1) << r.err;
   EXPECT_NE(r.err.find("--require"), std::string::npos) << r.err;
@@ -109,7 +91,7 @@ TEST(LearnCli, RequireFailsWithExitOne) {
 
 TEST(LearnCli, DumpAttentionRowsAreDistributions) {
   const std::string out = tmp() + "/att";
-  const CliRun r = run(kDump + " --model " + model_dir() + " --n 2 --m 3 --samples 6 --out " + out);
+  const CmdResult r = run_cmd(kDump + " --model " + model_dir() + " --n 2 --m 3 --samples 6 --out " + out);
   ASSERT_EQ(r.rc, 0) << r.err;
   const auto ts = read_safetensors(out + "/attention.safetensors").tensors;
   ASSERT_EQ(ts.size(), 4u);  // 1 layer x 4 heads
@@ -129,12 +111,12 @@ TEST(LearnCli, DumpAttentionRowsAreDistributions) {
 TEST(LearnCli, ResumeThroughTheCliIsByteIdentical) {
   const std::string d = tmp() + "/resumed";
   fs::remove_all(d);
-  CliRun r = run(kTrain + " --out " + d + kSmall + " --stop-after 15");
+  CmdResult r = run_cmd(kTrain + " --out " + d + kSmall + " --stop-after 15");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(read_json_file(d + "/config.json")["step"], 15);
   // As if the process had logged step 25 and died before its next checkpoint: resume must drop it.
   { std::ofstream(d + "/log.csv", std::ios::app) << "25,9.9,0,0,0,0\n"; }
-  r = run(kTrain + " --out " + d + " --resume");
+  r = run_cmd(kTrain + " --out " + d + " --resume");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(slurp(d + "/model.safetensors"), slurp(model_dir() + "/model.safetensors"));
   // The log describes one history: the steps column is 10, 20, 30 once each (log_every 10).
@@ -151,11 +133,11 @@ TEST(LearnCli, TruncatedWeightsExitTwo) {
   const std::string d = copy_model("trunc");
   const std::string s = slurp(d + "/model.safetensors");
   spit(d + "/model.safetensors", s.substr(0, s.size() / 2));
-  const CliRun r = run(kEval + " --model " + d + " --n-max 1 --m-max 2 --samples 1");
+  const CmdResult r = run_cmd(kEval + " --model " + d + " --n-max 1 --m-max 2 --samples 1");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("model.safetensors"), std::string::npos) << r.err;
   spit(d + "/model.safetensors", s.substr(0, 5));
-  EXPECT_EQ(run(kEval + " --model " + d + " --samples 1").rc, 2);
+  EXPECT_EQ(run_cmd(kEval + " --model " + d + " --samples 1").rc, 2);
 }
 
 TEST(LearnCli, CorruptedWeightsExitTwo) {
@@ -163,7 +145,7 @@ TEST(LearnCli, CorruptedWeightsExitTwo) {
   std::string s = slurp(d + "/model.safetensors");
   s[s.size() - 3] = char(s[s.size() - 3] ^ 0x40);  // one bit in the last weight
   spit(d + "/model.safetensors", s);
-  const CliRun r = run(kEval + " --model " + d + " --n-max 1 --m-max 2 --samples 1");
+  const CmdResult r = run_cmd(kEval + " --model " + d + " --n-max 1 --m-max 2 --samples 1");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("checksum"), std::string::npos) << r.err;
 }
@@ -173,7 +155,7 @@ TEST(LearnCli, CorruptedHeaderExitTwo) {
   std::string s = slurp(d + "/model.safetensors");
   s[10] = '#';  // inside the JSON header
   spit(d + "/model.safetensors", s);
-  const CliRun r = run(kEval + " --model " + d + " --n-max 1 --m-max 2 --samples 1");
+  const CmdResult r = run_cmd(kEval + " --model " + d + " --n-max 1 --m-max 2 --samples 1");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("not a valid"), std::string::npos) << r.err;
 }
@@ -181,47 +163,47 @@ TEST(LearnCli, CorruptedHeaderExitTwo) {
 TEST(LearnCli, BadConfigExitTwo) {
   const std::string d = copy_model("cfg");
   spit(d + "/config.json", "{\"model\": {\"d_model\": ");
-  CliRun r = run(kEval + " --model " + d + " --samples 1");
+  CmdResult r = run_cmd(kEval + " --model " + d + " --samples 1");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("not valid JSON"), std::string::npos) << r.err;
   spit(d + "/config.json", "{\"model\": {\"d_model\": \"wide\"}}");
-  r = run(kEval + " --model " + d + " --samples 1");
+  r = run_cmd(kEval + " --model " + d + " --samples 1");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("d_model"), std::string::npos) << r.err;
   // A config that parses but disagrees with the weights' shapes.
   spit(d + "/config.json", "{\"model\": {\"d_model\": 24, \"d_head\": 4, \"d_ff\": 16, \"max_pos1\": 6, \"max_pos2\": 6}}");
-  r = run(kEval + " --model " + d + " --samples 1");
+  r = run_cmd(kEval + " --model " + d + " --samples 1");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("shape"), std::string::npos) << r.err;
-  EXPECT_EQ(run(kEval + " --model " + tmp() + "/does_not_exist").rc, 2);
+  EXPECT_EQ(run_cmd(kEval + " --model " + tmp() + "/does_not_exist").rc, 2);
 }
 
 TEST(LearnCli, TruncatedCheckpointRefusesResume) {
   const std::string d = copy_model("ckpt");
   const std::string s = slurp(d + "/checkpoint.safetensors");
   spit(d + "/checkpoint.safetensors", s.substr(0, s.size() - 100));
-  const CliRun r = run(kTrain + " --out " + d + " --resume --steps 40");
+  const CmdResult r = run_cmd(kTrain + " --out " + d + " --resume --steps 40");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("checkpoint.safetensors"), std::string::npos) << r.err;
 }
 
 TEST(LearnCli, BadFlagsExitTwo) {
-  EXPECT_EQ(run(kTrain + " --out " + tmp() + "/x --lr -1").rc, 2);
-  EXPECT_EQ(run(kTrain + " --out " + tmp() + "/x --pos-mode rotary").rc, 2);
-  EXPECT_EQ(run(kTrain + " --out " + tmp() + "/x --no-such-flag").rc, 2);
-  EXPECT_EQ(run(kTrain).rc, 2);  // --out is required
+  EXPECT_EQ(run_cmd(kTrain + " --out " + tmp() + "/x --lr -1").rc, 2);
+  EXPECT_EQ(run_cmd(kTrain + " --out " + tmp() + "/x --pos-mode rotary").rc, 2);
+  EXPECT_EQ(run_cmd(kTrain + " --out " + tmp() + "/x --no-such-flag").rc, 2);
+  EXPECT_EQ(run_cmd(kTrain).rc, 2);  // --out is required
   const std::string cfg = tmp() + "/bad_config.json";
   spit(cfg, "{\"train\": {\"stepz\": 3}}");
-  const CliRun r = run(kTrain + " --out " + tmp() + "/x --config " + cfg);
+  const CmdResult r = run_cmd(kTrain + " --out " + tmp() + "/x --config " + cfg);
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("stepz"), std::string::npos) << r.err;
   // A model too small for its own training shapes is refused before any work.
-  EXPECT_EQ(run(kTrain + " --out " + tmp() + "/x --max-pos1 3").rc, 2);
+  EXPECT_EQ(run_cmd(kTrain + " --out " + tmp() + "/x --max-pos1 3").rc, 2);
   // An existing run is not overwritten without --resume.
-  EXPECT_EQ(run(kTrain + " --out " + model_dir() + kSmall).rc, 2);
-  EXPECT_EQ(run(kEval + " --model " + model_dir() + " --mode fast").rc, 2);
-  EXPECT_EQ(run(kDump + " --model " + model_dir() + " --out " + tmp() + "/a2 --n 9 --m 9").rc, 2);  // beyond max_pos
-  EXPECT_EQ(run(kTrain + " --help").rc, 0);
+  EXPECT_EQ(run_cmd(kTrain + " --out " + model_dir() + kSmall).rc, 2);
+  EXPECT_EQ(run_cmd(kEval + " --model " + model_dir() + " --mode fast").rc, 2);
+  EXPECT_EQ(run_cmd(kDump + " --model " + model_dir() + " --out " + tmp() + "/a2 --n 9 --m 9").rc, 2);  // beyond max_pos
+  EXPECT_EQ(run_cmd(kTrain + " --help").rc, 0);
 }
 
 namespace {

@@ -104,7 +104,7 @@ RC_GTEST_PROP(LearnGrad, Attention, ()) {
   auto q = randn(g, n), k = randn(g, n), v = randn(g, n), R = randn(g, n);
   std::vector<double> out(n), att(std::size_t(NH * T * T)), scratch(std::size_t(T * T));
   auto f = [&] {
-    attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), T, NH, HS);
+    attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), T, T, NH, HS);
     return dot(out, R);
   };
   f();
@@ -125,6 +125,33 @@ RC_GTEST_PROP(LearnGrad, Attention, ()) {
       }
       RC_ASSERT(std::abs(s - 1.0) < 1e-12);
     }
+}
+
+// The key/value-cache form of attention_forward (queries = the last Tq positions, keys = all Tk, what
+// greedy decoding runs) equals the last Tq rows of the full causal attention over the Tk positions:
+// outputs and attention rows. Double; the score products run on different shapes (Tq or Tk rows), so
+// equal up to rounding, ~1e-16 relative: 1e-12 of the largest entry, while a wrong mask offset or a
+// shifted row gives O(1) differences.
+RC_GTEST_PROP(LearnLayers, CachedAttentionEqualsTheLastRowsOfFullAttention, ()) {
+  const int Tk = *rc::gen::inRange(1, 9), Tq = *rc::gen::inRange(1, Tk + 1), NH = *rc::gen::inRange(1, 4),
+            HS = *rc::gen::inRange(1, 5), D = NH * HS;
+  std::mt19937_64 g(*rc::gen::arbitrary<std::uint32_t>());
+  const auto q = randn(g, std::size_t(Tk * D), 2.0), k = randn(g, std::size_t(Tk * D), 2.0), v = randn(g, std::size_t(Tk * D));
+  std::vector<double> out(std::size_t(Tk * D)), att(std::size_t(NH * Tk * Tk));
+  attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), Tk, Tk, NH, HS);
+  std::vector<double> outc(std::size_t(Tq * D)), attc(std::size_t(NH * Tq * Tk));
+  const int past = Tk - Tq;
+  attention_forward(outc.data(), attc.data(), q.data() + past * D, k.data(), v.data(), Tq, Tk, NH, HS);
+  double scale = 0;
+  for (double x : out) scale = std::max(scale, std::abs(x));
+  for (int i = 0; i < Tq; ++i)
+    for (int d = 0; d < D; ++d)
+      RC_ASSERT(std::abs(outc[std::size_t(i * D + d)] - out[std::size_t((past + i) * D + d)]) <= 1e-12 * scale);
+  for (int h = 0; h < NH; ++h)
+    for (int i = 0; i < Tq; ++i)
+      for (int j = 0; j < Tk; ++j)
+        RC_ASSERT(std::abs(attc[std::size_t((h * Tq + i) * Tk + j)] - att[std::size_t((h * Tk + past + i) * Tk + j)]) <=
+                  1e-12);
 }
 
 RC_GTEST_PROP(LearnGrad, Geglu, ()) {
@@ -212,10 +239,11 @@ TEST_P(WholeModel, GradientMatchesFiniteDifferences) {
   const Example ex = make_example(parse_problem("57+8+96"), c, 2, 2);
   Acts<double> a;
   GradScratch<double> gs;
-  auto f = [&] { return model_forward(a, c, lay, P.data(), ex); };
+  const ModelView<double> model{c, lay, P.data()};
+  auto f = [&] { return model_forward(a, model, batch_of(ex)); };
   f();
   std::vector<double> G(P.size(), 0.0);
-  model_backward(G.data(), gs, a, c, lay, P.data(), ex, 1.0);
+  model_backward(G.data(), gs, a, model, batch_of(ex), 1.0);
   // Check every tensor separately so a failure names it.
   for (auto& t : lay.tensors) {
     std::vector<double> x(P.begin() + t.offset, P.begin() + t.offset + t.size);
@@ -249,8 +277,8 @@ TEST_P(WholeModel, FloatMatchesDouble) {
   const Example ex = make_example(parse_problem("123+45+6+999"), c, 1, 1);
   Acts<double> ad;
   Acts<float> af;
-  const double ld = model_forward(ad, c, lay, Pd.data(), ex);
-  const float lf = model_forward(af, c, lay, Pf.data(), ex);
+  const double ld = model_forward(ad, ModelView<double>{c, lay, Pd.data()}, batch_of(ex));
+  const float lf = model_forward(af, ModelView<float>{c, lay, Pf.data()}, batch_of(ex));
   EXPECT_NEAR(double(lf), ld, 1e-4 * std::abs(ld));
 }
 

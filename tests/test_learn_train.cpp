@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <set>
 
-#include <unistd.h>
 
 #include "manyadd/learn/cli_common.hpp"
 #include "manyadd/learn/data.hpp"
@@ -22,24 +21,10 @@ using namespace manyadd;
 using namespace manyadd::learn;
 
 namespace {
-TrainConfig micro_train() {
-  TrainConfig t;
-  t.train_n = 2;
-  t.train_m = 3;
-  t.train_size = 5000;
-  t.steps = 4000;  // 2500 steps reach ~99%; 4000 reach 100% on 8000 in-distribution instances (measured), a margin for the exact-match test
-  t.batch = 16;
-  t.lr = 1e-2;
-  t.threads = 2;
-  t.seed = 1;
-  return t;
-}
-std::string tmpdir(const std::string& name) {
-  auto p = std::filesystem::temp_directory_path() / ("manyadd_test_learn_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(p);
-  std::filesystem::create_directories(p);
-  return p.string();
-}
+// 2500 steps reach ~99%; 4000 reach 100% on 8000 in-distribution instances (measured), a margin for the
+// exact-match test.
+TrainConfig micro_train() { return fixtures::micro_train(5000, 4000); }
+using fixtures::scratch;
 
 // One micro run shared by the tests below (training once keeps the suite within its time budget).
 struct Micro {
@@ -85,8 +70,8 @@ TEST(LearnTrain, MicroRunExactOnTinyFixedSet) {
     for (int k = 2; k <= 3; ++k)
       for (int i = 0; i < 10; ++i) {
         const Example ex = make_example(sample_TA(rng, n, k), m.mc, 1, 1);
-        ok_tf += teacher_forced_correct(a, m.mc, m.tr.layout(), m.tr.params().data(), ex);
-        ok_gr += greedy_correct(m.mc, m.tr.layout(), m.tr.params().data(), ex);
+        ok_tf += teacher_forced_correct(a, m.tr.view(), ex);
+        ok_gr += greedy_correct(m.tr.view(), ex);
         ++total;
       }
   EXPECT_EQ(ok_tf, total);
@@ -108,8 +93,8 @@ TEST(LearnTrain, TeacherForcedEqualsGreedy) {
     if (!shape_fits(m.mc, s)) continue;
     const Example ex = make_example(sample_TA(rng, n, k), m.mc, 1, 1);
     std::vector<std::uint8_t> tf, gr;
-    const bool ok_tf = teacher_forced_correct(a, m.mc, m.tr.layout(), m.tr.params().data(), ex, &tf);
-    const bool ok_gr = greedy_correct(m.mc, m.tr.layout(), m.tr.params().data(), ex, &gr);
+    const bool ok_tf = teacher_forced_correct(a, m.tr.view(), ex, &tf);
+    const bool ok_gr = greedy_correct(m.tr.view(), ex, &gr);
     EXPECT_EQ(ok_tf, ok_gr);
     wrong += !ok_tf;
     // First position where teacher-forced disagrees with the target (or the end).
@@ -128,7 +113,7 @@ TEST(LearnTrain, TeacherForcedEqualsGreedy) {
 
 TEST(LearnTrain, CheckpointRoundTripIsExact) {
   auto& m = micro();
-  const std::string dir = tmpdir("roundtrip");
+  const std::string dir = scratch("roundtrip");
   m.tr.save(dir);
   const LoadedModel lm = load_model_dir(dir);
   ASSERT_EQ(lm.params.size(), m.tr.params().size());
@@ -151,7 +136,7 @@ TEST(LearnTrain, ResumeIsBitIdentical) {
   tc.train_size = 300;  // several epochs in 40 x 16 samples: the reshuffle is crossed on resume
   Trainer straight(mc, tc);
   for (int i = 0; i < 40; ++i) straight.step();
-  const std::string dir = tmpdir("resume");
+  const std::string dir = scratch("resume");
   {
     Trainer first(mc, tc);
     for (int i = 0; i < 20; ++i) first.step();
@@ -227,6 +212,22 @@ TEST(LearnData, RandomOffsetsStayInRange) {
   EXPECT_EQ(int(s1s.size()), c.max_pos1 - shape.l);
 }
 
+namespace {
+// A random 2-layer model for the decoding tests (init_std 0.5: far from uniform attention).
+ModelConfig decode_model(PosMode mode) {
+  ModelConfig c;
+  c.n_layers = 2;
+  c.d_model = 24;
+  c.d_head = 6;
+  c.d_ff = 20;
+  c.pos_mode = mode;
+  c.max_pos1 = mode == PosMode::absolute ? 60 : 10;
+  c.max_pos2 = 8;
+  c.init_std = 0.5f;
+  return c;
+}
+}  // namespace
+
 // The KV-cache decoder against the full forward, position by position: for every prefix length k the
 // greedy step after tokens[0..k] must give the full forward's argmax at k. Random 2-layer models in
 // every position mode, so every layer's cache and every embedding path is exercised. Positions whose
@@ -234,21 +235,14 @@ TEST(LearnData, RandomOffsetsStayInRange) {
 // ~1e-6 relative; a genuine near-tie may flip legitimately).
 TEST(LearnDecode, KvCacheMatchesFullForwardAllModes) {
   for (PosMode mode : {PosMode::coupled, PosMode::digits, PosMode::absolute, PosMode::none}) {
-    ModelConfig c;
-    c.n_layers = 2;
-    c.d_model = 24;
-    c.d_head = 6;
-    c.d_ff = 20;
-    c.pos_mode = mode;
-    c.max_pos1 = mode == PosMode::absolute ? 60 : 10;
-    c.max_pos2 = 8;
-    c.init_std = 0.5f;
+    const ModelConfig c = decode_model(mode);
     const Layout lay = Layout::make(c);
     const auto P = init_params<float>(c, lay, 99 + int(mode));
     const Example ex = make_example(parse_problem("123+45+6+78"), c, 2, 1);
     Acts<float> a;
-    model_forward(a, c, lay, P.data(), ex);
-    KvDecoder dec(c, lay, P.data());
+    const ModelView<float> model{c, lay, P.data()};
+    model_forward(a, model, batch_of(ex));
+    KvDecoder dec(model);
     int compared = 0;
     for (int k = 0; k < ex.T(); ++k) {
       const float* z = a.logits.data() + std::size_t(k) * kVocab;
@@ -265,16 +259,59 @@ TEST(LearnDecode, KvCacheMatchesFullForwardAllModes) {
   }
 }
 
+// Greedy decoding over many steps: after the prompt, every new token is one model_forward row against
+// the cached keys/values (past > 0). Each generated token must be the full forward's argmax at its
+// position, the full forward run on the decoder's own output (prompt + generated tokens). Random
+// 2-layer models in every position mode, every prompt length. Positions whose top-two logits are
+// within 1e-4 are skipped (the two paths sum in different orders, ~1e-6 relative in fp32; a genuine
+// near-tie may flip legitimately).
+TEST(LearnDecode, GreedyEqualsFullForwardArgmaxAtEveryStep) {
+  for (PosMode mode : {PosMode::coupled, PosMode::digits, PosMode::absolute, PosMode::none}) {
+    const ModelConfig c = decode_model(mode);
+    const Layout lay = Layout::make(c);
+    const auto P = init_params<float>(c, lay, 7 + int(mode));
+    const ModelView<float> model{c, lay, P.data()};
+    const Example ex = make_example(parse_problem("123+45+6+78"), c, 2, 1);
+    const KvDecoder dec(model);
+    Acts<float> a;
+    int cached_steps = 0;
+    for (int k = 1; k < ex.T(); ++k) {
+      const std::vector<std::uint8_t> prefix(ex.tokens.begin(), ex.tokens.begin() + k);
+      const auto gen = dec.greedy(prefix, ex.pos, ex.T() - k);
+      ASSERT_FALSE(gen.empty());
+      std::vector<std::uint8_t> seq = prefix;
+      seq.insert(seq.end(), gen.begin(), gen.end());
+      BatchView x;
+      x.B = 1, x.T = int(seq.size()) - 1;  // the last generated token is never read back
+      x.tokens = seq.data();
+      for (int lv = 0; lv < pos_levels(mode); ++lv) x.pos[lv] = ex.pos[lv].data();
+      if (x.T < 1) continue;
+      model_forward(a, model, x);
+      for (std::size_t i = 0; i < gen.size() && k - 1 + int(i) < x.T; ++i) {
+        const float* z = a.logits.data() + std::size_t(k - 1 + int(i)) * kVocab;
+        std::vector<float> s(z, z + kVocab);
+        std::sort(s.rbegin(), s.rend());
+        if (s[0] - s[1] < 1e-4f) continue;
+        EXPECT_EQ(int(gen[i]), int(std::max_element(z, z + kVocab) - z)) << pos_mode_name(mode) << " k=" << k << " i=" << i;
+        cached_steps += i > 0;
+      }
+    }
+    EXPECT_GT(cached_steps, ex.T()) << pos_mode_name(mode) << ": too few tokens decoded from the cache";
+  }
+}
+
 // `train --help` documents every configuration field, and the defaults it states are the real ones.
 TEST(LearnConfig, HelpDocumentsEveryFieldWithItsDefault) {
   nlohmann::json mj = ModelConfig{}, tj = TrainConfig{};
+  CLI::App app;  // the options as train declares them; their descriptions are what --help prints
+  const ConfigOptions opts(app);
   std::set<std::string> documented;
   for (auto& f : config_fields()) {
     const std::string sec = f.section;
     const nlohmann::json& j = sec == "model" ? mj : tj;
     ASSERT_TRUE(j.contains(f.name)) << sec << "." << f.name << " is documented but not a field";
     documented.insert(sec + "." + f.name);
-    const std::string help = f.help;
+    const std::string help = app.get_option(config_flag(f))->get_description();
     const auto k = help.find("(default ");
     ASSERT_NE(k, std::string::npos) << f.name << ": no default stated";
     const std::string d = help.substr(k + 9, help.find(')', k) - k - 9);

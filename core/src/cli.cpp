@@ -139,9 +139,14 @@ CLI::Option* add_json(CLI::App& app, std::string& path, const std::string& help)
   return add_output(app, "--json", path, help);
 }
 CLI::Option* add_device(CLI::App& app, std::string& device, const std::string& help) {
-  return app.add_option("--device", device, decorate(help, device, ""))
-      ->check(CLI::IsMember({"cpu", "cuda"}))
-      ->type_name("cpu|cuda");
+  auto* o = app.add_option_function<std::string>(
+      "--device",
+      [&device](const std::string& s) {
+        if (s != "cpu" && s != "cuda") throw CLI::ValidationError(fmt::format("--device '{}' unknown (cpu|cuda)", s));
+        device = s;
+      },
+      decorate(help, device, ""));
+  return o->type_name("cpu|cuda");
 }
 
 CLI::Option* add_quiet(CLI::App& app, bool& quiet) {

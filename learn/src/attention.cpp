@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <functional>
 #include <limits>
 #include <stdexcept>
@@ -38,7 +37,7 @@ AttentionMaps learned_attention(const LoadedModel& lm, const std::vector<Problem
     const Example ex = make_example(problems[std::size_t(i)], c, s1, s2);
     if (ex.T() != T) throw InputError("learned_attention: the problems have different shapes");
     auto& a = acts[std::size_t(t)];
-    ok[std::size_t(i)] = teacher_forced_correct(a, c, lm.lay, lm.params.data(), ex);
+    ok[std::size_t(i)] = teacher_forced_correct(a, lm.view(), ex);
     auto& s = sums[std::size_t(t)];
     for (int l = 0; l < c.n_layers; ++l) {
       const auto& att = a.blocks[std::size_t(l)].att;
@@ -325,7 +324,7 @@ void write_attention_dir(const std::string& out, const AttentionMaps& a, const S
                          std::int64_t s2, std::int64_t samples, const std::vector<std::uint8_t>& example_tokens,
                          const std::vector<std::int32_t>& pos1, const std::vector<std::int32_t>& pos2,
                          const std::map<std::string, std::string>& extra) {
-  std::filesystem::create_directories(out);
+  make_output_dir(out);
   std::vector<Tensor> ts;
   for (int g = 0; g < a.heads(); ++g) {
     const std::string& name = a.names[std::size_t(g)];

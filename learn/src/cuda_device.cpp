@@ -1,6 +1,6 @@
 // The CUDA training device (learn::TrainDevice): weights, gradients, Adam moments and activations live
-// on the GPU; each step uploads the host-packed batch (learn/batch.hpp), runs the packed pipeline of
-// learn::packed_forward / packed_backward pass by pass (same numbers in the comments), reduces the
+// on the GPU; each step uploads the host-packed batch (learn/batch.hpp), runs learn::model_forward /
+// model_backward on the whole batch pass by pass (same numbers in the comments), reduces the
 // loss and the global gradient norm in a fixed order, and applies AdamW with the scalars the CPU
 // trainer computes (learn::adam_scalars). Matrix products: cuBLAS SGEMM (fp32, default math mode: no
 // TF32), run-to-run reproducible on one GPU model (cuBLAS guarantees bitwise-identical results for a
@@ -32,7 +32,7 @@ using kernels::DeviceBuffer;
 template <class T>
 using Buf = DeviceBuffer<T>;
 
-struct BlockActs {  // one block's activations, (R, ...) as learn::Acts::Block, lse instead of att
+struct BlockActs {  // one block's activations, (R, ...) as learn::Acts::Block (Tk = T), lse instead of att
   Buf<float> n1, r1, q, k, v, ao, lse, proj, res1, x1, r2, n3, r3, h, g, fo, res2, x2, r4;
 };
 
@@ -139,7 +139,8 @@ class CudaDevice final : public TrainDevice {
     if (!pb.pos[1].empty()) pos1_.upload(pb.pos[1].data(), R);
   }
 
-  // learn::packed_forward, pass by pass. Returns the loss sum (fixed-order double reduction).
+  // learn::model_forward on the packed batch, pass by pass. Returns the loss sum (fixed-order double
+  // reduction).
   double forward(const PackedBatch& pb) {
     ensure(pb);
     const int B = pb.B, T = pb.T, R = int(pb.rows()), C = c_.d_model, NH = c_.n_heads, HS = c_.d_head, D = NH * HS,
@@ -178,7 +179,7 @@ class CudaDevice final : public TrainDevice {
     return K::reduce_sum(losses_, R, false, red_);
   }
 
-  // learn::packed_backward, pass by pass; grads_ must be zero.
+  // learn::model_backward on the packed batch, pass by pass; grads_ must be zero.
   void backward(const PackedBatch& pb, float loss_scale) {
     const int B = pb.B, T = pb.T, R = int(pb.rows()), C = c_.d_model, NH = c_.n_heads, HS = c_.d_head, D = NH * HS,
               F = c_.d_ff, V = c_.vocab, L = pos_levels(c_.pos_mode);

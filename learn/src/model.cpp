@@ -1,4 +1,5 @@
-// The learned transformer: layout, init, forward/backward of one sequence, greedy KV-cache decoding.
+// The learned transformer: layout, init, the one forward/backward (a batch of sequences; a single
+// sequence is a batch of one), greedy KV-cache decoding on the same forward.
 #include "manyadd/learn/model.hpp"
 
 #include <algorithm>
@@ -159,232 +160,232 @@ std::vector<S> init_params(const ModelConfig& c, const Layout& lay, std::uint64_
 }
 
 template <class S>
-void Acts<S>::resize(const ModelConfig& c, int T_) {
-  T = T_;
+void Acts<S>::resize(const ModelConfig& c, int B_, int T_, int Tk_) {
+  B = B_, T = T_, Tk = Tk_;
   const std::size_t C = std::size_t(c.d_model), D = std::size_t(c.n_heads) * c.d_head, F = std::size_t(c.d_ff);
-  const std::size_t t = std::size_t(T_);
-  x0.resize(t * C);
+  const std::size_t r = std::size_t(B_) * std::size_t(T_), rk = std::size_t(B_) * std::size_t(Tk_);
+  x0.resize(r * C);
   blocks.resize(std::size_t(c.n_layers));
   for (auto& b : blocks) {
-    b.a_in.resize(t * C);
-    b.n1.resize(t * C), b.r1.resize(t);
-    b.q.resize(t * D), b.k.resize(t * D), b.v.resize(t * D);
-    b.att.resize(std::size_t(c.n_heads) * t * t);
-    b.ao.resize(t * D);
-    b.proj.resize(t * C), b.res1.resize(t * C);
-    b.x1.resize(t * C), b.r2.resize(t);
-    b.n3.resize(t * C), b.r3.resize(t);
-    b.h.resize(t * 2 * F), b.g.resize(t * F);
-    b.fo.resize(t * C), b.res2.resize(t * C);
-    b.x2.resize(t * C), b.r4.resize(t);
+    b.n1.resize(r * C), b.r1.resize(r);
+    b.q.resize(r * D), b.k.resize(rk * D), b.v.resize(rk * D);
+    b.att.resize(std::size_t(c.n_heads) * r * std::size_t(Tk_));
+    b.ao.resize(r * D);
+    b.proj.resize(r * C), b.res1.resize(r * C);
+    b.x1.resize(r * C), b.r2.resize(r);
+    b.n3.resize(r * C), b.r3.resize(r);
+    b.h.resize(r * 2 * F), b.g.resize(r * F);
+    b.fo.resize(r * C), b.res2.resize(r * C);
+    b.x2.resize(r * C), b.r4.resize(r);
   }
-  xf.resize(t * C), rf.resize(t);
-  logits.resize(t * std::size_t(c.vocab)), probs.resize(t * std::size_t(c.vocab));
-  losses.resize(t);
+  xf.resize(r * C), rf.resize(r);
+  logits.resize(r * std::size_t(c.vocab)), probs.resize(r * std::size_t(c.vocab));
+  losses.resize(r);
 }
 
 template <class S>
-void GradScratch<S>::resize(const ModelConfig& c, int T) {
+void GradScratch<S>::resize(const ModelConfig& c, std::int64_t R, int T) {
   const std::size_t C = std::size_t(c.d_model), D = std::size_t(c.n_heads) * c.d_head, F = std::size_t(c.d_ff);
-  const std::size_t t = std::size_t(T);
-  dlogits.resize(t * std::size_t(c.vocab));
-  dxf.resize(t * C), dx.resize(t * C), dres.resize(t * C), dn.resize(t * C);
-  dh.resize(t * 2 * F), dg.resize(t * F);
-  dao.resize(t * D), dq.resize(t * D), dk.resize(t * D), dv.resize(t * D);
-  datt.resize(t * t);
+  const std::size_t r = std::size_t(R);
+  dlogits.resize(r * std::size_t(c.vocab));
+  dxf.resize(r * C), dx.resize(r * C), dres.resize(r * C), dn.resize(r * C);
+  dh.resize(r * 2 * F), dg.resize(r * F);
+  dao.resize(r * D), dq.resize(r * D), dk.resize(r * D), dv.resize(r * D);
+  datt.resize(std::size_t(T) * std::size_t(T));
 }
 
-namespace {
-void check_example(const ModelConfig& c, const Example& ex) {
+BatchView batch_of(const Example& ex) {
   const int T = ex.T();
   if (T < 1) throw InputError("empty sequence");
   if (int(ex.targets.size()) != T) throw InputError("targets and tokens differ in length");
-  for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv) {
+  BatchView x;
+  x.B = 1, x.T = T;
+  x.tokens = ex.tokens.data();
+  x.targets = ex.targets.data();
+  for (int lv = 0; lv < 2; ++lv) {
+    if (ex.pos[lv].empty()) continue;  // a level the model does not use (model_forward checks)
     if (int(ex.pos[lv].size()) < T) throw InputError(fmt::format("position IDs of level {} are missing", lv + 1));
-    for (int t = 0; t < T; ++t)
-      if (ex.pos[lv][std::size_t(t)] < 0 || ex.pos[lv][std::size_t(t)] > c.max_pos(lv))
+    x.pos[lv] = ex.pos[lv].data();
+  }
+  return x;
+}
+
+namespace {
+// Every token and position ID of the rows against the model: a bad ID would read outside a table.
+void check_rows(const ModelConfig& c, const BatchView& x) {
+  if (x.B < 1 || x.T < 1) throw InputError("empty batch");
+  const std::int64_t R = x.rows();
+  for (std::int64_t i = 0; i < R; ++i)
+    if (x.tokens[i] >= c.vocab) throw InputError("token outside the vocabulary");
+  for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv) {
+    if (!x.pos[lv]) throw InputError(fmt::format("position IDs of level {} are missing", lv + 1));
+    for (std::int64_t i = 0; i < R; ++i)
+      if (x.pos[lv][i] < 0 || x.pos[lv][i] > c.max_pos(lv))
         throw InputError(fmt::format("position ID {} of level {} outside [0, {}]: the model's max_pos{} is too small "
                                      "for this shape",
-                                     ex.pos[lv][std::size_t(t)], lv + 1, c.max_pos(lv), lv + 1));
+                                     x.pos[lv][i], lv + 1, c.max_pos(lv), lv + 1));
   }
-  for (auto tok : ex.tokens)
-    if (tok >= c.vocab) throw InputError("token outside the vocabulary");
 }
 template <class S>
 void zero(std::vector<S>& v) {
   std::fill(v.begin(), v.end(), S(0));
 }
+
+// Passes 2-7 of one block on the R = B T rows x (positions past..past+T-1 of each sequence, past =
+// Tk - T); writes the block's activations, its output is b.x2.
+template <class S>
+void block_forward(typename Acts<S>::Block& b, const S* x, const ModelView<S>& m, const Layout::Block& w, int B, int T,
+                   int Tk) {
+  const ModelConfig& c = m.cfg;
+  const int R = B * T, C = c.d_model, NH = c.n_heads, HS = c.d_head, D = NH * HS, F = c.d_ff, past = Tk - T;
+  const S eps = S(c.norm_eps);
+  const std::int64_t TD = std::int64_t(T) * D, TkD = std::int64_t(Tk) * D, att_seq = std::int64_t(NH) * T * Tk;
+  // 2. n1 = Norm1(x)
+  rmsnorm_forward(b.n1.data(), b.r1.data(), x, m.at(w.attn_norm1), R, C, eps);
+  // 3. q, k, v = n1 Wq^T, n1 Wk^T, n1 Wv^T   (k, v at key rows past.. : past > 0 only for B = 1)
+  matmul_forward(b.q.data(), b.n1.data(), m.at(w.wq), R, C, D);
+  matmul_forward(b.k.data() + std::int64_t(past) * D, b.n1.data(), m.at(w.wk), R, C, D);
+  matmul_forward(b.v.data() + std::int64_t(past) * D, b.n1.data(), m.at(w.wv), R, C, D);
+  // 4. ao = causal softmax(q k^T / sqrt(HS)) v per head, one sequence at a time
+  for (int s = 0; s < B; ++s)
+    attention_forward(b.ao.data() + s * TD, b.att.data() + s * att_seq, b.q.data() + s * TD, b.k.data() + s * TkD,
+                      b.v.data() + s * TkD, T, Tk, NH, HS);
+  // 5. proj = ao Wo^T ; res1 = x + proj ; x1 = Norm2(res1)
+  matmul_forward(b.proj.data(), b.ao.data(), m.at(w.wo), R, D, C);
+  residual_forward(b.res1.data(), x, b.proj.data(), std::int64_t(R) * C);
+  rmsnorm_forward(b.x1.data(), b.r2.data(), b.res1.data(), m.at(w.attn_norm2), R, C, eps);
+  // 6. n3 = Norm1'(x1) ; h = n3 Wi^T ; g = geglu(h) ; fo = g Wo'^T
+  rmsnorm_forward(b.n3.data(), b.r3.data(), b.x1.data(), m.at(w.ffn_norm1), R, C, eps);
+  matmul_forward(b.h.data(), b.n3.data(), m.at(w.wi), R, C, 2 * F);
+  geglu_forward(b.g.data(), b.h.data(), R, F);
+  matmul_forward(b.fo.data(), b.g.data(), m.at(w.wo_ff), R, F, C);
+  // 7. res2 = x1 + fo ; x2 = Norm2'(res2)
+  residual_forward(b.res2.data(), b.x1.data(), b.fo.data(), std::int64_t(R) * C);
+  rmsnorm_forward(b.x2.data(), b.r4.data(), b.res2.data(), m.at(w.ffn_norm2), R, C, eps);
+}
+
+// Passes 7..2 of one block in reverse (Tk = T); g.dx holds d(block output) on entry and d(block input
+// x) on exit. Accumulates into the block's parameter gradients in G.
+template <class S>
+void block_backward(S* G, GradScratch<S>& g, const typename Acts<S>::Block& b, const S* x, const ModelView<S>& m,
+                    const Layout::Block& w, int B, int T) {
+  const ModelConfig& c = m.cfg;
+  const int R = B * T, C = c.d_model, NH = c.n_heads, HS = c.d_head, D = NH * HS, F = c.d_ff;
+  const std::int64_t TD = std::int64_t(T) * D, att_seq = std::int64_t(NH) * T * T;
+  // 7. x2 = Norm2'(res2) ; res2 = x1 + fo   (dres = d res2, flows to x1 and fo)
+  zero(g.dres);
+  rmsnorm_backward(g.dres.data(), G + w.ffn_norm2, g.dx.data(), b.res2.data(), m.at(w.ffn_norm2), b.r4.data(), R, C);
+  // 6. fo = g Wo'^T ; g = geglu(h) ; h = n3 Wi^T ; n3 = Norm1'(x1)
+  zero(g.dg);
+  matmul_backward(g.dg.data(), G + w.wo_ff, g.dres.data(), b.g.data(), m.at(w.wo_ff), R, F, C);
+  zero(g.dh);
+  geglu_backward(g.dh.data(), g.dg.data(), b.h.data(), R, F);
+  zero(g.dn);
+  matmul_backward(g.dn.data(), G + w.wi, g.dh.data(), b.n3.data(), m.at(w.wi), R, C, 2 * F);
+  //    d x1 = dres (residual) + Norm1' backward; dx is reused as d x1
+  std::copy(g.dres.begin(), g.dres.end(), g.dx.begin());
+  rmsnorm_backward(g.dx.data(), G + w.ffn_norm1, g.dn.data(), b.x1.data(), m.at(w.ffn_norm1), b.r3.data(), R, C);
+  // 5. proj = ao Wo^T ; res1 = x + proj ; x1 = Norm2(res1)
+  zero(g.dres);
+  rmsnorm_backward(g.dres.data(), G + w.attn_norm2, g.dx.data(), b.res1.data(), m.at(w.attn_norm2), b.r2.data(), R, C);
+  zero(g.dao);
+  matmul_backward(g.dao.data(), G + w.wo, g.dres.data(), b.ao.data(), m.at(w.wo), R, D, C);
+  // 4. ao = causal softmax(q k^T / sqrt(HS)) v per head, one sequence at a time
+  zero(g.dq), zero(g.dk), zero(g.dv);
+  for (int s = 0; s < B; ++s)
+    attention_backward(g.dq.data() + s * TD, g.dk.data() + s * TD, g.dv.data() + s * TD, g.datt.data(),
+                       g.dao.data() + s * TD, b.att.data() + s * att_seq, b.q.data() + s * TD, b.k.data() + s * TD,
+                       b.v.data() + s * TD, T, NH, HS);
+  // 3. q, k, v = n1 Wq^T, n1 Wk^T, n1 Wv^T
+  zero(g.dn);
+  matmul_backward(g.dn.data(), G + w.wq, g.dq.data(), b.n1.data(), m.at(w.wq), R, C, D);
+  matmul_backward(g.dn.data(), G + w.wk, g.dk.data(), b.n1.data(), m.at(w.wk), R, C, D);
+  matmul_backward(g.dn.data(), G + w.wv, g.dv.data(), b.n1.data(), m.at(w.wv), R, C, D);
+  // 2. n1 = Norm1(x)   (d x = dres (residual) + Norm1 backward)
+  std::copy(g.dres.begin(), g.dres.end(), g.dx.begin());
+  rmsnorm_backward(g.dx.data(), G + w.attn_norm1, g.dn.data(), x, m.at(w.attn_norm1), b.r1.data(), R, C);
+}
 }  // namespace
 
 template <class S>
-S model_forward(Acts<S>& a, const ModelConfig& c, const Layout& lay, const S* P, const Example& ex) {
-  check_example(c, ex);
-  const int T = ex.T(), C = c.d_model, NH = c.n_heads, HS = c.d_head, D = NH * HS, F = c.d_ff, V = c.vocab;
+S model_forward(Acts<S>& a, const ModelView<S>& m, const BatchView& x, int past) {
+  const ModelConfig& c = m.cfg;
+  const Layout& lay = m.lay;
+  check_rows(c, x);
+  if (past < 0 || (past > 0 && x.B != 1)) throw InvariantError("model_forward: cached keys need a batch of one");
+  const int R = int(x.rows()), C = c.d_model, V = c.vocab;
   const S eps = S(c.norm_eps);
-  a.resize(c, T);
-  const int L = pos_levels(c.pos_mode);
-  const std::int32_t* pos[2] = {ex.pos[0].data(), ex.pos[1].data()};
-  const S* wpe[2] = {P + lay.wpe[0], P + lay.wpe[1]};
+  a.resize(c, x.B, x.T, past + x.T);
+  const S* wpe[2] = {m.at(lay.wpe[0]), m.at(lay.wpe[1])};
   // 1. x0 = tok_emb[tok] + sum_lv pos_emb_lv[pos_lv]
-  embedding_forward(a.x0.data(), ex.tokens.data(), pos, L, P + lay.wte, wpe, T, C);
-  const S* x = a.x0.data();
+  embedding_forward(a.x0.data(), x.tokens, x.pos, pos_levels(c.pos_mode), m.at(lay.wte), wpe, R, C);
+  const S* h = a.x0.data();
+  // 2.-7. the blocks
   for (int l = 0; l < c.n_layers; ++l) {
     auto& b = a.blocks[std::size_t(l)];
-    const auto& w = lay.blocks[std::size_t(l)];
-    std::copy(x, x + std::int64_t(T) * C, b.a_in.begin());
-    // 2. n1 = Norm1(x)
-    rmsnorm_forward(b.n1.data(), b.r1.data(), x, P + w.attn_norm1, T, C, eps);
-    // 3. q, k, v = n1 Wq^T, n1 Wk^T, n1 Wv^T
-    matmul_forward(b.q.data(), b.n1.data(), P + w.wq, T, C, D);
-    matmul_forward(b.k.data(), b.n1.data(), P + w.wk, T, C, D);
-    matmul_forward(b.v.data(), b.n1.data(), P + w.wv, T, C, D);
-    // 4. ao = causal softmax(q k^T / sqrt(HS)) v per head
-    attention_forward(b.ao.data(), b.att.data(), b.q.data(), b.k.data(), b.v.data(), T, NH, HS);
-    // 5. proj = ao Wo^T ; res1 = x + proj ; x1 = Norm2(res1)
-    matmul_forward(b.proj.data(), b.ao.data(), P + w.wo, T, D, C);
-    residual_forward(b.res1.data(), x, b.proj.data(), std::int64_t(T) * C);
-    rmsnorm_forward(b.x1.data(), b.r2.data(), b.res1.data(), P + w.attn_norm2, T, C, eps);
-    // 6. n3 = Norm1'(x1) ; h = n3 Wi^T ; g = geglu(h) ; fo = g Wo'^T
-    rmsnorm_forward(b.n3.data(), b.r3.data(), b.x1.data(), P + w.ffn_norm1, T, C, eps);
-    matmul_forward(b.h.data(), b.n3.data(), P + w.wi, T, C, 2 * F);
-    geglu_forward(b.g.data(), b.h.data(), T, F);
-    matmul_forward(b.fo.data(), b.g.data(), P + w.wo_ff, T, F, C);
-    // 7. res2 = x1 + fo ; x2 = Norm2'(res2)
-    residual_forward(b.res2.data(), b.x1.data(), b.fo.data(), std::int64_t(T) * C);
-    rmsnorm_forward(b.x2.data(), b.r4.data(), b.res2.data(), P + w.ffn_norm2, T, C, eps);
-    x = b.x2.data();
+    block_forward(b, h, m, lay.blocks[std::size_t(l)], x.B, x.T, past + x.T);
+    h = b.x2.data();
   }
   // 8. xf = final_norm(x) ; logits = xf W^T ; losses
-  rmsnorm_forward(a.xf.data(), a.rf.data(), x, P + lay.final_norm, T, C, eps);
-  matmul_forward(a.logits.data(), a.xf.data(), P + lay.lm_head, T, C, V);
-  return crossentropy_forward(a.losses.data(), a.probs.data(), a.logits.data(), ex.targets.data(), T, V);
+  rmsnorm_forward(a.xf.data(), a.rf.data(), h, m.at(lay.final_norm), R, C, eps);
+  matmul_forward(a.logits.data(), a.xf.data(), m.at(lay.lm_head), R, C, V);
+  if (!x.targets) return S(0);
+  return crossentropy_forward(a.losses.data(), a.probs.data(), a.logits.data(), x.targets, R, V);
 }
 
 template <class S>
-void model_backward(S* G, GradScratch<S>& g, const Acts<S>& a, const ModelConfig& c, const Layout& lay,
-                    const S* P, const Example& ex, S loss_scale) {
-  const int T = ex.T(), C = c.d_model, NH = c.n_heads, HS = c.d_head, D = NH * HS, F = c.d_ff, V = c.vocab;
-  g.resize(c, T);
-  const int L = pos_levels(c.pos_mode);
-  // 8. losses ; logits = xf W^T ; xf = final_norm(x)
-  crossentropy_backward(g.dlogits.data(), a.probs.data(), ex.targets.data(), loss_scale, T, V);
+void model_backward(S* G, GradScratch<S>& g, const Acts<S>& a, const ModelView<S>& m, const BatchView& x,
+                    S loss_scale) {
+  if (a.B != x.B || a.T != x.T || a.Tk != x.T || !x.targets)
+    throw InvariantError("model_backward: needs the activations of model_forward on the same batch (no cache)");
+  const ModelConfig& c = m.cfg;
+  const Layout& lay = m.lay;
+  const int R = int(x.rows()), C = c.d_model, V = c.vocab;
+  g.resize(c, R, x.T);
+  // 8. xf = final_norm(x) ; logits = xf W^T ; losses
+  crossentropy_backward(g.dlogits.data(), a.probs.data(), x.targets, loss_scale, R, V);
   zero(g.dxf);
-  matmul_backward(g.dxf.data(), G + lay.lm_head, g.dlogits.data(), a.xf.data(), P + lay.lm_head, T, C, V);
+  matmul_backward(g.dxf.data(), G + lay.lm_head, g.dlogits.data(), a.xf.data(), m.at(lay.lm_head), R, C, V);
   zero(g.dx);  // gradient w.r.t. the current block output
-  const S* xlast = c.n_layers ? a.blocks.back().x2.data() : a.x0.data();
-  rmsnorm_backward(g.dx.data(), G + lay.final_norm, g.dxf.data(), xlast, P + lay.final_norm, a.rf.data(), T, C);
+  rmsnorm_backward(g.dx.data(), G + lay.final_norm, g.dxf.data(), a.blocks.back().x2.data(), m.at(lay.final_norm),
+                   a.rf.data(), R, C);
+  // 7.-2. the blocks, last first
   for (int l = c.n_layers - 1; l >= 0; --l) {
-    const auto& b = a.blocks[std::size_t(l)];
-    const auto& w = lay.blocks[std::size_t(l)];
-    // 7. x2 = Norm2'(res2) ; res2 = x1 + fo   (dres = d res2, flows to x1 and fo)
-    zero(g.dres);
-    rmsnorm_backward(g.dres.data(), G + w.ffn_norm2, g.dx.data(), b.res2.data(), P + w.ffn_norm2, b.r4.data(), T, C);
-    // 6. fo = g Wo'^T ; g = geglu(h) ; h = n3 Wi^T ; n3 = Norm1'(x1)
-    zero(g.dg);
-    matmul_backward(g.dg.data(), G + w.wo_ff, g.dres.data(), b.g.data(), P + w.wo_ff, T, F, C);
-    zero(g.dh);
-    geglu_backward(g.dh.data(), g.dg.data(), b.h.data(), T, F);
-    zero(g.dn);
-    matmul_backward(g.dn.data(), G + w.wi, g.dh.data(), b.n3.data(), P + w.wi, T, C, 2 * F);
-    // d x1 = dres (residual) + Norm1' backward; reuse dx as d x1
-    std::copy(g.dres.begin(), g.dres.end(), g.dx.begin());
-    rmsnorm_backward(g.dx.data(), G + w.ffn_norm1, g.dn.data(), b.x1.data(), P + w.ffn_norm1, b.r3.data(), T, C);
-    // 5. x1 = Norm2(res1) ; res1 = x + proj ; proj = ao Wo^T
-    zero(g.dres);
-    rmsnorm_backward(g.dres.data(), G + w.attn_norm2, g.dx.data(), b.res1.data(), P + w.attn_norm2, b.r2.data(), T, C);
-    zero(g.dao);
-    matmul_backward(g.dao.data(), G + w.wo, g.dres.data(), b.ao.data(), P + w.wo, T, D, C);
-    // 4. attention
-    zero(g.dq), zero(g.dk), zero(g.dv);
-    attention_backward(g.dq.data(), g.dk.data(), g.dv.data(), g.datt.data(), g.dao.data(), b.att.data(), b.q.data(),
-                       b.k.data(), b.v.data(), T, NH, HS);
-    // 3. q, k, v from n1
-    zero(g.dn);
-    matmul_backward(g.dn.data(), G + w.wq, g.dq.data(), b.n1.data(), P + w.wq, T, C, D);
-    matmul_backward(g.dn.data(), G + w.wk, g.dk.data(), b.n1.data(), P + w.wk, T, C, D);
-    matmul_backward(g.dn.data(), G + w.wv, g.dv.data(), b.n1.data(), P + w.wv, T, C, D);
-    // 2. n1 = Norm1(x); d x = dres (residual) + Norm1 backward
-    std::copy(g.dres.begin(), g.dres.end(), g.dx.begin());
-    rmsnorm_backward(g.dx.data(), G + w.attn_norm1, g.dn.data(), b.a_in.data(), P + w.attn_norm1, b.r1.data(), T, C);
+    const S* in = l == 0 ? a.x0.data() : a.blocks[std::size_t(l - 1)].x2.data();
+    block_backward(G, g, a.blocks[std::size_t(l)], in, m, lay.blocks[std::size_t(l)], x.B, x.T);
   }
-  // 1. embedding
-  const std::int32_t* pos[2] = {ex.pos[0].data(), ex.pos[1].data()};
+  // 1. x0 = tok_emb[tok] + sum_lv pos_emb_lv[pos_lv]
   S* dwpe[2] = {G + lay.wpe[0], G + lay.wpe[1]};
-  embedding_backward(G + lay.wte, dwpe, g.dx.data(), ex.tokens.data(), pos, L, T, C);
+  embedding_backward(G + lay.wte, dwpe, g.dx.data(), x.tokens, x.pos, pos_levels(c.pos_mode), R, C);
 }
 
 std::vector<std::uint8_t> KvDecoder::greedy(const std::vector<std::uint8_t>& prefix,
                                             const std::vector<std::int32_t> pos[2], int max_new) const {
-  const int C = c.d_model, NH = c.n_heads, HS = c.d_head, D = NH * HS, F = c.d_ff, V = c.vocab;
-  const int Lv = pos_levels(c.pos_mode);
-  const int total = int(prefix.size()) + max_new;
+  const int Lv = pos_levels(m.cfg.pos_mode), P = int(prefix.size()), total = P + max_new, V = m.cfg.vocab;
   if (prefix.empty()) throw InputError("greedy decoding needs a non-empty prefix");
   for (int lv = 0; lv < Lv; ++lv)
     if (int(pos[lv].size()) < total - 1) throw InputError("greedy decoding: position IDs shorter than the output");
-  const float eps = c.norm_eps;
-  const float* P = params;
-  // Cache per layer: keys and values (total, D).
-  std::vector<std::vector<float>> K(std::size_t(c.n_layers)), Vc(std::size_t(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l) {
-    K[std::size_t(l)].assign(std::size_t(total) * D, 0.f);
-    Vc[std::size_t(l)].assign(std::size_t(total) * D, 0.f);
-  }
-  std::vector<float> x(C), n(C), q(D), ao(D), tmp(C), res(C), x1(C), h(2 * F), gg(F), logits(V), sc(total);
-  float r;
   std::vector<std::uint8_t> out;
-  std::uint8_t tok = prefix[0];
-  for (int t = 0; t + 1 < total; ++t) {
-    if (t < int(prefix.size())) tok = prefix[std::size_t(t)];
-    for (int lv = 0; lv < Lv; ++lv) {
-      const auto p = pos[lv][std::size_t(t)];
-      if (p < 0 || p > c.max_pos(lv))
-        throw InputError(fmt::format("position ID {} of level {} outside [0, {}]", p, lv + 1, c.max_pos(lv)));
-    }
-    // Same numbered passes as model_forward, for one new token against the cache.
-    const std::int32_t* pp[2] = {pos[0].data() + (Lv > 0 ? t : 0), pos[1].data() + (Lv > 1 ? t : 0)};
-    const float* wpe[2] = {P + lay.wpe[0], P + lay.wpe[1]};
-    embedding_forward(x.data(), &tok, pp, Lv, P + lay.wte, wpe, 1, C);
-    for (int l = 0; l < c.n_layers; ++l) {
-      const auto& w = lay.blocks[std::size_t(l)];
-      float* Kl = K[std::size_t(l)].data();
-      float* Vl = Vc[std::size_t(l)].data();
-      rmsnorm_forward(n.data(), &r, x.data(), P + w.attn_norm1, 1, C, eps);
-      matmul_forward(q.data(), n.data(), P + w.wq, 1, C, D);
-      matmul_forward(Kl + std::int64_t(t) * D, n.data(), P + w.wk, 1, C, D);
-      matmul_forward(Vl + std::int64_t(t) * D, n.data(), P + w.wv, 1, C, D);
-      const float scale = 1.f / std::sqrt(float(HS));
-      for (int hh = 0; hh < NH; ++hh) {
-        // scores against keys 0..t, the same products as the dense forward's row t
-        CMapR<float> Kh(Kl, t + 1, D);
-        Eigen::Map<Eigen::RowVectorXf> s(sc.data(), t + 1);
-        s.noalias() = Eigen::Map<const Eigen::RowVectorXf>(q.data() + hh * HS, HS) *
-                      Kh.middleCols(hh * HS, HS).transpose();
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int j = 0; j <= t; ++j) mx = std::max(mx, sc[std::size_t(j)] * scale);
-        float sum = 0;
-        for (int j = 0; j <= t; ++j) sum += (sc[std::size_t(j)] = std::exp(sc[std::size_t(j)] * scale - mx));
-        const float inv = 1.f / sum;
-        for (int j = 0; j <= t; ++j) sc[std::size_t(j)] *= inv;
-        CMapR<float> Vh(Vl, t + 1, D);
-        Eigen::Map<Eigen::RowVectorXf>(ao.data() + hh * HS, HS).noalias() = s * Vh.middleCols(hh * HS, HS);
-      }
-      matmul_forward(tmp.data(), ao.data(), P + w.wo, 1, D, C);
-      residual_forward(res.data(), x.data(), tmp.data(), C);
-      rmsnorm_forward(x1.data(), &r, res.data(), P + w.attn_norm2, 1, C, eps);
-      rmsnorm_forward(n.data(), &r, x1.data(), P + w.ffn_norm1, 1, C, eps);
-      matmul_forward(h.data(), n.data(), P + w.wi, 1, C, 2 * F);
-      geglu_forward(gg.data(), h.data(), 1, F);
-      matmul_forward(tmp.data(), gg.data(), P + w.wo_ff, 1, F, C);
-      residual_forward(res.data(), x1.data(), tmp.data(), C);
-      rmsnorm_forward(x.data(), &r, res.data(), P + w.ffn_norm2, 1, C, eps);
-    }
-    if (t + 1 < int(prefix.size())) continue;  // still reading the prompt
-    rmsnorm_forward(n.data(), &r, x.data(), P + lay.final_norm, 1, C, eps);
-    matmul_forward(logits.data(), n.data(), P + lay.lm_head, 1, C, V);
-    const int best = int(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    tok = std::uint8_t(best);
+  if (max_new < 1) return out;
+  Acts<float> a;  // its keys/values are the cache
+  auto rows = [&](const std::uint8_t* tok, int t, int n) {  // positions t..t+n-1
+    BatchView x;
+    x.B = 1, x.T = n, x.tokens = tok;
+    for (int lv = 0; lv < Lv; ++lv) x.pos[lv] = pos[lv].data() + t;
+    return x;
+  };
+  auto argmax = [&](int row) {  // lowest index on ties, as the teacher-forced evaluation
+    const float* z = a.logits.data() + std::int64_t(row) * V;
+    return std::uint8_t(std::max_element(z, z + V) - z);
+  };
+  // The prompt in one pass, then one token per pass against the cached keys/values.
+  model_forward(a, m, rows(prefix.data(), 0, P));
+  std::uint8_t tok = argmax(P - 1);
+  out.push_back(tok);
+  for (int t = P; t + 1 < total && tok != kDollar; ++t) {
+    model_forward(a, m, rows(&tok, t, 1), t);
+    tok = argmax(0);
     out.push_back(tok);
-    if (tok == kDollar) break;
   }
   return out;
 }
@@ -395,11 +396,11 @@ template struct Acts<float>;
 template struct Acts<double>;
 template struct GradScratch<float>;
 template struct GradScratch<double>;
-template float model_forward<float>(Acts<float>&, const ModelConfig&, const Layout&, const float*, const Example&);
-template double model_forward<double>(Acts<double>&, const ModelConfig&, const Layout&, const double*, const Example&);
-template void model_backward<float>(float*, GradScratch<float>&, const Acts<float>&, const ModelConfig&, const Layout&,
-                                    const float*, const Example&, float);
-template void model_backward<double>(double*, GradScratch<double>&, const Acts<double>&, const ModelConfig&,
-                                     const Layout&, const double*, const Example&, double);
+template float model_forward<float>(Acts<float>&, const ModelView<float>&, const BatchView&, int);
+template double model_forward<double>(Acts<double>&, const ModelView<double>&, const BatchView&, int);
+template void model_backward<float>(float*, GradScratch<float>&, const Acts<float>&, const ModelView<float>&,
+                                    const BatchView&, float);
+template void model_backward<double>(double*, GradScratch<double>&, const Acts<double>&, const ModelView<double>&,
+                                     const BatchView&, double);
 
 }  // namespace manyadd::learn

@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 #include <fmt/format.h>
 
@@ -120,8 +119,7 @@ Trainer::Trainer(const ModelConfig& mc, const TrainConfig& tc) : mc_(mc), tc_(tc
   params_ = init_params<float>(mc_, lay_, mix(tc_.seed, 0x1417));
   m_.assign(params_.size(), 0.f);
   v_.assign(params_.size(), 0.f);
-  grad_.assign(params_.size(), 0.f);
-  tgrads_.assign(std::size_t(tc_.threads), std::vector<float>(params_.size(), 0.f));
+  dev_ = make_cpu_device(mc_, tc_.threads);
   Rng rng(mix(tc_.seed, 0xDA7A));
   data_ = sample_SA(rng, tc_.train_n, tc_.train_m, tc_.train_size);
   // Refuse a model whose position tables cannot hold the largest training shape.
@@ -149,8 +147,8 @@ std::int64_t Trainer::sample_index(std::int64_t k) {
 
 void Trainer::attach_device(std::shared_ptr<TrainDevice> dev) {
   pull_from_device();
-  dev_ = std::move(dev);
-  push_to_device_ = dev_ != nullptr;
+  dev_ = dev ? std::move(dev) : std::shared_ptr<TrainDevice>(make_cpu_device(mc_, tc_.threads));
+  push_to_device_ = true;
 }
 
 void Trainer::pull_from_device() const {
@@ -165,7 +163,8 @@ std::vector<Example> Trainer::batch_examples(std::int64_t t) {
   exs.reserve(std::size_t(B));
   for (int b = 0; b < B; ++b) {
     const Problem& p = data_[std::size_t(sample_index((t - 1) * B + b))];
-    Rng rng(mix(tc_.seed, std::uint64_t(t), std::uint64_t(b) + 0x0FF5E7));  // as in step()
+    // Offsets depend only on (seed, step, slot): the same with any thread count, device and on resume.
+    Rng rng(mix(tc_.seed, std::uint64_t(t), std::uint64_t(b) + 0x0FF5E7));
     exs.push_back(make_train_example(p, mc_, rng));
   }
   return exs;
@@ -173,64 +172,23 @@ std::vector<Example> Trainer::batch_examples(std::int64_t t) {
 
 StepStats Trainer::step() {
   const std::int64_t t = step_ + 1;
-  const int B = tc_.batch, W = std::min(tc_.threads, B);
-  std::vector<const Problem*> probs(static_cast<std::size_t>(B));
+  const PackedBatch pb = pack_batch(batch_examples(t), mc_);
   StepStats st;
-  for (int b = 0; b < B; ++b) {
-    probs[std::size_t(b)] = &data_[std::size_t(sample_index(step_ * B + b))];
-    const Shape s = shape_of(*probs[std::size_t(b)]);
-    st.targets += response_len(s);
-    st.tokens += s.N();
-  }
+  st.tokens = pb.real_tokens;
+  st.targets = pb.counted_targets;
   const float scale = 1.f / float(st.targets);  // loss = mean over the batch's counted targets
-  if (dev_) {
-    // The same examples as the CPU path below (same problems, same offsets), packed on the host.
-    if (push_to_device_) dev_->set_state(params_, m_, v_), push_to_device_ = false;
-    const PackedBatch pb = pack_batch(batch_examples(t), mc_);
-    const auto r = dev_->step(pb, scale, tc_, t);
-    pull_from_device_ = true;
-    st.grad_norm = r.grad_norm;
-    st.loss = r.loss_sum / double(st.targets);
-    step_ = t;
-    return st;
-  }
-  std::vector<double> loss_sum(std::size_t(W), 0.0);
-  acts_.resize(std::size_t(W));
-  scr_.resize(std::size_t(W));
-  auto& acts = acts_;
-  auto& scr = scr_;
-  parallel_for(W, W, [&](int, std::int64_t w) {
-    auto& G = tgrads_[std::size_t(w)];
-    std::fill(G.begin(), G.end(), 0.f);
-    const int lo = int(std::int64_t(B) * w / W), hi = int(std::int64_t(B) * (w + 1) / W);
-    for (int b = lo; b < hi; ++b) {
-      // Offsets depend only on (seed, step, slot): the same with any thread count and on resume.
-      Rng rng(mix(tc_.seed, std::uint64_t(t), std::uint64_t(b) + 0x0FF5E7));
-      const Example ex = make_train_example(*probs[std::size_t(b)], mc_, rng);
-      loss_sum[std::size_t(w)] += double(model_forward(acts[std::size_t(w)], mc_, lay_, params_.data(), ex));
-      model_backward(G.data(), scr[std::size_t(w)], acts[std::size_t(w)], mc_, lay_, params_.data(), ex, scale);
-    }
-  });
-  // Reduce in thread order (deterministic), then global-norm clipping.
-  std::copy(tgrads_[0].begin(), tgrads_[0].end(), grad_.begin());
-  for (int w = 1; w < W; ++w)
-    for (std::size_t i = 0; i < grad_.size(); ++i) grad_[i] += tgrads_[std::size_t(w)][i];
-  double ss = 0;
-  for (float g : grad_) ss += double(g) * double(g);
-  st.grad_norm = std::sqrt(ss);
-  // AdamW (decoupled weight decay; 0 by default as the reference) after global-norm clipping.
-  adamw_update(params_.data(), m_.data(), v_.data(), grad_.data(), std::int64_t(params_.size()),
-               adam_scalars(tc_, t, st.grad_norm));
-  double total = 0;
-  for (double l : loss_sum) total += l;
-  st.loss = total / double(st.targets);
+  if (push_to_device_) dev_->set_state(params_, m_, v_), push_to_device_ = false;
+  const auto r = dev_->step(pb, scale, tc_, t);
+  pull_from_device_ = true;
+  st.grad_norm = r.grad_norm;
+  st.loss = r.loss_sum / double(st.targets);
   step_ = t;
   return st;
 }
 
 void Trainer::save(const std::string& dir) const {
   pull_from_device();
-  std::filesystem::create_directories(dir);
+  make_output_dir(dir);
   nlohmann::json cfg;
   cfg["model"] = mc_;
   cfg["train"] = tc_;
@@ -279,12 +237,12 @@ void Trainer::load_checkpoint(const std::string& dir) {
   tensors_to_params(lay_, ts, v_, "adam.v.");
   step_ = s;
   pull_from_device_ = false;
-  push_to_device_ = dev_ != nullptr;
+  push_to_device_ = true;
 }
 
 Trainer::EvalSummary Trainer::eval_in_distribution(std::int64_t samples) const {
   pull_from_device();
-  if (dev_ && push_to_device_) dev_->set_state(params_, m_, v_), push_to_device_ = false;
+  if (push_to_device_) dev_->set_state(params_, m_, v_), push_to_device_ = false;
   EvalSummary r;
   r.min = 1.0;
   double sum = 0;
@@ -292,8 +250,8 @@ Trainer::EvalSummary Trainer::eval_in_distribution(std::int64_t samples) const {
   for (int i = 1; i <= tc_.train_n; ++i) {
     r.acc.emplace_back();
     for (int j = 2; j <= tc_.train_m; ++j) {
-      const auto c = eval_cell(mc_, lay_, params_.data(), i, j, samples, tc_.seed + 1, tc_.threads, EvalMode::teacher,
-                               dev_.get());
+      const auto c = eval_cell(ModelView<float>{mc_, lay_, params_.data()}, i, j, samples, tc_.seed + 1, tc_.threads,
+                               EvalMode::teacher, dev_.get());
       r.acc.back().push_back(c.accuracy());
       sum += c.accuracy();
       r.min = std::min(r.min, c.accuracy());
@@ -314,7 +272,7 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
   Trainer tr(mc, tc);
   if (resume) tr.load_checkpoint(dir);
   if (device) tr.attach_device(std::move(device));
-  fs::create_directories(dir);
+  make_output_dir(dir);
   // A run killed between checkpoints logged steps the checkpoint does not hold; on resume drop those
   // rows so the CSVs describe exactly one history.
   auto trim = [&](const std::string& path) {
@@ -334,9 +292,10 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
     trim(dir + "/eval.csv");
   }
   std::ofstream csv(dir + "/log.csv", std::ios::app);
-  if (!csv) throw std::runtime_error(fmt::format("cannot open '{}/log.csv'", dir));
+  if (!csv) throw InputError(fmt::format("cannot open '{}/log.csv'", dir));
   if (tr.steps_done() == 0) csv << "step,loss,lr,grad_norm,tokens_per_s,elapsed_s\n";
   std::ofstream ecsv(dir + "/eval.csv", std::ios::app);
+  if (!ecsv) throw InputError(fmt::format("cannot open '{}/eval.csv'", dir));
   if (tr.steps_done() == 0) ecsv << "step,mean_exact_match,min_exact_match,elapsed_s\n";
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
@@ -384,7 +343,7 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
   nlohmann::json out;
   const double secs = std::chrono::duration<double>(clock::now() - t0).count();
   out["steps"] = tr.steps_done();
-  out["device"] = tr.device() ? tr.device()->name() : "cpu";
+  out["device"] = tr.device().name();
   out["finished"] = tr.steps_done() >= tc.steps;
   out["final_loss"] = last_loss;
   out["seconds"] = secs;

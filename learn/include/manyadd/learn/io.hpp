@@ -25,7 +25,12 @@ struct LoadedModel {
   Layout lay;
   std::vector<float> params;
   nlohmann::json config_json;  // the whole config.json
+  ModelView<float> view() const { return {cfg, lay, params.data()}; }
 };
 LoadedModel load_model_dir(const std::string& dir);  // throws InputError
+
+// Creates an output directory (and its parents); InputError with the OS message when it cannot be
+// (a file in the way, no permission): the user's to correct.
+void make_output_dir(const std::string& dir);
 
 }  // namespace manyadd::learn

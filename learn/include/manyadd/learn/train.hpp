@@ -1,7 +1,8 @@
 // Training: SA(n, m) data with random position offsets, AdamW (betas 0.9/0.95, no weight decay,
 // global-norm clipping at 1.0 as the reference implementation), linear warm-up over 1% of the steps
 // then cosine decay to 0.1 x lr, periodic evaluation, atomic checksummed checkpoints, bit-identical
-// resume. The batch is split over threads in fixed contiguous blocks with one gradient buffer each,
+// resume. The arithmetic of a step runs on a TrainDevice (batch.hpp): by default the CPU trainer,
+// which splits the batch over threads in fixed contiguous blocks with one gradient buffer each,
 // reduced in thread order, so a run is deterministic for a given (seed, threads).
 #pragma once
 
@@ -59,14 +60,17 @@ class Trainer {
   }
   std::vector<float>& params() {  // the caller may write: the device gets the weights before its next step
     pull_from_device();
-    push_to_device_ = dev_ != nullptr;
+    push_to_device_ = true;
     return params_;
   }
+  // The model with the current weights (valid until the next step or write through params()).
+  ModelView<float> view() const { return {mc_, lay_, params().data()}; }
 
-  // Runs the steps on a device from now on (nullptr: back to the CPU path). The batches, their order and
-  // offsets, the schedule and the checkpoints are the host's as before; only the arithmetic moves.
+  // Runs the steps on another device from now on (nullptr: back to the CPU trainer). The batches, their
+  // order and offsets, the schedule and the checkpoints are the host's as before; only the arithmetic
+  // moves.
   void attach_device(std::shared_ptr<TrainDevice> dev);
-  const TrainDevice* device() const { return dev_.get(); }
+  const TrainDevice& device() const { return *dev_; }
   // The examples of step t (1-based) in batch order, and the same packed: exactly what step t trains on.
   std::vector<Example> batch_examples(std::int64_t t);
   PackedBatch packed_batch(std::int64_t t) { return pack_batch(batch_examples(t), mc_); }
@@ -91,15 +95,11 @@ class Trainer {
   ModelConfig mc_;
   TrainConfig tc_;
   Layout lay_;
-  mutable std::vector<float> params_, m_, v_;  // host copy; with a device, synced on demand
+  mutable std::vector<float> params_, m_, v_;  // host copy, synced with the device on demand
   std::shared_ptr<TrainDevice> dev_;
   mutable bool pull_from_device_ = false;  // the device holds newer weights/moments than the host
-  mutable bool push_to_device_ = false;    // the host holds newer ones than the device
+  mutable bool push_to_device_ = true;     // the host holds newer ones than the device
   void pull_from_device() const;
-  std::vector<std::vector<float>> tgrads_;  // per thread
-  std::vector<float> grad_;
-  std::vector<Acts<float>> acts_;          // per thread, reused between steps
-  std::vector<GradScratch<float>> scr_;
   std::vector<Problem> data_;
   std::int64_t step_ = 0;
   std::int64_t perm_epoch_ = -1;
@@ -111,7 +111,8 @@ class Trainer {
 // evaluates every eval_every steps (appends to dir/eval.csv), appends dir/log.csv, checkpoints.
 // stop_after > 0 stops (with a checkpoint) after that many total steps, simulating an interruption.
 // Returns a JSON summary.
-// With `device` the steps (and the periodic evaluations) run there; nullptr = the CPU trainer.
+// With `device` the steps (and the periodic evaluations) run there; nullptr = the CPU trainer
+// (make_cpu_device with tc.threads).
 // max_seconds > 0 also stops (with a checkpoint) after the first step that ends past that wall time:
 // pieces of a run that fit a time-limited machine (resume continues bit for bit wherever it stopped).
 nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const std::string& dir, bool resume,
