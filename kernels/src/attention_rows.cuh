@@ -11,6 +11,8 @@
 //                             value in every lane, so the replay returns it once
 //   w.load<NPL>(a, row, ln, HS)   a[e] = row[ln NPL + e] widened to float, 0 for dims >= HS
 //   w.store<NPL>(row, a, ln, HS)  row[ln NPL + e] = a[e] rounded to the I/O type, dims < HS only
+//   w.max(part)               the warp max by the same butterfly (exact: the same value in every lane)
+//   w.narrow<IO>(x)           x rounded to the I/O type (float: x)
 //   w.exp(x), w.log(x)        expf / logf (CUDA's, <= 2 and 1 ulp) and the host's
 // Everything else is below: which head dims a lane holds (a contiguous chunk of NPL dims: lane ln
 // holds dims [ln NPL, ln NPL + NPL), NPL = dims_per_lane(HS), so 32 NPL >= HS), the order of every
@@ -20,7 +22,9 @@
 //
 // Row layout (train.hpp): q, k, v, out, dout are (B T, NH HS) row-major, head h in columns
 // [h HS, h HS + HS); lse and dsum are (B, NH, T). Warp w of B NH T handles sequence b = w / (NH T),
-// head h = (w / T) % NH, row i = w % T.
+// head h = (w / T) % NH, row i = w % T. The flash kernels (forward_warp, dq_warp, dkv_warp) hold a row's
+// head dims across the lanes; the row kernels of the tensor-core path (softmax_warp, dscore_warp)
+// hold a (T x Tp) score row's columns, lane ln the columns ln, ln + 32, ...
 #pragma once
 
 #include <cmath>
@@ -213,6 +217,64 @@ MANYADD_HD void dkv_warp(W w, IO* dk, IO* dv, const IO* dout, const float* lse, 
     w.template store<NPL>(dk + r.base + r.i * D, ok, w.lane(l), HS);
     w.template store<NPL>(dv + r.base + r.i * D, av[l], w.lane(l), HS);
   }
+}
+
+// ---- the tensor-core path's row kernels (attention_gemm_steps.hpp runs them between batched GEMMs) ------
+// S, dP (B, NH, T, Tp) fp32: S_ij = q_i.k_j unscaled, dP_ij = dout_i.v_j (GEMM outputs; columns j > i
+// are computed but never read). P, dS (B, NH, T, Tp) of the I/O type, columns j < T written.
+
+// P_ij = exp(scale S_ij - lse_i) for j <= i, 0 for i < j < T (rounded to IO: it multiplies v in a GEMM);
+// lse_i = mx + log sum_{j <= i} exp(scale S_ij - mx), mx the row max; each lane sums its columns in order.
+template <class W, class IO>
+MANYADD_HD void softmax_warp(W w, IO* P, float* lse, const float* S, int T, int Tp, float scale, long long warp) {
+  constexpr int L = W::kLanes;
+  const int i = int(warp % T);
+  const long long row = warp;  // ((b NH + h) T + i): the row of S and P, and the index of lse
+  const float* s = S + row * Tp;
+  IO* p = P + row * Tp;
+  float part[L];
+  for (int l = 0; l < L; ++l) {
+    float m = -INFINITY;
+    for (int j = w.lane(l); j <= i; j += 32) {
+      const float x = mul_rn(scale, s[j]);
+      m = x > m ? x : m;
+    }
+    part[l] = m;
+  }
+  const float mx = w.max(part);
+  for (int l = 0; l < L; ++l) {
+    float a = 0.f;
+    for (int j = w.lane(l); j <= i; j += 32) a += w.exp(mul_rn(scale, s[j]) - mx);
+    part[l] = a;
+  }
+  const float Li = mx + w.log(w.sum(part));
+  for (int l = 0; l < L; ++l)
+    for (int j = w.lane(l); j < T; j += 32) p[j] = w.template narrow<IO>(j <= i ? w.exp(mul_rn(scale, s[j]) - Li) : 0.f);
+  if (w.lane(0) == 0) lse[row] = Li;
+}
+
+// With P_ij = exp(scale S_ij - lse_i) recomputed in fp32 and dsum_i = sum_{j <= i} P_ij dP_ij:
+// dS_ij = scale P_ij (dP_ij - dsum_i) for j <= i, 0 for i < j < T (rounded to IO: it feeds the dq, dk GEMMs).
+template <class W, class IO>
+MANYADD_HD void dscore_warp(W w, IO* dS, const float* S, const float* lse, const float* dP, int T, int Tp, float scale,
+                            long long warp) {
+  constexpr int L = W::kLanes;
+  const int i = int(warp % T);
+  const long long row = warp;
+  const float* s = S + row * Tp;
+  const float* dp = dP + row * Tp;
+  IO* ds = dS + row * Tp;
+  const float Li = lse[row];
+  float part[L];
+  for (int l = 0; l < L; ++l) {
+    float a = 0.f;
+    for (int j = w.lane(l); j <= i; j += 32) a = fma_rn(w.exp(mul_rn(scale, s[j]) - Li), dp[j], a);
+    part[l] = a;
+  }
+  const float D = w.sum(part);
+  for (int l = 0; l < L; ++l)
+    for (int j = w.lane(l); j < T; j += 32)
+      ds[j] = w.template narrow<IO>(j <= i ? mul_rn(scale, mul_rn(w.exp(mul_rn(scale, s[j]) - Li), dp[j] - D)) : 0.f);
 }
 
 }  // namespace manyadd::kernels::attention_rows

@@ -59,6 +59,13 @@ __device__ inline float warp_sum(float x) {
   return x;
 }
 
+// The same butterfly for the max (exact, so every lane ends with the row max).
+__device__ inline float warp_max(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
 // ---- embedding ------------------------------------------------------------------------------------
 __global__ void embedding_forward_kernel(float* out, const std::uint8_t* tok, const std::int32_t* pos0,
                                          const std::int32_t* pos1, int L, const float* wte, const float* wpe0,
@@ -247,6 +254,11 @@ struct DeviceWarp {
   bool vec;
   __device__ int lane(int) const { return ln; }
   __device__ float sum(const float (&part)[1]) const { return warp_sum(part[0]); }
+  __device__ float max(const float (&part)[1]) const { return warp_max(part[0]); }
+  template <class IO>
+  __device__ IO narrow(float x) const {
+    return from_f<IO>(x);
+  }
   template <int NPL, class IO>
   __device__ void load(float (&a)[NPL], const IO* row, int l, int HS) const {
     if (vec) {
@@ -275,6 +287,21 @@ constexpr int kAttThreads = 128;  // 4 warps (rows) per block: consecutive rows 
 
 // Each warp index w < B NH T is one row (whole warps return together: warp_sum needs all 32 lanes).
 __device__ inline long long warp_index() { return ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32; }
+
+// The tensor-core path's row kernels: one warp per (sequence, head, row) of the (B, NH, T, Tp) scores.
+template <class IO>
+__global__ void attention_softmax_kernel(IO* P, float* lse, const float* S, long long rows, int T, int Tp, float scale) {
+  const long long w = warp_index();
+  if (w >= rows) return;
+  AR::softmax_warp(DeviceWarp{int(threadIdx.x % 32), false}, P, lse, S, T, Tp, scale, w);
+}
+template <class IO>
+__global__ void attention_dscore_kernel(IO* dS, const float* S, const float* lse, const float* dP, long long rows, int T,
+                                        int Tp, float scale) {
+  const long long w = warp_index();
+  if (w >= rows) return;
+  AR::dscore_warp(DeviceWarp{int(threadIdx.x % 32), false}, dS, S, lse, dP, T, Tp, scale, w);
+}
 
 template <int NPL, class IO>
 __global__ void attention_forward_kernel(IO* out, float* lse, const IO* q, const IO* k, const IO* v, int B, int T, int NH, int HS,
@@ -548,6 +575,20 @@ void attention_backward(float* dq, float* dk, float* dv, float* scratch, const f
                         const float* lse, const float* q, const float* k, const float* v, int B, int T, int NH,
                         int HS) {
   attention_backward_impl(dq, dk, dv, scratch, dout, lse, q, k, v, B, T, NH, HS, 1.f / sqrtf(float(HS)));
+}
+
+void attention_softmax_rows(bf16* P, float* lse, const float* S, int B, int T, int NH, int Tp, float scale) {
+  const long long rows = (long long)B * NH * T;
+  if (rows <= 0) return;
+  attention_softmax_kernel<<<blocks_for(rows * 32, kAttThreads), kAttThreads>>>(P, lse, S, rows, T, Tp, scale);
+  LAUNCH_CHECK();
+}
+void attention_dscore_rows(bf16* dS, const float* S, const float* lse, const float* dP, int B, int T, int NH, int Tp,
+                           float scale) {
+  const long long rows = (long long)B * NH * T;
+  if (rows <= 0) return;
+  attention_dscore_kernel<<<blocks_for(rows * 32, kAttThreads), kAttThreads>>>(dS, S, lse, dP, rows, T, Tp, scale);
+  LAUNCH_CHECK();
 }
 
 void crossentropy_forward(float* losses, float* probs, const float* logits, const std::int32_t* targets, int R, int V) {

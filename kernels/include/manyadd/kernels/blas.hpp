@@ -43,6 +43,14 @@ class Blas {
   // dW (OC, C) += dout^T inp, into the fp32 gradient.
   void linear_backward_weight(float* dw, const bf16* dout, const bf16* inp, int R, int C, int OC);
 
+  // ---- strided-batched, column-major (cuBLAS's own convention), for callers that lay out their own
+  // operands (attention_gemm.hpp): for b < batch, C_b (m, n) = op(A_b) op(B_b) with op(X) = X^T when
+  // the flag is set, X_b = X + b stride; A, B bf16, fp32 accumulation, C fp32 or bf16 (written).
+  void gemm_batched(bool ta, bool tb, int m, int n, int k, const bf16* A, int lda, long long sA, const bf16* B, int ldb,
+                    long long sB, float* C, int ldc, long long sC, int batch);
+  void gemm_batched(bool ta, bool tb, int m, int n, int k, const bf16* A, int lda, long long sA, const bf16* B, int ldb,
+                    long long sB, bf16* C, int ldc, long long sC, int batch);
+
  private:
   void* handle_ = nullptr;
 };

@@ -79,6 +79,14 @@ void attention_backward(bf16* dq, bf16* dk, bf16* dv, float* scratch, const bf16
 void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout, const float* out,
                         const float* lse, const float* q, const float* k, const float* v, int B, int T, int NH, int HS);
 
+// The row kernels of the tensor-core attention (attention_gemm.hpp), on (B, NH, T, Tp) score matrices
+// (Tp >= T the row stride): P_ij = exp(scale S_ij - lse_i) (j <= i; 0 for i < j < T) rounded to bf16, and
+// lse_i, from the unscaled fp32 scores S; dS_ij = scale P_ij (dP_ij - sum_j' P_ij' dP_ij') rounded to bf16
+// (0 above the diagonal), with P recomputed in fp32 from S and lse. One warp per row, fixed order.
+void attention_softmax_rows(bf16* P, float* lse, const float* S, int B, int T, int NH, int Tp, float scale);
+void attention_dscore_rows(bf16* dS, const float* S, const float* lse, const float* dP, int B, int T, int NH, int Tp,
+                           float scale);
+
 // Cross-entropy on rows with target >= 0: probs (R, V), losses (R) (0 elsewhere). fp32 only (the
 // logits are an fp32 GEMM output in the bf16 pipeline too).
 void crossentropy_forward(float* losses, float* probs, const float* logits, const std::int32_t* targets, int R, int V);
