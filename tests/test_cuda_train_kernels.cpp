@@ -1,9 +1,10 @@
-// Every CUDA training kernel (kernels/src/train.cu, kernels/src/blas.cpp) against its CPU twin in
-// learn/layers.hpp or learn/batch.hpp, on random inputs. Suites named *Gpu need a device and skip
-// (with the reason) without one. The other suites run everywhere: the host replay of the attention
-// kernels (kernels/src/attention_rows.cuh executed lane by lane on the CPU) against the reference,
-// and controls showing that the bf16 tolerances below accept an fp32 CPU evaluation of each kernel
-// and reject wrong results.
+// Every CUDA training kernel (kernels/src/train.cu, blas.cpp, attention_gemm.cpp) against its CPU twin
+// in learn/layers.hpp or learn/batch.hpp, on random inputs. Suites named *Gpu need a device and skip
+// (with the reason) without one. The other suites run everywhere: host replays of the attention
+// kernels (kernels/src/attention_rows.cuh executed lane by lane on the CPU; the tensor-core path's
+// steps, kernels/src/attention_gemm_steps.hpp, with a reference GEMM of cuBLAS's conventions) against
+// the reference, and controls showing that the bf16 tolerances below accept an fp32 CPU evaluation of
+// each kernel and reject wrong results.
 //
 // fp32 kernels (the suites before "bf16"): errors relative to the largest entry of the CPU result
 // (max |gpu - cpu| / max |cpu|), the scale at which fp32 rounding acts; each test says why.
@@ -45,7 +46,9 @@
 
 #include "attention_rows.cuh"  // kernels/src: the attention kernels' row arithmetic, replayed below
 #include "cuda_train_test_util.hpp"
+#include "attention_gemm_steps.hpp"  // kernels/src: the tensor-core attention's steps, replayed below
 #include "manyadd/core/safetensors.hpp"
+#include "manyadd/kernels/attention_gemm.hpp"
 #include "manyadd/kernels/bf16.hpp"
 #include "manyadd/kernels/blas.hpp"
 #include "manyadd/kernels/device.hpp"
@@ -58,6 +61,7 @@ using namespace manyadd;
 using namespace manyadd::learn;
 namespace K = manyadd::kernels::train;
 namespace AR = manyadd::kernels::attention_rows;
+namespace AG = manyadd::kernels::attention_gemm_steps;
 using kernels::bf16;
 
 namespace {
@@ -101,19 +105,19 @@ std::vector<float> randn_bf16(std::size_t n, std::uint32_t seed, float sd = 1.f)
 float widen(float x) { return x; }
 float widen(bf16 x) { return bf16_to_float(x.bits); }
 template <class IO>
-IO narrow(float x);
+IO round_to(float x);
 template <>
-float narrow<float>(float x) {
+float round_to<float>(float x) {
   return x;
 }
 template <>
-bf16 narrow<bf16>(float x) {
+bf16 round_to<bf16>(float x) {
   return bf16{float_to_bf16(x)};
 }
 template <class IO>
 std::vector<IO> to_io(const std::vector<float>& v) {
   std::vector<IO> o(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) o[i] = narrow<IO>(v[i]);
+  for (std::size_t i = 0; i < v.size(); ++i) o[i] = round_to<IO>(v[i]);
   return o;
 }
 template <class IO>
@@ -141,6 +145,7 @@ std::vector<double> absd(const std::vector<float>& v) {
 
 constexpr double kU = 0x1p-24;    // fp32 unit roundoff, round to nearest
 constexpr double kUTc = 0x1p-23;  // tensor-core accumulation (see the top of the file)
+constexpr double kUBf = 0x1p-8;   // a rounding to bf16, relative: half an ulp, 2^-8 of a value in [1, 2)
 
 // Half the spacing of bf16 numbers at magnitude x (normal range; the subnormal spacing below it).
 double bf16_half_ulp(double x) {
@@ -155,7 +160,7 @@ double bf16_half_ulp(double x) {
 struct Check {
   std::size_t n = 0, bad = 0, n16 = 0, flips = 0, n16c = 0, flipsc = 0;
   double worst = 0;  // max (|got - ref| - the half ulp allowance) / tol: how much of the bound was used
-  std::string first_bad;
+  std::string first_bad, worst_at;
   void add(const char* what, std::size_t i, double got, double ref, double tol, bool bf16_out) {
     ++n;
     double half_ulp = 0;
@@ -166,7 +171,10 @@ struct Check {
       half_ulp = bf16_half_ulp(std::abs(ref) + tol);
     }
     const double allowed = tol + half_ulp;
-    if (tol > 0) worst = std::max(worst, (std::abs(got - ref) - half_ulp) / tol);
+    if (tol > 0 && (std::abs(got - ref) - half_ulp) / tol > worst) {
+      worst = (std::abs(got - ref) - half_ulp) / tol;
+      worst_at = std::string(what) + "[" + std::to_string(i) + "]";
+    }
     if (!(std::abs(got - ref) <= allowed) && bad++ == 0)  // NaN fails too
       first_bad = std::string(what) + "[" + std::to_string(i) + "]: got " + std::to_string(got) + ", ref " +
                   std::to_string(ref) + ", allowed " + std::to_string(allowed);
@@ -181,8 +189,9 @@ struct Check {
   void expect_ok(const char* test) const {
     EXPECT_EQ(bad, 0u) << test << ": " << bad << " of " << n << " elements out of bounds; first: " << first_bad;
     EXPECT_LE(double(flipsc), 0.02 * double(n16c)) << test << ": " << flipsc << " flips of " << n16c << " conditioned";
-    std::cout << "[ bounds   ] " << test << ": " << n << " elements, largest (|error| - bf16 half ulp) / bound " << worst
-              << "; bf16 flips: " << flips << " of " << n16 << ", " << flipsc << " of the " << n16c << " conditioned\n";
+    std::cout << "[ bounds   ] " << test << ": " << n << " elements, largest (|error| - bf16 half ulp) / bound "
+              << worst << " (" << worst_at << "); bf16 flips: " << flips << " of " << n16 << ", " << flipsc
+              << " of the " << n16c << " conditioned\n";
   }
 };
 
@@ -408,6 +417,20 @@ struct HostWarp {
       if (std::memcmp(&s, &x[0], sizeof s) != 0) throw std::logic_error("warp sum differs between lanes");
     return x[0];
   }
+  float max(const float (&part)[32]) const {  // the same butterfly with max (exact)
+    std::array<float, 32> x;
+    std::copy(part, part + 32, x.begin());
+    for (int o = 16; o > 0; o >>= 1) {
+      std::array<float, 32> y;
+      for (int L = 0; L < 32; ++L) y[std::size_t(L)] = std::max(x[std::size_t(L)], x[std::size_t(L ^ o)]);
+      x = y;
+    }
+    return x[0];
+  }
+  template <class IO>
+  IO narrow(float x) const {
+    return round_to<IO>(x);
+  }
   template <int NPL, class IO>
   void load(float (&a)[NPL], const IO* row, int ln, int HS) const {
     for (int e = 0; e < NPL; ++e) {
@@ -419,7 +442,7 @@ struct HostWarp {
   void store(IO* row, const float (&a)[NPL], int ln, int HS) const {
     for (int e = 0; e < NPL; ++e) {
       const int c = ln * NPL + e;
-      if (c < HS) row[c] = narrow<IO>(a[e]);
+      if (c < HS) row[c] = round_to<IO>(a[e]);
     }
   }
   float exp(float x) const { return std::exp(x); }
@@ -458,35 +481,90 @@ AttOut attention_replay(const AttIn& in) {
   return {to_float(out), lse, to_float(dq), to_float(dk), to_float(dv)};
 }
 
+// The tensor-core path on the host: attention_gemm_steps.hpp with a reference GEMM of cuBLAS's
+// column-major conventions (fp32 accumulation in k order, exact bf16 products) and the row functions of
+// attention_rows.cuh played by HostWarp.
+struct HostEngine {
+  bool flip_first_transpose = false;  // the controls' layout bug: the first GEMM reads A the other way
+  int calls = 0;
+  template <class C>
+  void gemm(bool ta, bool tb, int m, int n, int k, const bf16* A, int lda, long long sA, const bf16* B, int ldb,
+            long long sB, C* out, int ldc, long long sC, int batch) {
+    if (flip_first_transpose && calls == 0) ta = !ta;
+    ++calls;
+    for (int b = 0; b < batch; ++b) {
+      const bf16* Ab = A + b * sA;
+      const bf16* Bb = B + b * sB;
+      for (int r = 0; r < m; ++r)
+        for (int c = 0; c < n; ++c) {
+          float acc = 0.f;
+          for (int t = 0; t < k; ++t) {
+            const float a = widen(ta ? Ab[t + (long long)r * lda] : Ab[r + (long long)t * lda]);
+            const float bb = widen(tb ? Bb[c + (long long)t * ldb] : Bb[t + (long long)c * ldb]);
+            acc = std::fma(a, bb, acc);
+          }
+          out[b * sC + r + (long long)c * ldc] = round_to<C>(acc);
+        }
+    }
+  }
+  void softmax_rows(bf16* P, float* lse, const float* S, int B, int T, int NH, int Tp, float scale) {
+    for (long long w = 0; w < (long long)B * NH * T; ++w) AR::softmax_warp(HostWarp{}, P, lse, S, T, Tp, scale, w);
+  }
+  void dscore_rows(bf16* dS, const float* S, const float* lse, const float* dP, int B, int T, int NH, int Tp,
+                   float scale) {
+    for (long long w = 0; w < (long long)B * NH * T; ++w)
+      AR::dscore_warp(HostWarp{}, dS, S, lse, dP, T, Tp, scale, w);
+  }
+};
+AttOut attention_gemm_replay(const AttIn& in, bool flip_first_transpose = false) {
+  const std::size_t n = in.q.size(), nl = std::size_t(in.B) * in.NH * in.T,
+                    ns = nl * std::size_t(AG::padded_T(in.T));
+  const auto q = to_io<bf16>(in.q), k = to_io<bf16>(in.k), v = to_io<bf16>(in.v), g = to_io<bf16>(in.dout);
+  std::vector<bf16> out(n), dq(n), dk(n), dv(n), P(ns), dS(ns);
+  std::vector<float> lse(nl), S(ns), dP(ns);
+  HostEngine e{flip_first_transpose};
+  AG::forward(e, out.data(), lse.data(), S.data(), P.data(), q.data(), k.data(), v.data(), in.B, in.T, in.NH, in.HS,
+              in.scale);
+  AG::backward(e, dq.data(), dk.data(), dv.data(), dP.data(), dS.data(), g.data(), lse.data(), S.data(), P.data(),
+               q.data(), k.data(), v.data(), in.B, in.T, in.NH, in.HS, in.scale);
+  return {to_float(out), lse, to_float(dq), to_float(dk), to_float(dv)};
+}
+
 // Reference: layers.hpp attention_forward/backward in double per sequence. Its scores are q.k / sqrt(HS),
 // so it gets q' = q (scale sqrt(HS)) and dq = dq' (scale sqrt(HS)) (double: exact to ~1e-16).
-// Bounds (first order, u = 2^-24, per (sequence, head); i a query row, j <= i a key row):
-//  es_ij = (HS + 5) u scale sum_d |q_id k_jd| + u |s_ij|: the score's error (each lane's fmas, the 5-level
-//    tree, the scale product).
-//  Forward: each weight exp(s_j - mx) errs by es_j (its score; mx's own error cancels in acc / l), exp's
-//    4u, u |s_j - mx| (the subtraction), and the roundings of the <= T rescales and T fmas, the same for
-//    l: eps_i = max_j es_ij + (range_i + 2T + 5) u, range_i = max_j s_ij - min_j s_ij;
+// Bounds (first order, u = 2^-24, per (sequence, head); i a query row, j <= i a key row). Flash: the
+// CUDA-core kernels (attention_rows.cuh forward/dq/dkv), dot products in fp32 (us = u); Gemm: the
+// tensor-core path (attention_gemm_steps.hpp), products on tensor cores (us = 2^-23), P and dS rounded
+// to bf16 (ub = 2^-8 relative) before they multiply.
+//  es_ij = (HS + 5) us scale sum_d |q_id k_jd| + u |s_ij|: the score's error (the dot or GEMM, the scale).
+//  Forward (Flash): each weight exp(s_j - mx) errs by es_j (its score; mx's own error cancels in acc / l),
+//    exp's 4u, u |s_j - mx| (the subtraction), and the roundings of the <= T rescales and T fmas, the
+//    same for l: eps_i = max_j es_ij + (range_i + 2T + 5) u, range_i = max_j s_ij - min_j s_ij;
 //    |dout_ic| <= 2 eps_i sum_j P_ij |v_jc|.
-//  lse_i = mx + log l: dlse_i <= eps_i + u (|lse_i| + 2 log(T + 1) + 1) (logf 1 ulp, the final add).
-//  Backward: P_ij = exp(s_ij - lse_i) (with the GPU's own lse) errs relatively by
+//  lse_i (both; the Gemm softmax rows round less): dlse_i <= eps_i + u (|lse_i| + 2 log(T + 1) + 1).
+//  P_ij = exp(s_ij - lse_i) (recomputed; Gemm: the softmax rows) errs relatively by
 //    ep_i = max_j es_ij + dlse_i + (5 + range_i + log(T + 1)) u; dP_ij = dout_i.v_j by
-//    edp_ij = (HS + 5) u sum_d |dout_id v_jd|; dsum_i = sum_j P dP by
+//    edp_ij = (HS + 5) us sum_d |dout_id v_jd|; dsum_i = sum_j P dP by
 //    dD_i = sum_j P_ij (|dP_ij| (ep_i + (T + 2) u) + edp_ij).
-//    dq_ic = scale (a - dsum b): scale [sum_j P_ij |k_jc| ((|dP_ij| + |D_i|)(ep_i + (T + 2) u) + edp_ij)
-//                                      + dD_i sum_j P_ij |k_jc|] + 2u |dq_ic|
-//    dk_jc = scale sum_{i >= j} P_ij |q_ic| (|dP_ij - D_i| (ep_i + (T + 2) u) + edp_ij + dD_i) + u |dk_jc|
-//    dv_jc = sum_{i >= j} P_ij |dout_ic| (ep_i + (T + 2) u)
+//  Flash: dq_ic = scale (a - dsum b): scale [sum_j P_ij |k_jc| ((|dP_ij| + |D_i|)(ep_i + (T + 2) u) + edp_ij)
+//                                             + dD_i sum_j P_ij |k_jc|] + 2u |dq_ic|
+//         dk_jc = scale sum_{i >= j} P_ij |q_ic| (|dP_ij - D_i| (ep_i + (T + 2) u) + edp_ij + dD_i) + u |dk_jc|
+//         dv_jc = sum_{i >= j} P_ij |dout_ic| (ep_i + (T + 2) u)
+//  Gemm:  out_ic: sum_j P_ij |v_jc| (ep_i + ub + (T + 2) us); dv_jc: sum_{i >= j} P_ij |dout_ic| (ep_i + ub + (T + 2) us)
+//         dS_ij errs by g_ij = scale P_ij (|dP_ij - D_i| (ep_i + ub + 3u + (T + 2) us) + edp_ij + dD_i), the
+//         GEMM's accumulation included: dq_ic: sum_j g_ij |k_jc|; dk_jc: sum_{i >= j} g_ij |q_ic|.
 //  Each doubled.
-void check_attention(const AttIn& in, const AttOut& o, bool bf16_out, Check& ck) {
+enum class AttPath { Flash, Gemm };
+void check_attention(const AttIn& in, const AttOut& o, bool bf16_out, Check& ck, AttPath path = AttPath::Flash) {
   const int B = in.B, T = in.T, NH = in.NH, HS = in.HS, D = NH * HS;
-  const double sc = in.scale, pre = sc * std::sqrt(double(HS)), u = kU, TT = T;
+  const bool gemm = path == AttPath::Gemm;
+  const double sc = in.scale, pre = sc * std::sqrt(double(HS)), u = kU, us = gemm ? kUTc : kU, TT = T;
   const std::size_t n = in.q.size();
   std::vector<double> out(n), dq(n, 0.0), dk(n, 0.0), dv(n, 0.0), lse(std::size_t(B) * NH * T);
   std::vector<double> tout(n, 0.0), tdq(n, 0.0), tdk(n, 0.0), tdv(n, 0.0), tlse(lse.size());
   std::vector<double> att(std::size_t(NH) * T * T), scratch(std::size_t(T) * T);
   for (int b = 0; b < B; ++b) {
-    const std::size_t o0 = std::size_t(b) * T * D;
-    const std::size_t TD = std::size_t(T) * D;
+    const std::size_t o0 = std::size_t(b) * T * D, TD = std::size_t(T) * D;
     auto qs = slice(in.q, o0, TD);
     for (auto& x : qs) x *= pre;
     const auto ks = slice(in.k, o0, TD), vs = slice(in.v, o0, TD), gs = slice(in.dout, o0, TD);
@@ -496,13 +574,13 @@ void check_attention(const AttIn& in, const AttOut& o, bool bf16_out, Check& ck)
     for (std::size_t i = o0; i < o0 + TD; ++i) dq[i] *= pre;
     for (int h = 0; h < NH; ++h) {
       const double* P = att.data() + std::size_t(h) * T * T;
-      auto Q = [&](int i, int c) { return double(in.q[o0 + std::size_t(i) * D + std::size_t(h) * HS + c]); };
-      auto Kk = [&](int j, int c) { return double(in.k[o0 + std::size_t(j) * D + std::size_t(h) * HS + c]); };
-      auto Vv = [&](int j, int c) { return double(in.v[o0 + std::size_t(j) * D + std::size_t(h) * HS + c]); };
-      auto G = [&](int i, int c) { return double(in.dout[o0 + std::size_t(i) * D + std::size_t(h) * HS + c]); };
-      auto at = [&](int i, int c) { return o0 + std::size_t(i) * D + std::size_t(h) * HS + c; };
-      std::vector<double> ep(T), Dd(T), dD(T), dP(std::size_t(T) * T),
-          edp(std::size_t(T) * T);
+      auto at = [&](int i, int c) { return o0 + std::size_t(i) * D + std::size_t(h) * HS + std::size_t(c); };
+      auto Q = [&](int i, int c) { return double(in.q[at(i, c)]); };
+      auto Kk = [&](int j, int c) { return double(in.k[at(j, c)]); };
+      auto Vv = [&](int j, int c) { return double(in.v[at(j, c)]); };
+      auto G = [&](int i, int c) { return double(in.dout[at(i, c)]); };
+      auto ij = [&](int i, int j) { return std::size_t(i) * T + std::size_t(j); };
+      std::vector<double> ep(T), eps(T), Dd(T), dD(T), dP(std::size_t(T) * T), edp(std::size_t(T) * T);
       for (int i = 0; i < T; ++i) {
         double esmax = 0, smax = -INFINITY, smin = INFINITY;
         std::vector<double> s(std::size_t(i) + 1);
@@ -513,48 +591,65 @@ void check_attention(const AttIn& in, const AttOut& o, bool bf16_out, Check& ck)
             g += G(i, c) * Vv(j, c), ag += std::abs(G(i, c) * Vv(j, c));
           }
           s[std::size_t(j)] = sc * dot;
-          esmax = std::max(esmax, (HS + 5) * u * sc * adot + u * std::abs(sc * dot));
+          esmax = std::max(esmax, (HS + 5) * us * sc * adot + u * std::abs(sc * dot));
           smax = std::max(smax, sc * dot), smin = std::min(smin, sc * dot);
-          dP[std::size_t(i) * T + j] = g, edp[std::size_t(i) * T + j] = (HS + 5) * u * ag;
+          dP[ij(i, j)] = g, edp[ij(i, j)] = (HS + 5) * us * ag;
         }
         double l = 0;
         for (int j = 0; j <= i; ++j) l += std::exp(s[std::size_t(j)] - smax);
         const double L = smax + std::log(l), range = smax - smin;
-        const double eps = esmax + (range + 2 * TT + 5) * u;
-        const double dlse = eps + u * (std::abs(L) + 2 * std::log(TT + 1) + 1);
+        eps[std::size_t(i)] = esmax + (range + 2 * TT + 5) * u;
+        const double dlse = eps[std::size_t(i)] + u * (std::abs(L) + 2 * std::log(TT + 1) + 1);
         lse[(std::size_t(b) * NH + h) * T + i] = L;
         tlse[(std::size_t(b) * NH + h) * T + i] = 2 * dlse;
         ep[std::size_t(i)] = esmax + dlse + (5 + range + std::log(TT + 1)) * u;
         double Di = 0, dDi = 0;
         for (int j = 0; j <= i; ++j) {
-          const double p = P[std::size_t(i) * T + j], g = dP[std::size_t(i) * T + j];
-          Di += p * g;
-          dDi += p * (std::abs(g) * (ep[std::size_t(i)] + (TT + 2) * u) + edp[std::size_t(i) * T + j]);
+          Di += P[ij(i, j)] * dP[ij(i, j)];
+          dDi += P[ij(i, j)] * (std::abs(dP[ij(i, j)]) * (ep[std::size_t(i)] + (TT + 2) * u) + edp[ij(i, j)]);
         }
         Dd[std::size_t(i)] = Di, dD[std::size_t(i)] = dDi;
+      }
+      // g_ij: the Gemm path's error of dS_ij (0 where j > i)
+      auto gerr = [&](int i, int j) {
+        return sc * P[ij(i, j)] *
+               (std::abs(dP[ij(i, j)] - Dd[std::size_t(i)]) * (ep[std::size_t(i)] + kUBf + 3 * u + (TT + 2) * us) +
+                edp[ij(i, j)] + dD[std::size_t(i)]);
+      };
+      for (int i = 0; i < T; ++i)
         for (int c = 0; c < HS; ++c) {
-          double pv = 0, t = 0, pk = 0;
+          const double e2 = ep[std::size_t(i)] + (TT + 2) * u;
+          double pv = 0, pk = 0, t = 0;
           for (int j = 0; j <= i; ++j) {
-            const double p = P[std::size_t(i) * T + j];
+            const double p = P[ij(i, j)];
             pv += p * std::abs(Vv(j, c));
             pk += p * std::abs(Kk(j, c));
-            t += p * std::abs(Kk(j, c)) *
-                 ((std::abs(dP[std::size_t(i) * T + j]) + std::abs(Di)) * (ep[std::size_t(i)] + (TT + 2) * u) +
-                  edp[std::size_t(i) * T + j]);
+            t += gemm ? gerr(i, j) * std::abs(Kk(j, c))
+                      : p * std::abs(Kk(j, c)) * ((std::abs(dP[ij(i, j)]) + std::abs(Dd[std::size_t(i)])) * e2 + edp[ij(i, j)]);
           }
-          tout[at(i, c)] = 2 * 2 * eps * pv;
-          tdq[at(i, c)] = 2 * (sc * (t + dDi * pk) + 2 * u * std::abs(dq[at(i, c)]));
+          if (gemm) {
+            tout[at(i, c)] = 2 * pv * (ep[std::size_t(i)] + kUBf + (TT + 2) * us);
+            tdq[at(i, c)] = 2 * t;
+          } else {
+            tout[at(i, c)] = 2 * 2 * eps[std::size_t(i)] * pv;
+            tdq[at(i, c)] = 2 * (sc * (t + dD[std::size_t(i)] * pk) + 2 * u * std::abs(dq[at(i, c)]));
+          }
         }
-      }
       for (int j = 0; j < T; ++j)
         for (int c = 0; c < HS; ++c) {
           double tk = 0, tv = 0;
           for (int i = j; i < T; ++i) {
-            const double p = P[std::size_t(i) * T + j], g = dP[std::size_t(i) * T + j], e2 = ep[std::size_t(i)] + (TT + 2) * u;
-            tk += p * std::abs(Q(i, c)) * (std::abs(g - Dd[std::size_t(i)]) * e2 + edp[std::size_t(i) * T + j] + dD[std::size_t(i)]);
-            tv += p * std::abs(G(i, c)) * e2;
+            const double p = P[ij(i, j)];
+            if (gemm) {
+              tk += gerr(i, j) * std::abs(Q(i, c));
+              tv += p * std::abs(G(i, c)) * (ep[std::size_t(i)] + kUBf + (TT + 2) * us);
+            } else {
+              const double e2 = ep[std::size_t(i)] + (TT + 2) * u;
+              tk += p * std::abs(Q(i, c)) * (std::abs(dP[ij(i, j)] - Dd[std::size_t(i)]) * e2 + edp[ij(i, j)] + dD[std::size_t(i)]);
+              tv += p * std::abs(G(i, c)) * e2;
+            }
           }
-          tdk[at(j, c)] = 2 * (sc * tk + u * std::abs(dk[at(j, c)]));
+          tdk[at(j, c)] = gemm ? 2 * tk : 2 * (sc * tk + u * std::abs(dk[at(j, c)]));
           tdv[at(j, c)] = 2 * tv;
         }
     }
@@ -613,7 +708,7 @@ template <class IO>
 AttOut attention_gpu(const AttIn& in, std::size_t offset = 0) {
   const std::size_t n = in.q.size(), nl = std::size_t(in.B) * in.NH * in.T;
   auto padded = [&](const std::vector<float>& v) {
-    std::vector<IO> o(offset + v.size(), narrow<IO>(0.f));
+    std::vector<IO> o(offset + v.size(), round_to<IO>(0.f));
     const auto io = to_io<IO>(v);
     std::copy(io.begin(), io.end(), o.begin() + long(offset));
     return o;
@@ -630,6 +725,17 @@ AttOut attention_gpu(const AttIn& in, std::size_t offset = 0) {
   K::attention_backward(dq.p + f, dk.p + f, dv.p + f, scr.p, g.p + f, lse.p, q.p + f, k.p + f, v.p + f, in.B, in.T,
                         in.NH, in.HS, in.scale);
   return {tail(out), lse.get(), tail(dq), tail(dk), tail(dv)};
+}
+AttOut attention_gemm_gpu(kernels::Blas& blas, const AttIn& in) {
+  const std::size_t n = in.q.size(), nl = std::size_t(in.B) * in.NH * in.T,
+                    ns = kernels::attention_gemm_scores_size(in.B, in.T, in.NH);
+  Dev<bf16> q(to_io<bf16>(in.q)), k(to_io<bf16>(in.k)), v(to_io<bf16>(in.v)), g(to_io<bf16>(in.dout)), out(n), dq(n),
+      dk(n), dv(n), P(ns), dS(ns);
+  Dev<float> lse(nl), S(ns), dP(ns);
+  kernels::attention_gemm_forward(blas, out.p, lse.p, S.p, P.p, q.p, k.p, v.p, in.B, in.T, in.NH, in.HS, in.scale);
+  kernels::attention_gemm_backward(blas, dq.p, dk.p, dv.p, dP.p, dS.p, g.p, lse.p, S.p, P.p, q.p, k.p, v.p, in.B, in.T,
+                                   in.NH, in.HS, in.scale);
+  return {to_float(out.get()), lse.get(), to_float(dq.get()), to_float(dk.get()), to_float(dv.get())};
 }
 #endif
 
@@ -886,6 +992,26 @@ TEST(CudaKernelsGpu, Bf16AttentionMatchesCpu) {
   ck16.expect_ok("bf16 attention");
   ck32.expect_ok("fp32 attention (derived bounds)");
 }
+
+// The tensor-core attention (attention_gemm.hpp): HS multiples of 8 up to 512, T in {1, 7, 33, 250}
+// (T not a multiple of 8: padded score rows), B in {1, 3}, both scales; the Gemm bounds of check_attention.
+TEST(CudaKernelsGpu, Bf16AttentionGemmMatchesCpu) {
+  REQUIRE_DEVICE();
+  kernels::Blas blas;
+  Check ck;
+  std::uint32_t seed = 300;
+  for (int HS : {16, 64, 96, 128, 256, 512})
+    for (int T : {1, 7, 33, 250})
+      for (int B : {1, 3}) {
+        const float scale = (seed % 2) ? 1.f : float(1 / std::sqrt(double(HS)));
+        SCOPED_TRACE("HS " + std::to_string(HS) + " T " + std::to_string(T) + " B " + std::to_string(B));
+        const auto in = attention_inputs(B, T, 2, HS, scale, 2.0, true, seed++);
+        check_attention(in, attention_gemm_gpu(blas, in), true, ck, AttPath::Gemm);
+      }
+  const auto sharp = attention_inputs(2, 250, 4, 64, 1.f, 8.0, true, 390);
+  check_attention(sharp, attention_gemm_gpu(blas, sharp), true, ck, AttPath::Gemm);
+  ck.expect_ok("tensor-core attention");
+}
 #endif  // MANYADD_WITH_CUDA
 
 // ==== on the CPU: the attention kernels replayed, and the bounds' controls ===============================
@@ -925,6 +1051,33 @@ TEST(CudaAttentionReplay, BoundsRejectWrongResults) {
   Check moved;
   check_attention(in, o, true, moved);
   EXPECT_EQ(moved.bad, 1u);
+}
+
+// The tensor-core path's steps (every GEMM's transposes, leading dimensions, strides, offsets) and row
+// functions on the host, against the reference within its bounds; a layout bug (one GEMM reading its A
+// transposed) and a 5% scale error fail.
+TEST(CudaAttentionGemmReplay, MatchesTheReferenceAndRejectsWrongResults) {
+  Check ck;
+  std::uint32_t seed = 400;
+  for (int HS : {16, 64, 96, 256})
+    for (auto [B, T] : std::vector<std::array<int, 2>>{{1, 1}, {3, 7}, {1, 33}}) {
+      const float scale = (seed % 2) ? 1.f : float(1 / std::sqrt(double(HS)));
+      SCOPED_TRACE("HS " + std::to_string(HS) + " T " + std::to_string(T) + " B " + std::to_string(B));
+      const auto in = attention_inputs(B, T, 2, HS, scale, 2.0, true, seed++);
+      check_attention(in, attention_gemm_replay(in), true, ck, AttPath::Gemm);
+    }
+  const auto longer = attention_inputs(2, 100, 2, 32, 1.f, 8.0, true, 420);
+  check_attention(longer, attention_gemm_replay(longer), true, ck, AttPath::Gemm);
+  ck.expect_ok("replayed tensor-core attention");
+
+  const auto in = attention_inputs(2, 33, 2, 64, 1.f, 2.0, true, 430);
+  Check flipped, wrong_scale;
+  check_attention(in, attention_gemm_replay(in, true), true, flipped, AttPath::Gemm);
+  EXPECT_GT(flipped.bad, flipped.n / 4);
+  AttIn off = in;
+  off.scale *= 1.05f;
+  check_attention(in, attention_gemm_replay(off), true, wrong_scale, AttPath::Gemm);
+  EXPECT_GT(wrong_scale.bad, 0u);
 }
 
 // The bounds of the GEMM, RMSNorm and GEGLU checks accept an fp32 CPU evaluation of the same products
