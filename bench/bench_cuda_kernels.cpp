@@ -1,12 +1,13 @@
 // The training kernels' rates on the device: (1) a large square GEMM through kernels::Blas (bf16
 // operands, fp32 accumulation; bf16 and fp32 outputs; and fp32 SGEMM), whose TFLOP/s is the tensor-core
 // rate against which the trainer's "fraction of the floor" (6 x parameters x tokens FLOP) is measured;
-// (2) the causal attention kernels (kernels/src/attention_rows.cuh) at the paper's training shape,
-// T = 250 (SA(10, 10) sequences are <= 252 tokens), batch B = 400, for the (heads, d_head) of the paper's
-// configurations: forward, and backward (both passes). Device time by CUDA events (manual time).
-// attnFLOP/s counts the FLOPs the kernels execute: forward 4 HS per (query, key) pair (q.k and p v),
-// backward 16 HS (pass 1: q.k, dout.v, a and b; pass 2: k.q, v.dout, dk and dv), causal pairs
-// B NH T (T + 1) / 2. Prints "skipped" and exits 0 without a device (or without CUDA).
+// (2) causal attention at the paper's training shape, T = 250 (SA(10, 10) sequences are <= 252 tokens),
+// batch B = 400, for the (heads, d_head) of the paper's configurations, forward and backward: the
+// CUDA-core flash kernels (train.hpp attention_forward/backward: bf16 and fp32 I/O) and the tensor-core
+// path (attention_gemm.hpp: batched GEMMs + row kernels). Device time by CUDA events (manual time).
+// attnFLOP/s counts the same FLOPs for both, the flash kernels' executed ones: forward 4 HS per causal
+// (query, key) pair, backward 16 HS (pass 1: q.k, dout.v, a and b; pass 2: k.q, v.dout, dk and dv),
+// B NH T (T + 1) / 2 pairs; compare the ms. Prints "skipped" and exits 0 without a device (or CUDA).
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -18,15 +19,17 @@
 
 #include "manyadd/kernels/device.hpp"
 #if MANYADD_WITH_CUDA
+#include "manyadd/kernels/attention_gemm.hpp"
 #include "manyadd/kernels/blas.hpp"
 #include "manyadd/kernels/train.hpp"
 #endif
 
 namespace {
 using namespace manyadd;
-using kernels::bf16;
 
 #if MANYADD_WITH_CUDA
+using kernels::bf16;
+
 // Deterministic values in [-0.5, 0.5) (the rates do not depend on them; no NaN or inf).
 template <class T>
 std::vector<T> values(std::size_t n, std::uint32_t seed) {
@@ -125,8 +128,36 @@ void BM_Attention(benchmark::State& st) {
             });
   }
   const double pairs = double(B) * NH * T * (T + 1) / 2;
-  st.SetLabel(std::string(fp32 ? "fp32" : "bf16") + (backward ? " backward" : " forward") + " NH " +
+  st.SetLabel(std::string(fp32 ? "flash fp32" : "flash bf16") + (backward ? " backward" : " forward") + " NH " +
               std::to_string(NH) + " HS " + std::to_string(HS));
+  st.counters["attnFLOP/s"] = benchmark::Counter((backward ? 16.0 : 4.0) * HS * pairs * double(st.iterations()),
+                                                 benchmark::Counter::kIsRate);
+}
+
+// The tensor-core path. range(0) NH, range(1) HS, range(2) 0 forward / 1 backward; B = 400, T = 250.
+void BM_AttentionGemm(benchmark::State& st) {
+  const int NH = int(st.range(0)), HS = int(st.range(1)), B = 400, T = 250;
+  const bool backward = st.range(2) != 0;
+  const std::size_t n = std::size_t(B) * T * NH * HS, nl = std::size_t(B) * NH * T,
+                    ns = kernels::attention_gemm_scores_size(B, T, NH);
+  const float scale = 1.f;
+  kernels::Blas blas;
+  kernels::DeviceTimer timer;
+  auto x = device_values<bf16>(n, 3);
+  kernels::DeviceBuffer<bf16> out(n), dq(n), dk(n), dv(n), P(ns), dS(ns);
+  kernels::DeviceBuffer<float> lse(nl), S(ns), dP(ns);
+  auto fwd = [&] { kernels::attention_gemm_forward(blas, out, lse, S, P, x, x, x, B, T, NH, HS, scale); };
+  auto bwd = [&] { kernels::attention_gemm_backward(blas, dq, dk, dv, dP, dS, x, lse, S, P, x, x, x, B, T, NH, HS, scale); };
+  fwd();
+  if (backward) bwd();
+  for (auto _ : st) {
+    timer.start();
+    backward ? bwd() : fwd();
+    st.SetIterationTime(timer.stop_seconds());
+  }
+  const double pairs = double(B) * NH * T * (T + 1) / 2;
+  st.SetLabel(std::string("tensor-core bf16") + (backward ? " backward" : " forward") + " NH " + std::to_string(NH) +
+              " HS " + std::to_string(HS));
   st.counters["attnFLOP/s"] = benchmark::Counter((backward ? 16.0 : 4.0) * HS * pairs * double(st.iterations()),
                                                  benchmark::Counter::kIsRate);
 }
@@ -143,6 +174,12 @@ BENCHMARK(BM_Attention)
     ->ArgsProduct({{8}, {128}, {0}, {0, 1}})
     ->ArgsProduct({{4}, {256}, {0, 1}, {0, 1}})
     ->ArgsProduct({{2}, {512}, {0, 1}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AttentionGemm)
+    ->ArgsProduct({{4}, {16, 32, 64, 128, 256}, {0, 1}})
+    ->ArgsProduct({{8}, {128}, {0, 1}})
+    ->ArgsProduct({{2}, {512}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 #endif
