@@ -1,16 +1,25 @@
-// CUDA kernels of learned-model training (fp32): embedding, RMSNorm, GEGLU, residual, causal attention
-// (flash style: online softmax forward saving the row log-sum-exp, recomputing backward), softmax
-// cross-entropy on response rows, fixed-order reductions and AdamW. The matrix products are cuBLAS
-// calls in blas.cpp. See train.hpp for the contracts; each kernel's CPU twin is in
-// learn/layers.hpp or learn/batch.hpp. NONE OF THIS HAS RUN ON A GPU YET (compiled for sm_90 only).
+// CUDA kernels of learned-model training: embedding, RMSNorm, GEGLU, residual, causal attention
+// (flash style: online softmax forward saving the row log-sum-exp, recomputing backward; its row
+// arithmetic is attention_rows.cuh), softmax cross-entropy on response rows, fixed-order reductions,
+// AdamW, and the bf16 casts. fp32 throughout, with bf16 variants (templates on the I/O type: bf16
+// inputs widened exactly, fp32 math, bf16 outputs rounded once to nearest even). The matrix products
+// are cuBLAS calls in blas.cpp. See train.hpp for the contracts; each kernel's CPU twin is in
+// learn/layers.hpp or learn/batch.hpp. The bf16 variants and the attention kernels of
+// attention_rows.cuh have NOT RUN ON A GPU YET (compiled for sm_90; the attention rows replayed on the CPU).
 //
 // Determinism: no atomics anywhere. Every thread/warp owns its outputs and sums its terms in a fixed
 // order; reductions across threads use a fixed grid and a fixed tree, so two runs on the same device
 // give bitwise the same results (cuBLAS is run-to-run reproducible on one architecture and SM count:
 // see blas.hpp).
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
+#include "attention_rows.cuh"
 #include "cuda_check.cuh"
 #include "manyadd/kernels/train.hpp"
 
@@ -19,10 +28,41 @@ namespace {
 
 int blocks_for(std::int64_t n, int threads) { return int((n + threads - 1) / threads); }
 
+// ---- bf16 <-> float: widening is exact (the bf16 bits are the top half of the float); rounding is to
+// nearest, ties to even (cvt.rn.bf16.f32), the rounding of core's float_to_bf16.
+__device__ inline float to_f(float x) { return x; }
+__device__ inline float to_f(bf16 x) { return __uint_as_float(unsigned(x.bits) << 16); }
+template <class T>
+__device__ inline T from_f(float x);
+template <>
+__device__ inline float from_f<float>(float x) {
+  return x;
+}
+template <>
+__device__ inline bf16 from_f<bf16>(float x) {
+  return bf16{__bfloat16_as_ushort(__float2bfloat16_rn(x))};
+}
+
+__global__ void to_bf16_kernel(bf16* out, const float* in, long long n) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = from_f<bf16>(in[i]);
+}
+__global__ void to_f32_kernel(float* out, const bf16* in, long long n) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = to_f(in[i]);
+}
+
 // Butterfly sum over a warp: every lane ends with the same value (same tree, commutative adds).
 __device__ inline float warp_sum(float x) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+// The same butterfly for the max (exact, so every lane ends with the row max).
+__device__ inline float warp_max(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
   return x;
 }
 
@@ -64,7 +104,8 @@ __global__ void embedding_backward_kernel(float* dwte, float* dwpe0, float* dwpe
 }
 
 // ---- RMSNorm: one warp per row -------------------------------------------------------------------------
-__global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, const float* w, int R, int C,
+template <class OUT>
+__global__ void rmsnorm_forward_kernel(OUT* out, float* rstd, const float* inp, const float* w, int R, int C,
                                        float eps) {
   const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
@@ -75,37 +116,39 @@ __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp
   ss = warp_sum(ss);
   const float r = 1.f / sqrtf(ss / float(C) + eps);
   if (lane == 0) rstd[row] = r;
-  float* o = out + row * C;
-  for (int c = lane; c < C; c += 32) o[c] = w[c] * x[c] * r;
+  OUT* o = out + row * C;
+  for (int c = lane; c < C; c += 32) o[c] = from_f<OUT>(w[c] * x[c] * r);
 }
 
 // dx_j += w_j g_j r - x_j r^3 / C sum_c g_c w_c x_c   (rmsnorm_backward in layers.hpp)
-__global__ void rmsnorm_backward_dx_kernel(float* dinp, const float* dout, const float* inp, const float* w,
+template <class G>
+__global__ void rmsnorm_backward_dx_kernel(float* dinp, const G* dout, const float* inp, const float* w,
                                            const float* rstd, int R, int C) {
   const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (row >= R) return;
   const float* x = inp + row * C;
-  const float* g = dout + row * C;
+  const G* g = dout + row * C;
   float* dx = dinp + row * C;
   const float r = rstd[row];
   float dot = 0.f;
-  for (int c = lane; c < C; c += 32) dot += g[c] * w[c] * x[c];
+  for (int c = lane; c < C; c += 32) dot += to_f(g[c]) * w[c] * x[c];
   dot = warp_sum(dot);
   const float k = dot * r * r * r / float(C);
-  for (int c = lane; c < C; c += 32) dx[c] += w[c] * g[c] * r - x[c] * k;
+  for (int c = lane; c < C; c += 32) dx[c] += w[c] * to_f(g[c]) * r - x[c] * k;
 }
 
 constexpr int kNormChunk = 256;  // rows per partial sum of dw
 // grid (ceil(R / kNormChunk), ceil(C / 128)): partial[chunk, c] = sum over the chunk's rows of g x r
-__global__ void rmsnorm_backward_dw_partial(float* partial, const float* dout, const float* inp, const float* rstd,
+template <class G>
+__global__ void rmsnorm_backward_dw_partial(float* partial, const G* dout, const float* inp, const float* rstd,
                                             int R, int C) {
   const int c = blockIdx.y * blockDim.x + threadIdx.x;
   if (c >= C) return;
   const long long lo = (long long)blockIdx.x * kNormChunk;
   const long long hi = min((long long)R, lo + kNormChunk);
   float acc = 0.f;
-  for (long long t = lo; t < hi; ++t) acc += dout[t * C + c] * inp[t * C + c] * rstd[t];
+  for (long long t = lo; t < hi; ++t) acc += to_f(dout[t * C + c]) * inp[t * C + c] * rstd[t];
   partial[(long long)blockIdx.x * C + c] = acc;
 }
 __global__ void rmsnorm_backward_dw_final(float* dw, const float* partial, int chunks, int C) {
@@ -117,9 +160,10 @@ __global__ void rmsnorm_backward_dw_final(float* dw, const float* partial, int c
 }
 
 // ---- element-wise ----------------------------------------------------------------------------------------
-__global__ void residual_kernel(float* out, const float* a, const float* b, long long n) {
+template <class B>
+__global__ void residual_kernel(float* out, const float* a, const B* b, long long n) {
   const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = a[i] + b[i];
+  if (i < n) out[i] = a[i] + to_f(b[i]);
 }
 
 __device__ inline float gelu_tanh(float x, float* dgelu) {
@@ -129,184 +173,156 @@ __device__ inline float gelu_tanh(float x, float* dgelu) {
   if (dgelu) *dgelu = 0.5f * (1.f + th) + 0.5f * x * (1.f - th * th) * c * (1.f + float(3 * 0.044715) * x * x);
   return 0.5f * x * (1.f + th);
 }
-__global__ void geglu_forward_kernel(float* out, const float* inp, int R, int F) {
+template <class T>
+__global__ void geglu_forward_kernel(T* out, const T* inp, int R, int F) {
   const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= (long long)R * F) return;
   const long long t = i / F, f = i % F;
-  const float* a = inp + t * 2 * F;
-  out[i] = gelu_tanh(a[f], nullptr) * a[F + f];
+  const T* a = inp + t * 2 * F;
+  out[i] = from_f<T>(gelu_tanh(to_f(a[f]), nullptr) * to_f(a[F + f]));
 }
-__global__ void geglu_backward_kernel(float* dinp, const float* dout, const float* inp, int R, int F) {
+// T = float: accumulates into dinp; T = bf16: writes dinp (rounded once).
+template <class T, class G>
+__global__ void geglu_backward_kernel(T* dinp, const G* dout, const T* inp, int R, int F) {
   const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= (long long)R * F) return;
   const long long t = i / F, f = i % F;
-  const float* a = inp + t * 2 * F;
-  float* da = dinp + t * 2 * F;
+  const T* a = inp + t * 2 * F;
+  T* da = dinp + t * 2 * F;
+  const float g = to_f(dout[i]), b = to_f(a[F + f]);
   float d;
-  const float ga = gelu_tanh(a[f], &d);
-  da[f] += dout[i] * a[F + f] * d;
-  da[F + f] += dout[i] * ga;
-}
-
-// ---- attention: one warp per (sequence, head, row); lane owns dims lane, lane + 32, ... (NPL of them) --
-__device__ inline void warp_row(int T, int NH, int& b, int& h, int& i, bool& valid, int B) {
-  const long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-  valid = w < (long long)B * NH * T;
-  i = int(w % T);
-  h = int((w / T) % NH);
-  b = int(w / ((long long)T * NH));
-}
-
-template <int NPL>
-__device__ inline float dot_row(const float (&a)[NPL], const float* x, int HS, int lane) {
-  float part = 0.f;
-#pragma unroll
-  for (int e = 0; e < NPL; ++e) {
-    const int c = lane + 32 * e;
-    if (c < HS) part += a[e] * x[c];
-  }
-  return warp_sum(part);
-}
-template <int NPL>
-__device__ inline void load_row(float (&a)[NPL], const float* x, int HS, int lane) {
-#pragma unroll
-  for (int e = 0; e < NPL; ++e) {
-    const int c = lane + 32 * e;
-    a[e] = c < HS ? x[c] : 0.f;
+  const float ga = gelu_tanh(to_f(a[f]), &d);
+  if constexpr (std::is_same_v<T, float>) {
+    da[f] += g * b * d;
+    da[F + f] += g * ga;
+  } else {
+    da[f] = from_f<T>(g * b * d);
+    da[F + f] = from_f<T>(g * ga);
   }
 }
 
-// Online softmax over keys 0..i (running max mx, sum l, weighted sum acc), keys in order.
+// ---- attention: one warp per (sequence, head, row); the row arithmetic is attention_rows.cuh --------
+namespace AR = attention_rows;
+
+// Lane ln's NPL contiguous dims of a row (x points at dim ln NPL), as 16-byte loads (or one smaller
+// load when the chunk is smaller): x must be aligned to min(16, NPL sizeof(element)). bf16 pairs sit in
+// a 32-bit word low half first (little-endian).
+__device__ inline float bf16_lo(unsigned u) { return __uint_as_float(u << 16); }
+__device__ inline float bf16_hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
 template <int NPL>
-__global__ void attention_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v, int B,
-                                         int T, int NH, int HS, float scale) {
-  int b, h, i;
-  bool valid;
-  warp_row(T, NH, b, h, i, valid, B);
-  if (!valid) return;
-  const int lane = threadIdx.x % 32, D = NH * HS;
-  const long long base = (long long)b * T * D + (long long)h * HS;  // row 0 of this sequence and head
-  float qv[NPL], acc[NPL];
-  load_row(qv, q + base + (long long)i * D, HS, lane);
+__device__ inline void load_chunk(float (&a)[NPL], const float* x) {
+  if constexpr (NPL == 1) {
+    a[0] = x[0];
+  } else if constexpr (NPL == 2) {
+    const float2 u = *reinterpret_cast<const float2*>(x);
+    a[0] = u.x, a[1] = u.y;
+  } else {
 #pragma unroll
-  for (int e = 0; e < NPL; ++e) acc[e] = 0.f;
-  float mx = -INFINITY, l = 0.f;
-  for (int j = 0; j <= i; ++j) {
-    const float s = dot_row(qv, k + base + (long long)j * D, HS, lane) * scale;
-    if (s > mx) {
-      const float sc = expf(mx - s);  // 0 on the first key (mx = -inf)
-      l *= sc;
-#pragma unroll
-      for (int e = 0; e < NPL; ++e) acc[e] *= sc;
-      mx = s;
+    for (int c = 0; c < NPL / 4; ++c) {
+      const float4 u = reinterpret_cast<const float4*>(x)[c];
+      a[4 * c] = u.x, a[4 * c + 1] = u.y, a[4 * c + 2] = u.z, a[4 * c + 3] = u.w;
     }
-    const float p = expf(s - mx);
-    l += p;
-    const float* vj = v + base + (long long)j * D;
+  }
+}
+template <int NPL>
+__device__ inline void load_chunk(float (&a)[NPL], const bf16* x) {
+  if constexpr (NPL == 1) {
+    a[0] = to_f(x[0]);
+  } else if constexpr (NPL == 2) {
+    const unsigned u = *reinterpret_cast<const unsigned*>(x);
+    a[0] = bf16_lo(u), a[1] = bf16_hi(u);
+  } else if constexpr (NPL == 4) {
+    const uint2 u = *reinterpret_cast<const uint2*>(x);
+    a[0] = bf16_lo(u.x), a[1] = bf16_hi(u.x), a[2] = bf16_lo(u.y), a[3] = bf16_hi(u.y);
+  } else {
+#pragma unroll
+    for (int c = 0; c < NPL / 8; ++c) {
+      const uint4 u = reinterpret_cast<const uint4*>(x)[c];
+      float* o = a + 8 * c;
+      o[0] = bf16_lo(u.x), o[1] = bf16_hi(u.x), o[2] = bf16_lo(u.y), o[3] = bf16_hi(u.y);
+      o[4] = bf16_lo(u.z), o[5] = bf16_hi(u.z), o[6] = bf16_lo(u.w), o[7] = bf16_hi(u.w);
+    }
+  }
+}
+
+// The device's warp policy for attention_rows.cuh: this thread is lane `ln`. vec (warp-uniform, set by
+// the launcher): HS = 32 NPL and every row pointer 16-byte aligned, so each lane's chunk is whole and
+// aligned and loads as load_chunk; otherwise element by element, 0 beyond HS.
+struct DeviceWarp {
+  static constexpr int kLanes = 1;
+  int ln;
+  bool vec;
+  __device__ int lane(int) const { return ln; }
+  __device__ float sum(const float (&part)[1]) const { return warp_sum(part[0]); }
+  __device__ float max(const float (&part)[1]) const { return warp_max(part[0]); }
+  template <class IO>
+  __device__ IO narrow(float x) const {
+    return from_f<IO>(x);
+  }
+  template <int NPL, class IO>
+  __device__ void load(float (&a)[NPL], const IO* row, int l, int HS) const {
+    if (vec) {
+      load_chunk<NPL>(a, row + l * NPL);
+      return;
+    }
 #pragma unroll
     for (int e = 0; e < NPL; ++e) {
-      const int c = lane + 32 * e;
-      if (c < HS) acc[e] += p * vj[c];
+      const int c = l * NPL + e;
+      a[e] = c < HS ? to_f(row[c]) : 0.f;
     }
   }
-  float* o = out + base + (long long)i * D;
-#pragma unroll
-  for (int e = 0; e < NPL; ++e) {
-    const int c = lane + 32 * e;
-    if (c < HS) o[c] = acc[e] / l;
-  }
-  if (lane == 0) lse[((long long)b * NH + h) * T + i] = mx + logf(l);
-}
-
-// Dsum (B, NH, T) = sum_c dout_i,c out_i,c per head: the row term of the softmax backward.
-template <int NPL>
-__global__ void attention_rowdot_kernel(float* dsum, const float* dout, const float* out, int B, int T, int NH, int HS) {
-  int b, h, i;
-  bool valid;
-  warp_row(T, NH, b, h, i, valid, B);
-  if (!valid) return;
-  const int lane = threadIdx.x % 32, D = NH * HS;
-  const long long r = (long long)b * T * D + (long long)h * HS + (long long)i * D;
-  float dov[NPL];
-  load_row(dov, dout + r, HS, lane);
-  const float d = dot_row(dov, out + r, HS, lane);
-  if (lane == 0) dsum[((long long)b * NH + h) * T + i] = d;
-}
-
-// dq_i = scale sum_{j <= i} P_ij (dP_ij - Dsum_i) k_j,  P_ij = exp(scale q_i.k_j - lse_i), dP_ij = dout_i.v_j
-template <int NPL>
-__global__ void attention_dq_kernel(float* dq, const float* dout, const float* dsum, const float* lse, const float* q,
-                                    const float* k, const float* v, int B, int T, int NH, int HS, float scale) {
-  int b, h, i;
-  bool valid;
-  warp_row(T, NH, b, h, i, valid, B);
-  if (!valid) return;
-  const int lane = threadIdx.x % 32, D = NH * HS;
-  const long long base = (long long)b * T * D + (long long)h * HS;
-  const long long ri = ((long long)b * NH + h) * T + i;
-  float qv[NPL], dov[NPL], acc[NPL];
-  load_row(qv, q + base + (long long)i * D, HS, lane);
-  load_row(dov, dout + base + (long long)i * D, HS, lane);
-#pragma unroll
-  for (int e = 0; e < NPL; ++e) acc[e] = 0.f;
-  const float L = lse[ri], Di = dsum[ri];
-  for (int j = 0; j <= i; ++j) {
-    const float* kj = k + base + (long long)j * D;
-    const float p = expf(dot_row(qv, kj, HS, lane) * scale - L);
-    const float ds = p * (dot_row(dov, v + base + (long long)j * D, HS, lane) - Di);
+  template <int NPL, class IO>
+  __device__ void store(IO* row, const float (&a)[NPL], int l, int HS) const {
 #pragma unroll
     for (int e = 0; e < NPL; ++e) {
-      const int c = lane + 32 * e;
-      if (c < HS) acc[e] += ds * kj[c];
+      const int c = l * NPL + e;
+      if (c < HS) row[c] = from_f<IO>(a[e]);
     }
   }
-  float* o = dq + base + (long long)i * D;
-#pragma unroll
-  for (int e = 0; e < NPL; ++e) {
-    const int c = lane + 32 * e;
-    if (c < HS) o[c] = scale * acc[e];
-  }
+  __device__ float exp(float x) const { return expf(x); }
+  __device__ float log(float x) const { return logf(x); }
+};
+
+constexpr int kAttThreads = 128;  // 4 warps (rows) per block: consecutive rows of one (sequence, head)
+
+// Each warp index w < B NH T is one row (whole warps return together: warp_sum needs all 32 lanes).
+__device__ inline long long warp_index() { return ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32; }
+
+// The tensor-core path's row kernels: one warp per (sequence, head, row) of the (B, NH, T, Tp) scores.
+template <class IO>
+__global__ void attention_softmax_kernel(IO* P, float* lse, const float* S, long long rows, int T, int Tp, float scale) {
+  const long long w = warp_index();
+  if (w >= rows) return;
+  AR::softmax_warp(DeviceWarp{int(threadIdx.x % 32), false}, P, lse, S, T, Tp, scale, w);
+}
+template <class IO>
+__global__ void attention_dscore_kernel(IO* dS, const float* S, const float* lse, const float* dP, long long rows, int T,
+                                        int Tp, float scale) {
+  const long long w = warp_index();
+  if (w >= rows) return;
+  AR::dscore_warp(DeviceWarp{int(threadIdx.x % 32), false}, dS, S, lse, dP, T, Tp, scale, w);
 }
 
-// For key row j: dv_j = sum_{i >= j} P_ij dout_i ; dk_j = scale sum_{i >= j} P_ij (dP_ij - Dsum_i) q_i
-template <int NPL>
-__global__ void attention_dkv_kernel(float* dk, float* dv, const float* dout, const float* dsum, const float* lse,
-                                     const float* q, const float* k, const float* v, int B, int T, int NH, int HS,
-                                     float scale) {
-  int b, h, j;
-  bool valid;
-  warp_row(T, NH, b, h, j, valid, B);
-  if (!valid) return;
-  const int lane = threadIdx.x % 32, D = NH * HS;
-  const long long base = (long long)b * T * D + (long long)h * HS;
-  const long long rbase = ((long long)b * NH + h) * T;
-  float kv[NPL], vv[NPL], ak[NPL], av[NPL];
-  load_row(kv, k + base + (long long)j * D, HS, lane);
-  load_row(vv, v + base + (long long)j * D, HS, lane);
-#pragma unroll
-  for (int e = 0; e < NPL; ++e) ak[e] = av[e] = 0.f;
-  for (int i = j; i < T; ++i) {
-    const float* qi = q + base + (long long)i * D;
-    const float* doi = dout + base + (long long)i * D;
-    const float p = expf(dot_row(kv, qi, HS, lane) * scale - lse[rbase + i]);
-    const float ds = p * (dot_row(vv, doi, HS, lane) - dsum[rbase + i]);
-#pragma unroll
-    for (int e = 0; e < NPL; ++e) {
-      const int c = lane + 32 * e;
-      if (c < HS) {
-        av[e] += p * doi[c];
-        ak[e] += ds * qi[c];
-      }
-    }
-  }
-#pragma unroll
-  for (int e = 0; e < NPL; ++e) {
-    const int c = lane + 32 * e;
-    if (c < HS) {
-      dk[base + (long long)j * D + c] = scale * ak[e];
-      dv[base + (long long)j * D + c] = av[e];
-    }
-  }
+template <int NPL, class IO>
+__global__ void attention_forward_kernel(IO* out, float* lse, const IO* q, const IO* k, const IO* v, int B, int T, int NH, int HS,
+                             float scale, bool vec) {
+  const long long w = warp_index();
+  if (w >= (long long)B * NH * T) return;
+  AR::forward_warp<NPL>(DeviceWarp{int(threadIdx.x % 32), vec}, out, lse, q, k, v, T, NH, HS, scale, w);
+}
+template <int NPL, class IO>
+__global__ void attention_dq_kernel(IO* dq, float* dsum, const IO* dout, const float* lse, const IO* q, const IO* k, const IO* v,
+                        int B, int T, int NH, int HS, float scale, bool vec) {
+  const long long w = warp_index();
+  if (w >= (long long)B * NH * T) return;
+  AR::dq_warp<NPL>(DeviceWarp{int(threadIdx.x % 32), vec}, dq, dsum, dout, lse, q, k, v, T, NH, HS, scale, w);
+}
+template <int NPL, class IO>
+__global__ void attention_dkv_kernel(IO* dk, IO* dv, const IO* dout, const float* lse, const float* dsum, const IO* q, const IO* k,
+                         const IO* v, int B, int T, int NH, int HS, float scale, bool vec) {
+  const long long w = warp_index();
+  if (w >= (long long)B * NH * T) return;
+  AR::dkv_warp<NPL>(DeviceWarp{int(threadIdx.x % 32), vec}, dk, dv, dout, lse, dsum, q, k, v, T, NH, HS, scale, w);
 }
 
 // ---- cross-entropy: one thread per row ----------------------------------------------------------------
@@ -374,7 +390,6 @@ __global__ void adamw_kernel(float* p, float* m, float* v, const float* grad, lo
 
 }  // namespace
 
-
 void embedding_forward(float* out, const std::uint8_t* tok, const std::int32_t* pos0, const std::int32_t* pos1, int L,
                        const float* wte, const float* wpe0, const float* wpe1, int R, int C) {
   const long long n = (long long)R * C;
@@ -390,15 +405,28 @@ void embedding_backward(float* dwte, float* dwpe0, float* dwpe1, const float* do
   LAUNCH_CHECK();
 }
 
-void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int R, int C, float eps) {
+void convert(bf16* out, const float* in, std::int64_t n) {
+  if (n <= 0) return;
+  to_bf16_kernel<<<blocks_for(n, 256), 256>>>(out, in, n);
+  LAUNCH_CHECK();
+}
+void convert(float* out, const bf16* in, std::int64_t n) {
+  if (n <= 0) return;
+  to_f32_kernel<<<blocks_for(n, 256), 256>>>(out, in, n);
+  LAUNCH_CHECK();
+}
+
+namespace {
+template <class OUT>
+void rmsnorm_forward_impl(OUT* out, float* rstd, const float* inp, const float* w, int R, int C, float eps) {
+  if (R <= 0) return;
   rmsnorm_forward_kernel<<<blocks_for((long long)R * 32, 256), 256>>>(out, rstd, inp, w, R, C, eps);
   LAUNCH_CHECK();
 }
-std::size_t rmsnorm_scratch_floats(int R, int C) {
-  return std::size_t((R + kNormChunk - 1) / kNormChunk) * std::size_t(C);
-}
-void rmsnorm_backward(float* dinp, float* dw, float* scratch, const float* dout, const float* inp, const float* w,
-                      const float* rstd, int R, int C) {
+template <class G>
+void rmsnorm_backward_impl(float* dinp, float* dw, float* scratch, const G* dout, const float* inp, const float* w,
+                           const float* rstd, int R, int C) {
+  if (R <= 0) return;
   rmsnorm_backward_dx_kernel<<<blocks_for((long long)R * 32, 256), 256>>>(dinp, dout, inp, w, rstd, R, C);
   LAUNCH_CHECK();
   const int chunks = (R + kNormChunk - 1) / kNormChunk;
@@ -407,55 +435,159 @@ void rmsnorm_backward(float* dinp, float* dw, float* scratch, const float* dout,
   rmsnorm_backward_dw_final<<<blocks_for(C, 128), 128>>>(dw, scratch, chunks, C);
   LAUNCH_CHECK();
 }
+}  // namespace
+
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int R, int C, float eps) {
+  rmsnorm_forward_impl(out, rstd, inp, w, R, C, eps);
+}
+void rmsnorm_forward(bf16* out, float* rstd, const float* inp, const float* w, int R, int C, float eps) {
+  rmsnorm_forward_impl(out, rstd, inp, w, R, C, eps);
+}
+std::size_t rmsnorm_scratch_floats(int R, int C) {
+  return std::size_t((R + kNormChunk - 1) / kNormChunk) * std::size_t(C);
+}
+void rmsnorm_backward(float* dinp, float* dw, float* scratch, const float* dout, const float* inp, const float* w,
+                      const float* rstd, int R, int C) {
+  rmsnorm_backward_impl(dinp, dw, scratch, dout, inp, w, rstd, R, C);
+}
+void rmsnorm_backward(float* dinp, float* dw, float* scratch, const bf16* dout, const float* inp, const float* w,
+                      const float* rstd, int R, int C) {
+  rmsnorm_backward_impl(dinp, dw, scratch, dout, inp, w, rstd, R, C);
+}
 
 void residual_forward(float* out, const float* a, const float* b, std::int64_t n) {
+  if (n <= 0) return;
   residual_kernel<<<blocks_for(n, 256), 256>>>(out, a, b, n);
   LAUNCH_CHECK();
 }
-void geglu_forward(float* out, const float* inp, int R, int F) {
-  geglu_forward_kernel<<<blocks_for((long long)R * F, 256), 256>>>(out, inp, R, F);
-  LAUNCH_CHECK();
-}
-void geglu_backward(float* dinp, const float* dout, const float* inp, int R, int F) {
-  geglu_backward_kernel<<<blocks_for((long long)R * F, 256), 256>>>(dinp, dout, inp, R, F);
+void residual_forward(float* out, const float* a, const bf16* b, std::int64_t n) {
+  if (n <= 0) return;
+  residual_kernel<<<blocks_for(n, 256), 256>>>(out, a, b, n);
   LAUNCH_CHECK();
 }
 
 namespace {
-int lanes_per_head(int HS) {
-  if (HS < 1 || HS > 128) throw std::runtime_error("cuda attention: d_head must be in [1, 128] (got " + std::to_string(HS) + ")");
-  return (HS + 31) / 32;
+template <class T>
+void geglu_forward_impl(T* out, const T* inp, int R, int F) {
+  if ((long long)R * F <= 0) return;
+  geglu_forward_kernel<<<blocks_for((long long)R * F, 256), 256>>>(out, inp, R, F);
+  LAUNCH_CHECK();
+}
+template <class T, class G>
+void geglu_backward_impl(T* dinp, const G* dout, const T* inp, int R, int F) {
+  if ((long long)R * F <= 0) return;
+  geglu_backward_kernel<<<blocks_for((long long)R * F, 256), 256>>>(dinp, dout, inp, R, F);
+  LAUNCH_CHECK();
 }
 }  // namespace
 
-// One instantiation per NPL = ceil(HS / 32) in 1..4 (d_head up to 128).
-#define ATT_DISPATCH(NPLV, CALL) \
-  switch (NPLV) {                \
-    case 1: { constexpr int N_ = 1; CALL; break; } \
-    case 2: { constexpr int N_ = 2; CALL; break; } \
-    case 3: { constexpr int N_ = 3; CALL; break; } \
-    default: { constexpr int N_ = 4; CALL; break; } \
+void geglu_forward(float* out, const float* inp, int R, int F) { geglu_forward_impl(out, inp, R, F); }
+void geglu_forward(bf16* out, const bf16* inp, int R, int F) { geglu_forward_impl(out, inp, R, F); }
+void geglu_backward(float* dinp, const float* dout, const float* inp, int R, int F) {
+  geglu_backward_impl(dinp, dout, inp, R, F);
+}
+void geglu_backward(bf16* dinp, const float* dout, const bf16* inp, int R, int F) {
+  geglu_backward_impl(dinp, dout, inp, R, F);
+}
+void geglu_backward(bf16* dinp, const bf16* dout, const bf16* inp, int R, int F) {
+  geglu_backward_impl(dinp, dout, inp, R, F);
+}
+
+namespace {
+int dims_per_lane_checked(int HS) {
+  if (HS < 1 || HS > AR::kMaxHeadDim)
+    throw std::runtime_error("cuda attention: d_head must be in [1, " + std::to_string(AR::kMaxHeadDim) + "] (got " +
+                             std::to_string(HS) + ")");
+  return AR::dims_per_lane(HS);
+}
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+// Whole 16-byte-aligned lane chunks: every dim slot of every lane is a real dim (HS = 32 NPL) and the
+// rows start aligned (offsets b T D + h HS + i D + ln NPL are multiples of NPL when HS = 32 NPL).
+bool vector_loads(int HS, int npl, std::initializer_list<const void*> rows) {
+  if (HS != 32 * npl) return false;
+  for (const void* p : rows)
+    if (!aligned16(p)) return false;
+  return true;
+}
+
+// One instantiation per NPL in {1, 2, 4, 8, 16} (d_head up to 512).
+#define ATT_DISPATCH(NPLV, CALL)                  \
+  switch (NPLV) {                                 \
+    case 1: { constexpr int N_ = 1; CALL; break; }  \
+    case 2: { constexpr int N_ = 2; CALL; break; }  \
+    case 4: { constexpr int N_ = 4; CALL; break; }  \
+    case 8: { constexpr int N_ = 8; CALL; break; }  \
+    default: { constexpr int N_ = 16; CALL; break; } \
   }
 
-void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int B, int T, int NH,
-                       int HS) {
-  const int npl = lanes_per_head(HS);
-  const float scale = 1.f / sqrtf(float(HS));
-  const int grid = blocks_for((long long)B * NH * T * 32, 128);
-  ATT_DISPATCH(npl, (attention_forward_kernel<N_><<<grid, 128>>>(out, lse, q, k, v, B, T, NH, HS, scale)));
+template <class IO>
+void attention_forward_impl(IO* out, float* lse, const IO* q, const IO* k, const IO* v, int B, int T, int NH, int HS,
+                            float scale) {
+  const int npl = dims_per_lane_checked(HS);
+  const long long rows = (long long)B * NH * T;
+  if (rows <= 0) return;
+  const bool vec = vector_loads(HS, npl, {q, k, v});
+  const int grid = blocks_for(rows * 32, kAttThreads);
+  ATT_DISPATCH(npl, (attention_forward_kernel<N_, IO><<<grid, kAttThreads>>>(out, lse, q, k, v, B, T, NH, HS, scale,
+                                                                              vec)));
   LAUNCH_CHECK();
 }
-void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout, const float* out,
+// Pass 1 (dq and dsum per query row), then pass 2 (dk, dv per key row), which reads pass 1's dsum:
+// the default stream orders them.
+template <class IO>
+void attention_backward_impl(IO* dq, IO* dk, IO* dv, float* dsum, const IO* dout, const float* lse, const IO* q,
+                             const IO* k, const IO* v, int B, int T, int NH, int HS, float scale) {
+  const int npl = dims_per_lane_checked(HS);
+  const long long rows = (long long)B * NH * T;
+  if (rows <= 0) return;
+  const bool vec = vector_loads(HS, npl, {dout, q, k, v});
+  const int grid = blocks_for(rows * 32, kAttThreads);
+  ATT_DISPATCH(npl, (attention_dq_kernel<N_, IO><<<grid, kAttThreads>>>(dq, dsum, dout, lse, q, k, v, B, T, NH, HS,
+                                                                         scale, vec)));
+  LAUNCH_CHECK();
+  ATT_DISPATCH(npl, (attention_dkv_kernel<N_, IO><<<grid, kAttThreads>>>(dk, dv, dout, lse, dsum, q, k, v, B, T, NH,
+                                                                          HS, scale, vec)));
+  LAUNCH_CHECK();
+}
+}  // namespace
+
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int B, int T, int NH,
+                       int HS, float scale) {
+  attention_forward_impl(out, lse, q, k, v, B, T, NH, HS, scale);
+}
+void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int B, int T, int NH,
+                       int HS, float scale) {
+  attention_forward_impl(out, lse, q, k, v, B, T, NH, HS, scale);
+}
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int B, int T, int NH,
+                       int HS) {
+  attention_forward_impl(out, lse, q, k, v, B, T, NH, HS, 1.f / sqrtf(float(HS)));
+}
+void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout, const float* lse,
+                        const float* q, const float* k, const float* v, int B, int T, int NH, int HS, float scale) {
+  attention_backward_impl(dq, dk, dv, scratch, dout, lse, q, k, v, B, T, NH, HS, scale);
+}
+void attention_backward(bf16* dq, bf16* dk, bf16* dv, float* scratch, const bf16* dout, const float* lse,
+                        const bf16* q, const bf16* k, const bf16* v, int B, int T, int NH, int HS, float scale) {
+  attention_backward_impl(dq, dk, dv, scratch, dout, lse, q, k, v, B, T, NH, HS, scale);
+}
+void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout, const float* /*out*/,
                         const float* lse, const float* q, const float* k, const float* v, int B, int T, int NH,
                         int HS) {
-  const int npl = lanes_per_head(HS);
-  const float scale = 1.f / sqrtf(float(HS));
-  const int grid = blocks_for((long long)B * NH * T * 32, 128);
-  ATT_DISPATCH(npl, (attention_rowdot_kernel<N_><<<grid, 128>>>(scratch, dout, out, B, T, NH, HS)));
+  attention_backward_impl(dq, dk, dv, scratch, dout, lse, q, k, v, B, T, NH, HS, 1.f / sqrtf(float(HS)));
+}
+
+void attention_softmax_rows(bf16* P, float* lse, const float* S, int B, int T, int NH, int Tp, float scale) {
+  const long long rows = (long long)B * NH * T;
+  if (rows <= 0) return;
+  attention_softmax_kernel<<<blocks_for(rows * 32, kAttThreads), kAttThreads>>>(P, lse, S, rows, T, Tp, scale);
   LAUNCH_CHECK();
-  ATT_DISPATCH(npl, (attention_dq_kernel<N_><<<grid, 128>>>(dq, dout, scratch, lse, q, k, v, B, T, NH, HS, scale)));
-  LAUNCH_CHECK();
-  ATT_DISPATCH(npl, (attention_dkv_kernel<N_><<<grid, 128>>>(dk, dv, dout, scratch, lse, q, k, v, B, T, NH, HS, scale)));
+}
+void attention_dscore_rows(bf16* dS, const float* S, const float* lse, const float* dP, int B, int T, int NH, int Tp,
+                           float scale) {
+  const long long rows = (long long)B * NH * T;
+  if (rows <= 0) return;
+  attention_dscore_kernel<<<blocks_for(rows * 32, kAttThreads), kAttThreads>>>(dS, S, lse, dP, rows, T, Tp, scale);
   LAUNCH_CHECK();
 }
 
