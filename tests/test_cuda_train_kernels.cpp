@@ -568,7 +568,7 @@ void check_attention(const AttIn& in, const AttOut& o, bool bf16_out, Check& ck,
     auto qs = slice(in.q, o0, TD);
     for (auto& x : qs) x *= pre;
     const auto ks = slice(in.k, o0, TD), vs = slice(in.v, o0, TD), gs = slice(in.dout, o0, TD);
-    attention_forward(out.data() + o0, att.data(), qs.data(), ks.data(), vs.data(), T, NH, HS);
+    attention_forward(out.data() + o0, att.data(), qs.data(), ks.data(), vs.data(), T, T, NH, HS);
     attention_backward(dq.data() + o0, dk.data() + o0, dv.data() + o0, scratch.data(), gs.data(), att.data(),
                        qs.data(), ks.data(), vs.data(), T, NH, HS);
     for (std::size_t i = o0; i < o0 + TD; ++i) dq[i] *= pre;
