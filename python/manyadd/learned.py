@@ -81,7 +81,8 @@ ARCHITECTURE_SWITCHES = {
 }
 # Fields that do not change the forward: the initialization, the descriptions.
 _INERT = {"init_std", "init", "vocabulary", "architecture"}
-# train-section fields read here (the training region of figures; the precision weights were trained in).
+# train.precision: the arithmetic of training (the saved weights are fp32 masters either way); this module
+# runs the dtype load_learned is given, so a bf16-trained model runs here in fp32 unless asked otherwise.
 _PRECISIONS = ("fp32", "bf16")
 
 
@@ -130,7 +131,9 @@ class LearnedConfig:
     def read(cls, path):
         try:
             with open(path, "rb") as f:
-                raw = f.read(1 << 20)
+                raw = f.read((1 << 20) + 1)
+            if len(raw) > 1 << 20:
+                raise InputError("%s is larger than 1 MiB: not a `train` config.json" % path)
             cfg = json.loads(raw.decode("utf-8"))
         except OSError as e:
             raise InputError("cannot read %s: %s" % (path, e.strerror or e)) from None
