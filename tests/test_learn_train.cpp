@@ -318,6 +318,8 @@ TEST(LearnConfig, HelpDocumentsEveryFieldWithItsDefault) {
     const auto& v = j[f.name];
     if (v.is_string()) {
       EXPECT_EQ(d, v.get<std::string>()) << f.name;
+    } else if (v.is_boolean()) {
+      EXPECT_EQ(d, v.get<bool>() ? "true" : "false") << f.name;
     } else {
       const double want = v.get<double>(), got = std::stod(d);
       EXPECT_NEAR(got, want, 1e-6 * std::abs(want)) << f.name << ": help says " << d;
