@@ -401,3 +401,62 @@ TEST(LearnConfig, HelpDocumentsEveryFieldWithItsDefault) {
   for (auto it = tj.begin(); it != tj.end(); ++it)
     EXPECT_TRUE(documented.count("train." + it.key())) << "train." << it.key() << " undocumented";
 }
+
+// The committed configurations of the paper's figures (learn/configs/paper/*.json) load, carry the
+// exact Table 2 recipe and the authors' architecture options, and have the figures' shapes; the
+// Figure 1 baseline has Table 2's "63M" trainable parameters (our layout without the PAD/UNK rows of
+// the authors' 16-token vocabulary: 62.9M).
+TEST(PaperConfigs, AreTable2AndTheFigures) {
+  struct Want {
+    const char* file;
+    int L, H, d, dh, ff;
+    const char* final_norm;
+  };
+  const Want want[] = {{"fig12-d64", 1, 4, 64, 16, 256, "rms"},       {"fig12-d128", 1, 4, 128, 32, 512, "rms"},
+                       {"fig12-d256", 1, 4, 256, 64, 1024, "rms"},    {"fig12-d512", 1, 4, 512, 128, 2048, "rms"},
+                       {"fig10-1l2h", 1, 2, 1024, 512, 2048, "layer"}, {"fig10-1l4h", 1, 4, 1024, 256, 2048, "layer"},
+                       {"fig10-2l2h", 2, 2, 1024, 512, 2048, "layer"}, {"fig1-6l8h", 6, 8, 1024, 128, 2048, "layer"}};
+  for (const auto& w : want) {
+    SCOPED_TRACE(w.file);
+    const auto j = read_json_file(manyadd::testing::source_path(std::string("learn/configs/paper/") + w.file + ".json"));
+    ModelConfig mc;
+    TrainConfig tc;
+    from_json(j.at("model"), mc);
+    from_json(j.at("train"), tc);
+    EXPECT_EQ(mc.n_layers, w.L);
+    EXPECT_EQ(mc.n_heads, w.H);
+    EXPECT_EQ(mc.d_model, w.d);
+    EXPECT_EQ(mc.d_head, w.dh);
+    EXPECT_EQ(mc.d_ff, w.ff);
+    EXPECT_STREQ(norm_kind_name(mc.final_norm), w.final_norm);
+    EXPECT_EQ(mc.max_pos1, 40);
+    EXPECT_EQ(mc.max_pos2, 40);
+    EXPECT_EQ(mc.pos_mode, PosMode::coupled);
+    EXPECT_EQ(mc.attn_scale, AttnScale::none);
+    EXPECT_EQ(mc.init, InitScheme::t5);
+    EXPECT_TRUE(mc.tie_readout);
+    EXPECT_EQ(tc.train_n, 10);
+    EXPECT_EQ(tc.train_m, 10);
+    EXPECT_EQ(tc.train_size, 500000);
+    EXPECT_EQ(tc.steps, 50000);
+    EXPECT_EQ(tc.batch, 400);
+    EXPECT_EQ(tc.lr, 3e-5);
+    EXPECT_EQ(tc.warmup_frac, 0.01);
+    EXPECT_TRUE(tc.warmup_from_zero);
+    EXPECT_EQ(tc.min_lr_frac, 0.1);
+    EXPECT_EQ(tc.beta1, 0.9);
+    EXPECT_EQ(tc.beta2, 0.95);
+    EXPECT_EQ(tc.adam_eps, 1e-8);
+    EXPECT_EQ(tc.weight_decay, 0.0);
+    EXPECT_EQ(tc.grad_clip, 1.0);
+    EXPECT_EQ(tc.precision, "bf16");
+    EXPECT_EQ(tc.data_seed, -1);  // set per run: --data-seed
+    EXPECT_EQ(lr_at(tc, 1), 0.0);
+    EXPECT_DOUBLE_EQ(lr_at(tc, 501), 3e-5);
+    if (std::string(w.file) == "fig1-6l8h") {
+      const auto n = Layout::make(mc).total;
+      EXPECT_GT(n, 62'500'000);
+      EXPECT_LT(n, 63'500'000);
+    }
+  }
+}
