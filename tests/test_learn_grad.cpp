@@ -261,29 +261,37 @@ RC_GTEST_PROP(LearnGrad, CrossEntropy, ()) {
   RC_ASSERT(check(logits, d, f) <= kTol);
 }
 
-// The whole model, every parameter, every position mode, two layers so the inter-block path is used.
-class WholeModel : public ::testing::TestWithParam<PosMode> {};
-
-TEST_P(WholeModel, GradientMatchesFiniteDifferences) {
+namespace {
+// Two layers (so the inter-block path is used), widths of a few units, init_std 0.5: large enough that
+// every path carries gradient of order 1.
+ModelConfig tiny_model(PosMode mode) {
   ModelConfig c;
   c.n_layers = 2;
   c.n_heads = 2;
   c.d_model = 6;
   c.d_head = 3;
   c.d_ff = 5;
-  c.max_pos1 = c.pos_mode == PosMode::absolute ? 40 : 8;
+  c.pos_mode = mode;
+  c.max_pos1 = mode == PosMode::absolute ? 40 : 8;
   c.max_pos2 = 6;
-  c.pos_mode = GetParam();
-  if (c.pos_mode == PosMode::absolute) c.max_pos1 = 40;
-  c.init_std = 0.5f;  // large enough that every path carries gradient of order 1
+  c.init_std = 0.5f;
+  return c;
+}
+
+// The whole model against central differences, every parameter tensor separately (so a failure names
+// it), on one example. Norm weights are drawn N(1, 0.3) and LayerNorm biases N(0, 0.3), so an error
+// invisible at weight 1 or bias 0 shows. Every tensor's gradient must also be nonzero somewhere (a test
+// that cannot fail otherwise passes on a no-op backward; position rows never read are zero, so the
+// tensor is looked at as a whole).
+void check_whole_model(const ModelConfig& c) {
   const Layout lay = Layout::make(c);
   auto P = init_params<double>(c, lay, 7);
-  // Random norm weights too, so an error that is invisible at weight 1 shows.
   std::mt19937_64 g(3);
-  std::normal_distribution<double> nd(1.0, 0.3);
+  std::normal_distribution<double> nd(1.0, 0.3), nb(0.0, 0.3);
   for (auto& t : lay.tensors)
     if (t.shape.size() == 1)
-      for (std::int64_t i = 0; i < t.size; ++i) P[std::size_t(t.offset + i)] = nd(g);
+      for (std::int64_t i = 0; i < t.size; ++i)
+        P[std::size_t(t.offset + i)] = t.name.find(".bias") != std::string::npos ? nb(g) : nd(g);
   const Example ex = make_example(parse_problem("57+8+96"), c, 2, 2);
   Acts<double> a;
   GradScratch<double> gs;
@@ -292,7 +300,6 @@ TEST_P(WholeModel, GradientMatchesFiniteDifferences) {
   f();
   std::vector<double> G(P.size(), 0.0);
   model_backward(G.data(), gs, a, model, batch_of(ex), 1.0);
-  // Check every tensor separately so a failure names it.
   for (auto& t : lay.tensors) {
     std::vector<double> x(P.begin() + t.offset, P.begin() + t.offset + t.size);
     std::vector<double> an(G.begin() + t.offset, G.begin() + t.offset + t.size);
@@ -303,13 +310,17 @@ TEST_P(WholeModel, GradientMatchesFiniteDifferences) {
     const double err = check(x, an, ft);
     std::copy(x.begin(), x.end(), P.begin() + t.offset);
     EXPECT_LE(err, kTol) << t.name;
-    // The gradient must not be identically zero (a test that cannot fail otherwise passes on a no-op
-    // backward); position rows that were never read are zero, so look at the tensor as a whole.
     double mx = 0;
     for (double v : an) mx = std::max(mx, std::abs(v));
     EXPECT_GT(mx, 1e-6) << t.name << " has an all-zero gradient";
   }
 }
+}  // namespace
+
+// The whole model, every parameter, every position mode, two layers so the inter-block path is used.
+class WholeModel : public ::testing::TestWithParam<PosMode> {};
+
+TEST_P(WholeModel, GradientMatchesFiniteDifferences) { check_whole_model(tiny_model(GetParam())); }
 
 // fp32 forward agrees with the double forward: the loss sum is O(10), fp32 rounding per operation is
 // ~6e-8 relative, over a few hundred accumulations per value ~1e-5 relative; we allow 1e-4 relative.
@@ -347,53 +358,18 @@ class WholeModelOptions : public ::testing::TestWithParam<Options> {};
 
 TEST_P(WholeModelOptions, GradientMatchesFiniteDifferences) {
   const Options o = GetParam();
-  ModelConfig c;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.d_model = 6;
-  c.d_head = 3;
-  c.d_ff = 5;
-  c.max_pos1 = 8;
-  c.max_pos2 = 6;
+  ModelConfig c = tiny_model(PosMode::coupled);
   c.attn_scale = o.scale;
   c.tie_readout = o.tie;
   c.final_norm = o.norm;
   c.init = o.init;
-  c.init_std = 0.5f;  // normal: large enough that every path carries gradient of order 1
   const Layout lay = Layout::make(c);
   // The layout follows the options: no lm_head when tied, a final_norm.bias with LayerNorm.
   EXPECT_EQ(lay.lm_head < 0, o.tie);
   EXPECT_EQ(lay.final_norm_bias >= 0, o.norm == NormKind::layer);
-  EXPECT_THROW(lay.find(o.tie ? "lm_head.weight" : "final_norm.no_such"), InputError);
-  auto P = init_params<double>(c, lay, 7);
-  std::mt19937_64 g(3);
-  std::normal_distribution<double> nd(1.0, 0.3), nb(0.0, 0.3);
-  for (auto& t : lay.tensors)  // random norm weights and bias, so an error invisible at 1 and 0 shows
-    if (t.shape.size() == 1)
-      for (std::int64_t i = 0; i < t.size; ++i)
-        P[std::size_t(t.offset + i)] = t.name.find(".bias") != std::string::npos ? nb(g) : nd(g);
-  const Example ex = make_example(parse_problem("57+8+96"), c, 2, 2);
-  Acts<double> a;
-  GradScratch<double> gs;
-  const ModelView<double> model{c, lay, P.data()};
-  auto f = [&] { return model_forward(a, model, batch_of(ex)); };
-  f();
-  std::vector<double> G(P.size(), 0.0);
-  model_backward(G.data(), gs, a, model, batch_of(ex), 1.0);
-  for (auto& t : lay.tensors) {
-    std::vector<double> x(P.begin() + t.offset, P.begin() + t.offset + t.size);
-    std::vector<double> an(G.begin() + t.offset, G.begin() + t.offset + t.size);
-    auto ft = [&] {
-      std::copy(x.begin(), x.end(), P.begin() + t.offset);
-      return f();
-    };
-    const double err = check(x, an, ft);
-    std::copy(x.begin(), x.end(), P.begin() + t.offset);
-    EXPECT_LE(err, kTol) << t.name;
-    double mx = 0;
-    for (double v : an) mx = std::max(mx, std::abs(v));
-    EXPECT_GT(mx, 1e-6) << t.name << " has an all-zero gradient";
-  }
+  EXPECT_EQ(lay.tensors.back().name, o.tie ? (o.norm == NormKind::layer ? "final_norm.bias" : "final_norm.weight")
+                                           : "lm_head.weight");
+  check_whole_model(c);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -437,10 +413,11 @@ TEST(LearnInit, T5StdsPerTensor) {
       {"layers.0.ffn.wi.weight", 1 / std::sqrt(C)}, {"layers.0.ffn.wo.weight", 1 / std::sqrt(F)},
       {"lm_head.weight", 1.0}};
   for (auto& [name, s] : want) EXPECT_NEAR(sd(name), s, 0.05 * s) << name;
-  for (auto& t : lay.tensors)
-    if (t.shape.size() == 1)
-      for (std::int64_t i = 0; i < t.size; ++i)
-        ASSERT_EQ(P[std::size_t(t.offset + i)], t.name == "final_norm.bias" ? 0.0 : 1.0) << t.name;
+  for (auto& t : lay.tensors) {
+    if (t.shape.size() != 1) continue;
+    for (std::int64_t i = 0; i < t.size; ++i)
+      ASSERT_EQ(P[std::size_t(t.offset + i)], t.name == "final_norm.bias" ? 0.0 : 1.0) << t.name;
+  }
   // Same seed, normal scheme: the token table (first tensor, first draws) is init_std times the T5 one.
   ModelConfig n = c;
   n.init = InitScheme::normal;
