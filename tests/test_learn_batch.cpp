@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +13,7 @@
 
 #include "test_util.hpp"
 #include "manyadd/learn/batch.hpp"
+#include "manyadd/learn/cuda_device.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
 #include "manyadd/learn/io.hpp"
@@ -112,12 +114,22 @@ TEST(Pack, LayoutPaddingAndValidation) {
 // differences are summation orders (GEMM blocking over R rows instead of T; gradients summed over the
 // whole batch instead of per sequence), i.e. relative ~1e-15; 1e-10 of each tensor's largest entry
 // leaves room for that while any wrong row, missed mask or leaked padding gives O(1) differences.
+// The authors' architecture options (unscaled scores, T5 init, tied readout, final LayerNorm) run
+// through the same passes: checked too, coupled positions.
 TEST(PackedPipeline, EqualsPerSequenceForwardBackward) {
-  for (PosMode mode : {PosMode::coupled, PosMode::digits, PosMode::absolute, PosMode::none})
-    for (int layers : {1, 2}) {
-      SCOPED_TRACE(std::string(pos_mode_name(mode)) + " layers " + std::to_string(layers));
+  for (int variant = 0; variant < 10; ++variant) {
+    const bool authors = variant >= 8;
+    const PosMode mode = authors ? PosMode::coupled
+                                 : std::array{PosMode::coupled, PosMode::digits, PosMode::absolute, PosMode::none}[variant / 2];
+    const int layers = 1 + variant % 2;
+    {
+      SCOPED_TRACE(std::string(pos_mode_name(mode)) + " layers " + std::to_string(layers) +
+                   (authors ? " authors' options" : ""));
       ModelConfig c = small_model(mode, layers);
       c.init_std = 0.5f;  // far from uniform attention, so that masking errors would show
+      if (authors) {
+        c.attn_scale = AttnScale::none, c.init = InitScheme::t5, c.tie_readout = true, c.final_norm = NormKind::layer;
+      }
       const Layout lay = Layout::make(c);
       const auto P = init_params<double>(c, lay, 11 + std::uint64_t(layers));
       const auto exs = mixed_examples(c, 5, 7 + std::uint64_t(layers));
@@ -158,6 +170,41 @@ TEST(PackedPipeline, EqualsPerSequenceForwardBackward) {
               << ts.name << "[" << i << "]";
       }
     }
+  }
+}
+
+// What the CUDA device does not run yet is an InputError naming it, raised before any device is
+// looked for (so it reads the same on machines with and without a GPU); the defaults and the T5
+// initialization (computed on the host) pass the check.
+TEST(CudaDeviceOptions, UnsupportedOptionsAreRefusedByName) {
+  ModelConfig c;
+  EXPECT_NO_THROW(check_cuda_supports(c, Precision::fp32));
+  c.init = InitScheme::t5;
+  EXPECT_NO_THROW(check_cuda_supports(c, Precision::fp32));
+  auto refused = [](const ModelConfig& m, Precision p, const std::string& what) {
+    try {
+      check_cuda_supports(m, p);
+      ADD_FAILURE() << what << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("--device cuda does not support " + what, 0), 0u) << e.what();
+      EXPECT_NE(std::string(e.what()).find(" yet"), std::string::npos) << e.what();
+    }
+    try {
+      make_cuda_device(m, p);
+      ADD_FAILURE() << what << ": make_cuda_device returned";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  refused(ModelConfig{}, Precision::bf16, "precision bf16");
+  c = ModelConfig{}, c.attn_scale = AttnScale::none;
+  refused(c, Precision::fp32, "attn_scale none");
+  c = ModelConfig{}, c.tie_readout = true;
+  refused(c, Precision::fp32, "tie_readout true");
+  c = ModelConfig{}, c.final_norm = NormKind::layer;
+  refused(c, Precision::fp32, "final_norm layer");
+  c = ModelConfig{}, c.d_model = 1024, c.d_head = 256;
+  refused(c, Precision::fp32, "d_head 256");
 }
 
 TEST(AdamW, ScalarsAndClipping) {

@@ -128,6 +128,82 @@ TEST(LearnCli, ResumeThroughTheCliIsByteIdentical) {
   EXPECT_EQ(slurp(d + "/checkpoint.safetensors"), slurp(model_dir() + "/checkpoint.safetensors"));
 }
 
+// The committed models (config.json files written before the architecture options existed) load with
+// the defaults and give bit for bit the logits recorded from a build before the options were added
+// (tests/data/learn_committed_logits.json: evaluate --problem, JSON floats are shortest round-trip, so
+// equal doubles mean equal floats).
+TEST(LearnCli, CommittedModelsGiveTheirRecordedLogits) {
+  const auto rec = read_json_file(manyadd::testing::source_path("tests/data/learn_committed_logits.json"));
+  for (auto it = rec["models"].begin(); it != rec["models"].end(); ++it) {
+    const std::string js = tmp() + "/committed_" + it.key() + ".json";
+    const CmdResult r = run_cmd(kEval + " --model " + manyadd::testing::source_path("models/" + it.key()) +
+                                " --problem " + rec["problem"].get<std::string>() + " --json " + js);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const auto got = read_json_file(js)["logits_from_eq"];
+    ASSERT_EQ(got.size(), it.value().size()) << it.key();
+    for (std::size_t i = 0; i < got.size(); ++i)
+      for (std::size_t v = 0; v < got[i].size(); ++v)
+        ASSERT_EQ(got[i][v].get<double>(), it.value()[i][v].get<double>()) << it.key() << " row " << i << " logit " << v;
+  }
+}
+
+// The architecture options through the CLI: the layout of the file follows them, config.json states
+// them (fields and the architecture text), and a bf16 run records its precision; resuming it in fp32
+// is refused (exit 2) unless --allow-precision-change.
+TEST(LearnCli, OptionsAndPrecisionThroughTheCli) {
+  const std::string d = tmp() + "/authors";
+  fs::remove_all(d);
+  CmdResult r = run_cmd(kTrain + " --out " + d + kSmall +
+                        " --attn-scale none --init t5 --tie-readout true --final-norm layer --precision bf16"
+                        " --warmup-from-zero true --data-seed 7 --stop-after 10");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto cfg = read_json_file(d + "/config.json");
+  EXPECT_EQ(cfg["model"]["attn_scale"], "none");
+  EXPECT_EQ(cfg["model"]["tie_readout"], true);
+  EXPECT_EQ(cfg["train"]["precision"], "bf16");
+  EXPECT_EQ(cfg["train"]["data_seed"], 7);
+  EXPECT_NE(cfg["architecture"]["readout"].get<std::string>().find("tied"), std::string::npos);
+  EXPECT_NE(cfg["architecture"]["final_norm"].get<std::string>().find("LayerNorm"), std::string::npos);
+  EXPECT_NE(cfg["architecture"]["attention"].get<std::string>().find("unscaled"), std::string::npos);
+  const auto w = read_safetensors(d + "/model.safetensors");
+  EXPECT_EQ(w.find("lm_head.weight"), nullptr);
+  EXPECT_NE(w.find("final_norm.bias"), nullptr);
+  r = run_cmd(kTrain + " --out " + d + " --resume --precision fp32");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("--allow-precision-change"), std::string::npos) << r.err;
+  r = run_cmd(kTrain + " --out " + d + " --resume");  // its own precision: fine
+  EXPECT_EQ(r.rc, 0) << r.err;
+  r = run_cmd(kTrain + " --out " + d + " --resume --steps 40 --precision fp32 --allow-precision-change");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(read_json_file(d + "/config.json")["train"]["precision"], "fp32");
+  // evaluate runs either precision on the same files.
+  for (const char* p : {"fp32", "bf16"}) {
+    r = run_cmd(kEval + " --model " + d + " --n-max 2 --m-max 3 --samples 4 --precision " + p + " --csv " + tmp() +
+                "/p.csv --png " + tmp() + "/p.png");
+    EXPECT_EQ(r.rc, 0) << p << ": " << r.err;
+  }
+  EXPECT_EQ(run_cmd(kEval + " --model " + d + " --precision fp8").rc, 2);
+}
+
+// What the CUDA device cannot run yet is refused before any device is looked for, on every machine.
+TEST(LearnCli, CudaRefusesUnsupportedOptionsWithAClearMessage) {
+  const std::pair<const char*, const char*> cases[] = {
+      {" --attn-scale none", "does not support attn_scale none yet"},
+      {" --tie-readout true", "does not support tie_readout true yet"},
+      {" --final-norm layer", "does not support final_norm layer yet"},
+      {" --precision bf16", "does not support precision bf16 yet"},
+      {" --d-head 256", "does not support d_head 256"}};
+  for (auto& [flags, msg] : cases) {
+    const std::string out = tmp() + "/cuda_refused";
+    std::string base = kSmall;  // without its own --d-head when the case sets one
+    if (std::string(flags).find("--d-head") != std::string::npos) base.replace(base.find(" --d-head 4"), 11, "");
+    const CmdResult r = run_cmd(kTrain + " --out " + out + base + flags + " --device cuda");
+    EXPECT_EQ(r.rc, 2) << flags;
+    EXPECT_NE(r.err.find(msg), std::string::npos) << flags << ": " << r.err;
+    EXPECT_FALSE(fs::exists(out + "/checkpoint.safetensors"));
+  }
+}
+
 // ---- bad input: exit 2 and a message that names the problem ----------------------------------------
 TEST(LearnCli, TruncatedWeightsExitTwo) {
   const std::string d = copy_model("trunc");
@@ -190,6 +266,12 @@ TEST(LearnCli, TruncatedCheckpointRefusesResume) {
 TEST(LearnCli, BadFlagsExitTwo) {
   EXPECT_EQ(run_cmd(kTrain + " --out " + tmp() + "/x --lr -1").rc, 2);
   EXPECT_EQ(run_cmd(kTrain + " --out " + tmp() + "/x --pos-mode rotary").rc, 2);
+  for (const char* bad : {" --tie-readout yes", " --attn-scale half", " --init xavier", " --final-norm batch",
+                          " --precision fp16", " --data-seed -2", " --warmup-from-zero 1"}) {
+    const CmdResult r = run_cmd(kTrain + " --out " + tmp() + "/x" + bad);
+    EXPECT_EQ(r.rc, 2) << bad;
+    EXPECT_FALSE(r.err.empty()) << bad;
+  }
   EXPECT_EQ(run_cmd(kTrain + " --out " + tmp() + "/x --no-such-flag").rc, 2);
   EXPECT_EQ(run_cmd(kTrain).rc, 2);  // --out is required
   const std::string cfg = tmp() + "/bad_config.json";

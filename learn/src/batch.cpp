@@ -115,7 +115,8 @@ void argmax_rows(const float* logits, std::int64_t rows, int V, std::uint8_t* ou
 // State shared by the CPU devices: the model's weights and Adam moments, and the update.
 class CpuDeviceBase : public TrainDevice {
  public:
-  explicit CpuDeviceBase(const ModelConfig& c) : c_(c), lay_(Layout::make(c)) {}
+  CpuDeviceBase(const ModelConfig& c, Precision p) : c_(c), lay_(Layout::make(c)), prec_(p) {}
+  Precision precision() const override { return prec_; }
   void set_state(const std::vector<float>& p, const std::vector<float>& m, const std::vector<float>& v) override {
     p_ = p, m_ = m, v_ = v;
   }
@@ -135,15 +136,16 @@ class CpuDeviceBase : public TrainDevice {
  protected:
   ModelConfig c_;
   Layout lay_;
+  Precision prec_;
   std::vector<float> p_, m_, v_, g_;
-  ModelView<float> view() const { return {c_, lay_, p_.data()}; }
+  ModelView<float> view() const { return {c_, lay_, p_.data(), prec_}; }
   // The batch's loss sum; grads (resized to the parameters) receives the gradient of loss_scale * loss.
   virtual double forward_backward(const PackedBatch& pb, float loss_scale, std::vector<float>& grads) = 0;
 };
 
 class CpuDevice final : public CpuDeviceBase {
  public:
-  CpuDevice(const ModelConfig& c, int threads) : CpuDeviceBase(c), threads_(threads) {
+  CpuDevice(const ModelConfig& c, int threads, Precision p) : CpuDeviceBase(c, p), threads_(threads) {
     if (threads < 1 || threads > 256) throw InputError(fmt::format("threads must be in [1, 256] (got {})", threads));
     acts_.resize(std::size_t(threads)), scr_.resize(std::size_t(threads)), tgrads_.resize(std::size_t(threads));
   }
@@ -188,7 +190,7 @@ class CpuDevice final : public CpuDeviceBase {
 
 class PackedCpuDevice final : public CpuDeviceBase {
  public:
-  explicit PackedCpuDevice(const ModelConfig& c) : CpuDeviceBase(c) {}
+  PackedCpuDevice(const ModelConfig& c, Precision p) : CpuDeviceBase(c, p) {}
   std::string name() const override { return "cpu-packed"; }
   void predict(const PackedBatch& pb, std::vector<std::uint8_t>& argmax) override {
     model_forward(a_, view(), batch_of(pb));
@@ -209,9 +211,11 @@ class PackedCpuDevice final : public CpuDeviceBase {
 };
 }  // namespace
 
-std::unique_ptr<TrainDevice> make_cpu_device(const ModelConfig& c, int threads) {
-  return std::make_unique<CpuDevice>(c, threads);
+std::unique_ptr<TrainDevice> make_cpu_device(const ModelConfig& c, int threads, Precision p) {
+  return std::make_unique<CpuDevice>(c, threads, p);
 }
-std::unique_ptr<TrainDevice> make_packed_cpu_device(const ModelConfig& c) { return std::make_unique<PackedCpuDevice>(c); }
+std::unique_ptr<TrainDevice> make_packed_cpu_device(const ModelConfig& c, Precision p) {
+  return std::make_unique<PackedCpuDevice>(c, p);
+}
 
 }  // namespace manyadd::learn

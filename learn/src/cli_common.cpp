@@ -19,7 +19,11 @@ const std::vector<FieldDoc>& config_fields() {
       {"model", "max_pos2", "largest position ID of level 2 (operand index; coupled only)"},
       {"model", "pos_mode", "coupled | digits | absolute | none"},
       {"model", "norm_eps", "RMSNorm epsilon"},
-      {"model", "init_std", "std of the normal initialization of matrices and embeddings"},
+      {"model", "init_std", "std of the normal initialization of matrices and embeddings (init normal)"},
+      {"model", "attn_scale", "attention scores q.k times 1/sqrt(d_head) (inv_sqrt_dhead) or unscaled (none: T5)"},
+      {"model", "init", "initialization: normal (N(0, init_std)) | t5 (the authors' T5 scheme)"},
+      {"model", "tie_readout", "true: logits = tok_emb (final_norm(x) d_model^-1/2), no lm_head | false"},
+      {"model", "final_norm", "final norm: rms (RMSNorm) | layer (LayerNorm with bias)"},
       {"train", "train_n", "training set SA(n, m): at most n digits per operand"},
       {"train", "train_m", "training set SA(n, m): 2..m operands"},
       {"train", "train_size", "problems in the fixed training set (the paper: 500000)"},
@@ -33,7 +37,10 @@ const std::vector<FieldDoc>& config_fields() {
       {"train", "adam_eps", "AdamW epsilon"},
       {"train", "weight_decay", "AdamW decoupled weight decay"},
       {"train", "grad_clip", "global gradient-norm clip, 0 = off"},
-      {"train", "seed", "seed of data, offsets, initialization"},
+      {"train", "seed", "seed of initialization and position offsets (and of the data when data_seed is -1)"},
+      {"train", "data_seed", "seed of the training set and its sampling order; -1 = the seed"},
+      {"train", "warmup_from_zero", "true: step t runs at the schedule's value at t - 1 (the first at lr 0) | false"},
+      {"train", "precision", "fp32 | bf16 (mixed precision: bf16 matrix-product inputs, fp32 accumulation)"},
       {"train", "threads", "worker threads over the batch; part of the run's identity"},
       {"train", "log_every", "progress line and log.csv row every this many steps"},
       {"train", "eval_every", "in-distribution evaluation every this many steps, 0 = only at the end"},
@@ -68,6 +75,9 @@ ConfigOptions::ConfigOptions(CLI::App& app) {
     } else if (d.is_number_float()) {
       f.r = d.get<double>();
       f.opt = cli::add_real(app, name, f.r, help);
+    } else if (d.is_boolean()) {  // a value, true or false (checked by given())
+      f.s = d.get<bool>() ? "true" : "false";
+      f.opt = cli::add_string(app, name, f.s, fmt::format("{} (default {})", help, f.s));
     } else {
       f.s = d.get<std::string>();
       f.opt = cli::add_string(app, name, f.s, fmt::format("{} (default {})", help, f.s));
@@ -84,6 +94,11 @@ nlohmann::json ConfigOptions::given() const {
       case nlohmann::json::value_t::number_unsigned: v = f.u; break;
       case nlohmann::json::value_t::number_integer: v = f.i; break;
       case nlohmann::json::value_t::number_float: v = f.r; break;
+      case nlohmann::json::value_t::boolean:
+        if (f.s != "true" && f.s != "false")
+          throw InputError(fmt::format("{} must be true or false (got '{}')", config_flag(*f.doc), f.s));
+        v = f.s == "true";
+        break;
       default: v = f.s;
     }
   }

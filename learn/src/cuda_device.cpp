@@ -40,12 +40,13 @@ class CudaDevice final : public TrainDevice {
  public:
   explicit CudaDevice(const ModelConfig& c) : c_(c), lay_(Layout::make(c)) {
     c_.validate();
-    if (c_.d_head > 128) throw InputError(fmt::format("--device cuda supports d_head <= 128 (got {})", c_.d_head));
+    check_cuda_supports(c_, Precision::fp32);
     n_ = std::size_t(lay_.total);
     params_.resize(n_), grads_.resize(n_), m_.resize(n_), v_.resize(n_);
     red_.resize(K::reduce_scratch_doubles());
   }
   std::string name() const override { return "cuda"; }
+  Precision precision() const override { return Precision::fp32; }
 
   void set_state(const std::vector<float>& p, const std::vector<float>& m, const std::vector<float>& v) override {
     if (p.size() != n_ || m.size() != n_ || v.size() != n_) throw std::logic_error("CudaDevice::set_state: sizes");
@@ -237,7 +238,19 @@ namespace manyadd::learn {
 
 bool cuda_training_available(std::string* why) { return kernels::device_available(why); }
 
-std::unique_ptr<TrainDevice> make_cuda_device(const ModelConfig& c) {
+void check_cuda_supports(const ModelConfig& c, Precision p) {
+  auto refuse = [](const std::string& what) {
+    throw InputError("--device cuda does not support " + what + " yet (the CPU devices do)");
+  };
+  if (p != Precision::fp32) refuse(std::string("precision ") + precision_name(p));
+  if (c.attn_scale != AttnScale::inv_sqrt_dhead) refuse(std::string("attn_scale ") + attn_scale_name(c.attn_scale));
+  if (c.tie_readout) refuse("tie_readout true");
+  if (c.final_norm != NormKind::rms) refuse(std::string("final_norm ") + norm_kind_name(c.final_norm));
+  if (c.d_head > 128) refuse("d_head " + std::to_string(c.d_head) + " (at most 128)");
+}
+
+std::unique_ptr<TrainDevice> make_cuda_device(const ModelConfig& c, Precision p) {
+  check_cuda_supports(c, p);
   std::string why;
   if (!kernels::device_available(&why)) throw InputError("no CUDA device: " + why);
 #if MANYADD_WITH_CUDA

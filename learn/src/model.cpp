@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <random>
+#include <type_traits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "manyadd/core/safetensors.hpp"
 #include "manyadd/learn/layers.hpp"
 
 namespace manyadd::learn {
@@ -29,6 +31,32 @@ const char* pos_mode_name(PosMode m) {
   return "?";
 }
 int pos_levels(PosMode m) { return m == PosMode::coupled ? 2 : m == PosMode::none ? 0 : 1; }
+
+AttnScale parse_attn_scale(const std::string& s) {
+  if (s == "inv_sqrt_dhead") return AttnScale::inv_sqrt_dhead;
+  if (s == "none") return AttnScale::none;
+  throw InputError(fmt::format("attention scale '{}' unknown (inv_sqrt_dhead|none)", s));
+}
+InitScheme parse_init(const std::string& s) {
+  if (s == "normal") return InitScheme::normal;
+  if (s == "t5") return InitScheme::t5;
+  throw InputError(fmt::format("initialization '{}' unknown (normal|t5)", s));
+}
+NormKind parse_norm_kind(const std::string& s) {
+  if (s == "rms") return NormKind::rms;
+  if (s == "layer") return NormKind::layer;
+  throw InputError(fmt::format("final norm '{}' unknown (rms|layer)", s));
+}
+Precision parse_precision(const std::string& s) {
+  if (s == "fp32") return Precision::fp32;
+  if (s == "bf16") return Precision::bf16;
+  throw InputError(fmt::format("precision '{}' unknown (fp32|bf16)", s));
+}
+const char* attn_scale_name(AttnScale a) { return a == AttnScale::none ? "none" : "inv_sqrt_dhead"; }
+const char* init_name(InitScheme i) { return i == InitScheme::t5 ? "t5" : "normal"; }
+const char* norm_kind_name(NormKind n) { return n == NormKind::layer ? "layer" : "rms"; }
+const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }
+float round_bf16(float x) { return bf16_to_float(float_to_bf16(x)); }
 
 void ModelConfig::validate() const {
   auto need = [](bool ok, const std::string& msg) {
@@ -58,7 +86,11 @@ void to_json(nlohmann::json& j, const ModelConfig& c) {
                      {"max_pos2", c.max_pos2},
                      {"pos_mode", pos_mode_name(c.pos_mode)},
                      {"norm_eps", c.norm_eps},
-                     {"init_std", c.init_std}};
+                     {"init_std", c.init_std},
+                     {"attn_scale", attn_scale_name(c.attn_scale)},
+                     {"init", init_name(c.init)},
+                     {"tie_readout", c.tie_readout},
+                     {"final_norm", norm_kind_name(c.final_norm)}};
 }
 
 void from_json(const nlohmann::json& j, ModelConfig& c) {
@@ -75,8 +107,10 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
     if (!j[k].is_number()) throw InputError(fmt::format("model.{} must be a number", k));
     v = j[k].get<float>();
   };
-  static const char* known[] = {"vocab", "vocabulary", "n_layers", "n_heads", "d_model", "d_head", "d_ff",
-                                "max_pos1", "max_pos2", "pos_mode", "norm_eps", "init_std", "architecture"};
+  static const char* known[] = {"vocab",    "vocabulary", "n_layers",   "n_heads",     "d_model",
+                                "d_head",   "d_ff",       "max_pos1",   "max_pos2",    "pos_mode",
+                                "norm_eps", "init_std",   "attn_scale", "init",        "tie_readout",
+                                "final_norm", "architecture"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return it.key() == k; }) == std::end(known))
       throw InputError(fmt::format("model config: unknown field '{}'", it.key()));
@@ -88,13 +122,45 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
   geti("d_ff", c.d_ff);
   geti("max_pos1", c.max_pos1);
   geti("max_pos2", c.max_pos2);
-  if (j.contains("pos_mode")) {
-    if (!j["pos_mode"].is_string()) throw InputError("model.pos_mode must be a string");
-    c.pos_mode = parse_pos_mode(j["pos_mode"].get<std::string>());
-  }
+  auto gets = [&](const char* k) -> const std::string* {
+    if (!j.contains(k)) return nullptr;
+    if (!j[k].is_string()) throw InputError(fmt::format("model.{} must be a string", k));
+    return j[k].get_ptr<const std::string*>();
+  };
+  if (auto v = gets("pos_mode")) c.pos_mode = parse_pos_mode(*v);
   getf("norm_eps", c.norm_eps);
   getf("init_std", c.init_std);
+  if (auto v = gets("attn_scale")) c.attn_scale = parse_attn_scale(*v);
+  if (auto v = gets("init")) c.init = parse_init(*v);
+  if (auto v = gets("final_norm")) c.final_norm = parse_norm_kind(*v);
+  if (j.contains("tie_readout")) {
+    if (!j["tie_readout"].is_boolean()) throw InputError("model.tie_readout must be true or false");
+    c.tie_readout = j["tie_readout"].get<bool>();
+  }
   c.validate();
+}
+
+nlohmann::json architecture_description(const ModelConfig& c) {
+  const bool t5 = c.init == InitScheme::t5;
+  return {
+      {"type", "decoder-only transformer"},
+      {"embedding", "tok_emb[token] + sum over levels of pos_emb.<level>[position id of that level]"},
+      {"block", "x = attn_norm2(x + attn(attn_norm1(x))); x = ffn_norm2(x + ffn(ffn_norm1(x)))"},
+      {"attention", c.attn_scale == AttnScale::none
+                        ? "causal multi-head, no biases, q/k/v/o nn.Linear(bias=False), scores q.k unscaled (T5)"
+                        : "causal multi-head, no biases, q/k/v/o nn.Linear(bias=False), scores scaled by 1/sqrt(d_head)"},
+      {"ffn", "GEGLU: wi (2*d_ff, d_model) -> [gate | up]; gelu_tanh(gate) * up; wo (d_model, d_ff)"},
+      {"norm", "RMSNorm: w * x / sqrt(mean(x^2) + norm_eps)"},
+      {"final_norm", c.final_norm == NormKind::layer
+                         ? "LayerNorm: w * (x - mean(x)) / sqrt(var(x) + norm_eps) + b (biased variance), tensors "
+                           "final_norm.weight and final_norm.bias"
+                         : "RMSNorm: w * x / sqrt(mean(x^2) + norm_eps), tensor final_norm.weight"},
+      {"readout", c.tie_readout ? "tied to the token table (T5): logits = (final_norm(x) * d_model^-1/2) "
+                                  "tok_emb.weight^T; no lm_head tensor"
+                                : "final_norm then lm_head (vocab, d_model), no bias"},
+      {"init", t5 ? "t5: q ~ N(0, (d_model d_head)^-1/2), k, v ~ N(0, d_model^-1/2), o ~ N(0, (n_heads d_head)^-1/2), "
+                    "ffn wi ~ N(0, d_model^-1/2), ffn wo ~ N(0, d_ff^-1/2), tables N(0, 1), norm weights 1, biases 0"
+                  : "normal: matrices and tables N(0, init_std), norm weights 1, biases 0"}};
 }
 
 Layout Layout::make(const ModelConfig& c) {
@@ -131,7 +197,8 @@ Layout Layout::make(const ModelConfig& c) {
     L.blocks.push_back(k);
   }
   L.final_norm = add("final_norm.weight", {C});
-  L.lm_head = add("lm_head.weight", {c.vocab, C});
+  if (c.final_norm == NormKind::layer) L.final_norm_bias = add("final_norm.bias", {C});
+  if (!c.tie_readout) L.lm_head = add("lm_head.weight", {c.vocab, C});
   return L;
 }
 
@@ -140,6 +207,25 @@ const TensorSpec& Layout::find(const std::string& name) const {
     if (t.name == name) return t;
   throw InputError(fmt::format("no tensor named '{}'", name));
 }
+
+namespace {
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+// The std of a matrix or table under a scheme (names as Layout::make writes them). T5: HuggingFace's
+// T5PreTrainedModel._init_weights with initializer_factor 1 (the Mesh TensorFlow scheme that lets T5
+// skip the 1/sqrt(d_head) of the scores); tables N(0, 1) as torch.nn.Embedding's default.
+double init_std_of(const ModelConfig& c, const std::string& name) {
+  if (c.init == InitScheme::normal) return double(c.init_std);
+  const double C = c.d_model, HS = c.d_head, D = double(c.n_heads) * c.d_head, F = c.d_ff;
+  if (ends_with(name, "attn.q.weight")) return 1.0 / std::sqrt(C * HS);
+  if (ends_with(name, "attn.k.weight") || ends_with(name, "attn.v.weight")) return 1.0 / std::sqrt(C);
+  if (ends_with(name, "attn.o.weight")) return 1.0 / std::sqrt(D);
+  if (ends_with(name, "ffn.wi.weight")) return 1.0 / std::sqrt(C);
+  if (ends_with(name, "ffn.wo.weight")) return 1.0 / std::sqrt(F);
+  return 1.0;  // tok_emb, pos_emb.*, an untied lm_head
+}
+}  // namespace
 
 template <class S>
 std::vector<S> init_params(const ModelConfig& c, const Layout& lay, std::uint64_t seed) {
@@ -152,9 +238,13 @@ std::vector<S> init_params(const ModelConfig& c, const Layout& lay, std::uint64_
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   };
   for (auto& t : lay.tensors) {
-    const bool is_norm = t.shape.size() == 1;
-    for (std::int64_t i = 0; i < t.size; ++i)
-      p[std::size_t(t.offset + i)] = is_norm ? S(1) : S(double(c.init_std) * normal());
+    if (t.shape.size() == 1) {  // norm weights 1, LayerNorm bias 0; no draw
+      const S v = ends_with(t.name, ".bias") ? S(0) : S(1);
+      for (std::int64_t i = 0; i < t.size; ++i) p[std::size_t(t.offset + i)] = v;
+      continue;
+    }
+    const double sd = init_std_of(c, t.name);
+    for (std::int64_t i = 0; i < t.size; ++i) p[std::size_t(t.offset + i)] = S(sd * normal());
   }
   return p;
 }
@@ -178,7 +268,7 @@ void Acts<S>::resize(const ModelConfig& c, int B_, int T_, int Tk_) {
     b.fo.resize(r * C), b.res2.resize(r * C);
     b.x2.resize(r * C), b.r4.resize(r);
   }
-  xf.resize(r * C), rf.resize(r);
+  xf.resize(r * C), rf.resize(r), mf.resize(r);
   logits.resize(r * std::size_t(c.vocab)), probs.resize(r * std::size_t(c.vocab));
   losses.resize(r);
 }
@@ -231,57 +321,128 @@ void zero(std::vector<S>& v) {
   std::fill(v.begin(), v.end(), S(0));
 }
 
-// Passes 2-7 of one block on the R = B T rows x (positions past..past+T-1 of each sequence, past =
-// Tk - T); writes the block's activations, its output is b.x2.
+// The bf16 rounding of mixed precision, in place. Float only: bf16 emulation rounds floats (core's
+// float_to_bf16); a double forward is the finite-difference reference and has no bf16 mode.
 template <class S>
-void block_forward(typename Acts<S>::Block& b, const S* x, const ModelView<S>& m, const Layout::Block& w, int B, int T,
-                   int Tk) {
+void round_bf16_inplace(S* p, std::int64_t n) {
+  if constexpr (std::is_same_v<S, float>) {
+    for (std::int64_t i = 0; i < n; ++i) p[i] = round_bf16(p[i]);
+  } else {
+    (void)p, (void)n;
+    throw InvariantError("bf16 precision runs in float only");
+  }
+}
+
+// How one forward/backward computes: the precision and, in bf16, the rounded weights of the products.
+template <class S>
+struct Ctx {
+  bool bf16;
+  const S* wg;  // matrix-product weights: the parameters (fp32) or Acts::wgemm (bf16)
+  S att_scale;
+  const S* W(std::int64_t off) const { return wg + off; }
+  void round(std::vector<S>& v, std::int64_t n) const {
+    if (bf16) round_bf16_inplace(v.data(), n);
+  }
+};
+template <class S>
+Ctx<S> context(const Acts<S>& a, const ModelView<S>& m) {
+  const bool bf16 = m.precision == Precision::bf16;
+  return {bf16, bf16 ? a.wgemm.data() : m.params,
+          attention_scale<S>(m.cfg.d_head, m.cfg.attn_scale == AttnScale::inv_sqrt_dhead)};
+}
+// bf16: the weights every matrix product reads, rounded once per forward (the tables and norm weights
+// are copied unrounded: the embedding lookup and the norms read fp32 values; a tied readout reads the
+// token table through this copy, rounded, while the embedding reads it from the parameters).
+template <class S>
+void round_gemm_weights(std::vector<S>& wg, const ModelView<S>& m) {
+  const Layout& lay = m.lay;
+  const ModelConfig& c = m.cfg;
+  wg.assign(m.params, m.params + lay.total);
+  auto rnd = [&](std::int64_t off, std::int64_t n) { round_bf16_inplace(wg.data() + off, n); };
+  const std::int64_t C = c.d_model, D = std::int64_t(c.n_heads) * c.d_head, F = c.d_ff;
+  for (const auto& w : lay.blocks) {
+    rnd(w.wq, D * C), rnd(w.wk, D * C), rnd(w.wv, D * C), rnd(w.wo, C * D);
+    rnd(w.wi, 2 * F * C), rnd(w.wo_ff, C * F);
+  }
+  rnd(lay.readout(), std::int64_t(c.vocab) * C);
+}
+
+// Passes 2-7 of one block on the R = B T rows x (positions past..past+T-1 of each sequence, past =
+// Tk - T); writes the block's activations, its output is b.x2. bf16 rounding points (ctx.round): n1,
+// q, k, v, ao, n3, h, g; proj and fo stay fp32 (they are only added to the fp32 residual, so rounding
+// them would lose accuracy for nothing: the GPU writes or fuses them in fp32).
+template <class S>
+void block_forward(typename Acts<S>::Block& b, const S* x, const ModelView<S>& m, const Ctx<S>& ctx,
+                   const Layout::Block& w, int B, int T, int Tk) {
   const ModelConfig& c = m.cfg;
   const int R = B * T, C = c.d_model, NH = c.n_heads, HS = c.d_head, D = NH * HS, F = c.d_ff, past = Tk - T;
   const S eps = S(c.norm_eps);
   const std::int64_t TD = std::int64_t(T) * D, TkD = std::int64_t(Tk) * D, att_seq = std::int64_t(NH) * T * Tk;
+  const std::int64_t RC = std::int64_t(R) * C, RD = std::int64_t(R) * D;
   // 2. n1 = Norm1(x)
   rmsnorm_forward(b.n1.data(), b.r1.data(), x, m.at(w.attn_norm1), R, C, eps);
+  ctx.round(b.n1, RC);
   // 3. q, k, v = n1 Wq^T, n1 Wk^T, n1 Wv^T   (k, v at key rows past.. : past > 0 only for B = 1)
-  matmul_forward(b.q.data(), b.n1.data(), m.at(w.wq), R, C, D);
-  matmul_forward(b.k.data() + std::int64_t(past) * D, b.n1.data(), m.at(w.wk), R, C, D);
-  matmul_forward(b.v.data() + std::int64_t(past) * D, b.n1.data(), m.at(w.wv), R, C, D);
-  // 4. ao = causal softmax(q k^T / sqrt(HS)) v per head, one sequence at a time
+  matmul_forward(b.q.data(), b.n1.data(), ctx.W(w.wq), R, C, D);
+  matmul_forward(b.k.data() + std::int64_t(past) * D, b.n1.data(), ctx.W(w.wk), R, C, D);
+  matmul_forward(b.v.data() + std::int64_t(past) * D, b.n1.data(), ctx.W(w.wv), R, C, D);
+  if (ctx.bf16) {
+    round_bf16_inplace(b.q.data(), RD);
+    round_bf16_inplace(b.k.data() + std::int64_t(past) * D, RD);  // the cached rows are rounded already
+    round_bf16_inplace(b.v.data() + std::int64_t(past) * D, RD);
+  }
+  // 4. ao = causal softmax(scale q k^T) v per head, one sequence at a time (scores and P in fp32)
   for (int s = 0; s < B; ++s)
     attention_forward(b.ao.data() + s * TD, b.att.data() + s * att_seq, b.q.data() + s * TD, b.k.data() + s * TkD,
-                      b.v.data() + s * TkD, T, Tk, NH, HS);
+                      b.v.data() + s * TkD, T, Tk, NH, HS, ctx.att_scale);
+  ctx.round(b.ao, RD);
   // 5. proj = ao Wo^T ; res1 = x + proj ; x1 = Norm2(res1)
-  matmul_forward(b.proj.data(), b.ao.data(), m.at(w.wo), R, D, C);
-  residual_forward(b.res1.data(), x, b.proj.data(), std::int64_t(R) * C);
+  matmul_forward(b.proj.data(), b.ao.data(), ctx.W(w.wo), R, D, C);
+  residual_forward(b.res1.data(), x, b.proj.data(), RC);
   rmsnorm_forward(b.x1.data(), b.r2.data(), b.res1.data(), m.at(w.attn_norm2), R, C, eps);
   // 6. n3 = Norm1'(x1) ; h = n3 Wi^T ; g = geglu(h) ; fo = g Wo'^T
   rmsnorm_forward(b.n3.data(), b.r3.data(), b.x1.data(), m.at(w.ffn_norm1), R, C, eps);
-  matmul_forward(b.h.data(), b.n3.data(), m.at(w.wi), R, C, 2 * F);
+  ctx.round(b.n3, RC);
+  matmul_forward(b.h.data(), b.n3.data(), ctx.W(w.wi), R, C, 2 * F);
+  ctx.round(b.h, std::int64_t(R) * 2 * F);
   geglu_forward(b.g.data(), b.h.data(), R, F);
-  matmul_forward(b.fo.data(), b.g.data(), m.at(w.wo_ff), R, F, C);
+  ctx.round(b.g, std::int64_t(R) * F);
+  matmul_forward(b.fo.data(), b.g.data(), ctx.W(w.wo_ff), R, F, C);
   // 7. res2 = x1 + fo ; x2 = Norm2'(res2)
-  residual_forward(b.res2.data(), b.x1.data(), b.fo.data(), std::int64_t(R) * C);
+  residual_forward(b.res2.data(), b.x1.data(), b.fo.data(), RC);
   rmsnorm_forward(b.x2.data(), b.r4.data(), b.res2.data(), m.at(w.ffn_norm2), R, C, eps);
 }
 
 // Passes 7..2 of one block in reverse (Tk = T); g.dx holds d(block output) on entry and d(block input
-// x) on exit. Accumulates into the block's parameter gradients in G.
+// x) on exit. Accumulates into the block's parameter gradients in G. bf16 rounding points: the output
+// gradient of each product before the product reads it (dres for the FFN and attention outputs, dh,
+// dao, dq, dk, dv); the gradients the products write (dg, dn), the residual gradient and every
+// parameter gradient stay fp32.
 template <class S>
 void block_backward(S* G, GradScratch<S>& g, const typename Acts<S>::Block& b, const S* x, const ModelView<S>& m,
-                    const Layout::Block& w, int B, int T) {
+                    const Ctx<S>& ctx, const Layout::Block& w, int B, int T) {
   const ModelConfig& c = m.cfg;
   const int R = B * T, C = c.d_model, NH = c.n_heads, HS = c.d_head, D = NH * HS, F = c.d_ff;
   const std::int64_t TD = std::int64_t(T) * D, att_seq = std::int64_t(NH) * T * T;
+  const std::int64_t RC = std::int64_t(R) * C, RD = std::int64_t(R) * D;
+  // The residual gradient as a product's input: itself in fp32, a rounded copy in bf16.
+  auto dres_in = [&]() -> const S* {
+    if (!ctx.bf16) return g.dres.data();
+    g.dres16.assign(g.dres.begin(), g.dres.begin() + RC);
+    round_bf16_inplace(g.dres16.data(), RC);
+    return g.dres16.data();
+  };
   // 7. x2 = Norm2'(res2) ; res2 = x1 + fo   (dres = d res2, flows to x1 and fo)
   zero(g.dres);
   rmsnorm_backward(g.dres.data(), G + w.ffn_norm2, g.dx.data(), b.res2.data(), m.at(w.ffn_norm2), b.r4.data(), R, C);
   // 6. fo = g Wo'^T ; g = geglu(h) ; h = n3 Wi^T ; n3 = Norm1'(x1)
   zero(g.dg);
-  matmul_backward(g.dg.data(), G + w.wo_ff, g.dres.data(), b.g.data(), m.at(w.wo_ff), R, F, C);
+  matmul_backward(g.dg.data(), G + w.wo_ff, dres_in(), b.g.data(), ctx.W(w.wo_ff), R, F, C);
   zero(g.dh);
   geglu_backward(g.dh.data(), g.dg.data(), b.h.data(), R, F);
+  ctx.round(g.dh, std::int64_t(R) * 2 * F);
   zero(g.dn);
-  matmul_backward(g.dn.data(), G + w.wi, g.dh.data(), b.n3.data(), m.at(w.wi), R, C, 2 * F);
+  matmul_backward(g.dn.data(), G + w.wi, g.dh.data(), b.n3.data(), ctx.W(w.wi), R, C, 2 * F);
   //    d x1 = dres (residual) + Norm1' backward; dx is reused as d x1
   std::copy(g.dres.begin(), g.dres.end(), g.dx.begin());
   rmsnorm_backward(g.dx.data(), G + w.ffn_norm1, g.dn.data(), b.x1.data(), m.at(w.ffn_norm1), b.r3.data(), R, C);
@@ -289,24 +450,33 @@ void block_backward(S* G, GradScratch<S>& g, const typename Acts<S>::Block& b, c
   zero(g.dres);
   rmsnorm_backward(g.dres.data(), G + w.attn_norm2, g.dx.data(), b.res1.data(), m.at(w.attn_norm2), b.r2.data(), R, C);
   zero(g.dao);
-  matmul_backward(g.dao.data(), G + w.wo, g.dres.data(), b.ao.data(), m.at(w.wo), R, D, C);
-  // 4. ao = causal softmax(q k^T / sqrt(HS)) v per head, one sequence at a time
+  matmul_backward(g.dao.data(), G + w.wo, dres_in(), b.ao.data(), ctx.W(w.wo), R, D, C);
+  ctx.round(g.dao, RD);
+  // 4. ao = causal softmax(scale q k^T) v per head, one sequence at a time
   zero(g.dq), zero(g.dk), zero(g.dv);
   for (int s = 0; s < B; ++s)
     attention_backward(g.dq.data() + s * TD, g.dk.data() + s * TD, g.dv.data() + s * TD, g.datt.data(),
                        g.dao.data() + s * TD, b.att.data() + s * att_seq, b.q.data() + s * TD, b.k.data() + s * TD,
-                       b.v.data() + s * TD, T, NH, HS);
+                       b.v.data() + s * TD, T, NH, HS, ctx.att_scale);
+  ctx.round(g.dq, RD), ctx.round(g.dk, RD), ctx.round(g.dv, RD);
   // 3. q, k, v = n1 Wq^T, n1 Wk^T, n1 Wv^T
   zero(g.dn);
-  matmul_backward(g.dn.data(), G + w.wq, g.dq.data(), b.n1.data(), m.at(w.wq), R, C, D);
-  matmul_backward(g.dn.data(), G + w.wk, g.dk.data(), b.n1.data(), m.at(w.wk), R, C, D);
-  matmul_backward(g.dn.data(), G + w.wv, g.dv.data(), b.n1.data(), m.at(w.wv), R, C, D);
+  matmul_backward(g.dn.data(), G + w.wq, g.dq.data(), b.n1.data(), ctx.W(w.wq), R, C, D);
+  matmul_backward(g.dn.data(), G + w.wk, g.dk.data(), b.n1.data(), ctx.W(w.wk), R, C, D);
+  matmul_backward(g.dn.data(), G + w.wv, g.dv.data(), b.n1.data(), ctx.W(w.wv), R, C, D);
   // 2. n1 = Norm1(x)   (d x = dres (residual) + Norm1 backward)
   std::copy(g.dres.begin(), g.dres.end(), g.dx.begin());
   rmsnorm_backward(g.dx.data(), G + w.attn_norm1, g.dn.data(), x, m.at(w.attn_norm1), b.r1.data(), R, C);
 }
+
+// The readout's input: xf itself (fp32, untied), xf d_model^-1/2 (tied: the T5 readout), rounded in bf16.
+template <class S>
+S readout_scale(const ModelConfig& c) {
+  return S(1) / std::sqrt(S(c.d_model));
+}
 }  // namespace
 
+// Forward, pass 8 and the loss (bf16 rounding points: the readout input xr; logits and loss fp32).
 template <class S>
 S model_forward(Acts<S>& a, const ModelView<S>& m, const BatchView& x, int past) {
   const ModelConfig& c = m.cfg;
@@ -314,8 +484,12 @@ S model_forward(Acts<S>& a, const ModelView<S>& m, const BatchView& x, int past)
   check_rows(c, x);
   if (past < 0 || (past > 0 && x.B != 1)) throw InvariantError("model_forward: cached keys need a batch of one");
   const int R = int(x.rows()), C = c.d_model, V = c.vocab;
+  const std::int64_t RC = std::int64_t(R) * C;
   const S eps = S(c.norm_eps);
   a.resize(c, x.B, x.T, past + x.T);
+  if (m.precision == Precision::bf16) round_gemm_weights(a.wgemm, m);
+  else a.wgemm.clear();  // marks the activations as fp32 ones (model_backward checks)
+  const Ctx<S> ctx = context(a, m);
   const S* wpe[2] = {m.at(lay.wpe[0]), m.at(lay.wpe[1])};
   // 1. x0 = tok_emb[tok] + sum_lv pos_emb_lv[pos_lv]
   embedding_forward(a.x0.data(), x.tokens, x.pos, pos_levels(c.pos_mode), m.at(lay.wte), wpe, R, C);
@@ -323,16 +497,31 @@ S model_forward(Acts<S>& a, const ModelView<S>& m, const BatchView& x, int past)
   // 2.-7. the blocks
   for (int l = 0; l < c.n_layers; ++l) {
     auto& b = a.blocks[std::size_t(l)];
-    block_forward(b, h, m, lay.blocks[std::size_t(l)], x.B, x.T, past + x.T);
+    block_forward(b, h, m, ctx, lay.blocks[std::size_t(l)], x.B, x.T, past + x.T);
     h = b.x2.data();
   }
-  // 8. xf = final_norm(x) ; logits = xf W^T ; losses
-  rmsnorm_forward(a.xf.data(), a.rf.data(), h, m.at(lay.final_norm), R, C, eps);
-  matmul_forward(a.logits.data(), a.xf.data(), m.at(lay.lm_head), R, C, V);
+  // 8. xf = final_norm(x) ; xr = xf [* d_model^-1/2 when tied] ; logits = xr W^T (W = lm_head or tok_emb) ;
+  //    losses
+  if (c.final_norm == NormKind::layer)
+    layernorm_forward(a.xf.data(), a.mf.data(), a.rf.data(), h, m.at(lay.final_norm), m.at(lay.final_norm_bias), R, C,
+                      eps);
+  else
+    rmsnorm_forward(a.xf.data(), a.rf.data(), h, m.at(lay.final_norm), R, C, eps);
+  const S* xr = a.xf.data();
+  if (c.tie_readout || ctx.bf16) {
+    a.xr.resize(std::size_t(RC));
+    if (c.tie_readout) scale_forward(a.xr.data(), a.xf.data(), readout_scale<S>(c), RC);
+    else std::copy(a.xf.begin(), a.xf.begin() + RC, a.xr.begin());
+    ctx.round(a.xr, RC);
+    xr = a.xr.data();
+  }
+  matmul_forward(a.logits.data(), xr, ctx.W(lay.readout()), R, C, V);
   if (!x.targets) return S(0);
   return crossentropy_forward(a.losses.data(), a.probs.data(), a.logits.data(), x.targets, R, V);
 }
 
+// Backward (bf16 rounding points: dlogits, the readout product's output gradient, and those of
+// block_backward; dxr, dxf and the residual gradient fp32).
 template <class S>
 void model_backward(S* G, GradScratch<S>& g, const Acts<S>& a, const ModelView<S>& m, const BatchView& x,
                     S loss_scale) {
@@ -340,19 +529,36 @@ void model_backward(S* G, GradScratch<S>& g, const Acts<S>& a, const ModelView<S
     throw InvariantError("model_backward: needs the activations of model_forward on the same batch (no cache)");
   const ModelConfig& c = m.cfg;
   const Layout& lay = m.lay;
+  if ((m.precision == Precision::bf16) != !a.wgemm.empty())
+    throw InvariantError("model_backward: the forward ran in another precision");
+  const Ctx<S> ctx = context(a, m);
   const int R = int(x.rows()), C = c.d_model, V = c.vocab;
+  const std::int64_t RC = std::int64_t(R) * C;
   g.resize(c, R, x.T);
-  // 8. xf = final_norm(x) ; logits = xf W^T ; losses
+  // 8. xf = final_norm(x) ; xr = xf [* s] ; logits = xr W^T ; losses
   crossentropy_backward(g.dlogits.data(), a.probs.data(), x.targets, loss_scale, R, V);
+  ctx.round(g.dlogits, std::int64_t(R) * V);
+  const bool has_xr = c.tie_readout || ctx.bf16;
+  const S* xr = has_xr ? a.xr.data() : a.xf.data();
   zero(g.dxf);
-  matmul_backward(g.dxf.data(), G + lay.lm_head, g.dlogits.data(), a.xf.data(), m.at(lay.lm_head), R, C, V);
+  if (c.tie_readout) {  // d xr into dn (scratch), then dxf = s d xr
+    zero(g.dn);
+    matmul_backward(g.dn.data(), G + lay.readout(), g.dlogits.data(), xr, ctx.W(lay.readout()), R, C, V);
+    scale_backward(g.dxf.data(), g.dn.data(), readout_scale<S>(c), RC);
+  } else {
+    matmul_backward(g.dxf.data(), G + lay.readout(), g.dlogits.data(), xr, ctx.W(lay.readout()), R, C, V);
+  }
   zero(g.dx);  // gradient w.r.t. the current block output
-  rmsnorm_backward(g.dx.data(), G + lay.final_norm, g.dxf.data(), a.blocks.back().x2.data(), m.at(lay.final_norm),
-                   a.rf.data(), R, C);
+  const S* xlast = a.blocks.back().x2.data();
+  if (c.final_norm == NormKind::layer)
+    layernorm_backward(g.dx.data(), G + lay.final_norm, G + lay.final_norm_bias, g.dxf.data(), xlast,
+                       m.at(lay.final_norm), a.mf.data(), a.rf.data(), R, C);
+  else
+    rmsnorm_backward(g.dx.data(), G + lay.final_norm, g.dxf.data(), xlast, m.at(lay.final_norm), a.rf.data(), R, C);
   // 7.-2. the blocks, last first
   for (int l = c.n_layers - 1; l >= 0; --l) {
     const S* in = l == 0 ? a.x0.data() : a.blocks[std::size_t(l - 1)].x2.data();
-    block_backward(G, g, a.blocks[std::size_t(l)], in, m, lay.blocks[std::size_t(l)], x.B, x.T);
+    block_backward(G, g, a.blocks[std::size_t(l)], in, m, ctx, lay.blocks[std::size_t(l)], x.B, x.T);
   }
   // 1. x0 = tok_emb[tok] + sum_lv pos_emb_lv[pos_lv]
   S* dwpe[2] = {G + lay.wpe[0], G + lay.wpe[1]};

@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
       "response (scratchpad and final EOS) per cell, offsets s1 = s2 = 1. Cells whose position IDs exceed\n"
       "the model's max_pos are reported as NA (grey in the heatmap).",
       "evaluate"};
-  std::string model, csv, png, json_path, mode_s = "teacher", device = "cpu";
+  std::string model, csv, png, json_path, mode_s = "teacher", device = "cpu", precision_s = "fp32";
   int n_min = 1, n_max = 30, m_min = 2, m_max = 30, threads = 2;
   std::int64_t samples = 1000;
   std::uint64_t seed = 12345;
@@ -52,6 +52,9 @@ int main(int argc, char** argv) {
                 "fail (exit 1) if any evaluated cell inside the training region has accuracy below this; < 0 = off");
   cli::add_json(app, json_path, "JSON report");
   cli::add_device(app, device, "cpu | cuda (grid, teacher-forced only, packed batches on a GPU; exit 2 without a device)");
+  cli::add_string(app, "--precision", precision_s,
+                  "fp32 | bf16: the forward's arithmetic (bf16: the rounding points of bf16 training, as the authors "
+                  "evaluate under autocast) (default fp32)");
   cli::add_string(app, "--problem", problem,
                   "instead of the grid: one problem, e.g. 57+48+96; prints the expected response, the teacher-forced "
                   "predictions and the greedy output (JSON adds tokens, position IDs and response logits); exit 1 if "
@@ -71,10 +74,12 @@ int main(int argc, char** argv) {
     if (device == "cuda" && mode != EvalMode::teacher)
       throw InputError("--device cuda evaluates teacher-forced only (--mode teacher); greedy decoding runs on the CPU");
     if (device == "cuda" && !problem.empty()) throw InputError("--problem runs on the CPU only (drop --device cuda)");
+    const Precision prec = parse_precision(precision_s);
     const LoadedModel lm = load_model_dir(model);
+    const ModelView<float> view{lm.cfg, lm.lay, lm.params.data(), prec};
     std::unique_ptr<TrainDevice> dev;
     if (device == "cuda") {
-      dev = make_cuda_device(lm.cfg);  // InputError "no CUDA device: ..." -> exit 2
+      dev = make_cuda_device(lm.cfg, prec);  // InputError -> exit 2
       const std::vector<float> zeros(lm.params.size(), 0.f);
       dev->set_state(lm.params, zeros, zeros);
     }
@@ -85,8 +90,8 @@ int main(int argc, char** argv) {
       const Example ex = make_example(p, lm.cfg, s1, s2);
       Acts<float> a;
       std::vector<std::uint8_t> tf, gr;
-      const bool ok_tf = teacher_forced_correct(a, lm.view(), ex, &tf);
-      const bool ok_gr = greedy_correct(lm.view(), ex, &gr);
+      const bool ok_tf = teacher_forced_correct(a, view, ex, &tf);
+      const bool ok_gr = greedy_correct(view, ex, &gr);
       const std::vector<std::uint8_t> expected(ex.tokens.begin() + sh.eq_index() + 1, ex.tokens.end());
       std::vector<std::uint8_t> exp_eos = expected;
       exp_eos.push_back(kDollar);
@@ -126,7 +131,7 @@ int main(int argc, char** argv) {
     for (int i = n_min; i <= n_max; ++i) {
       acc.emplace_back();
       for (int j = m_min; j <= m_max; ++j) {
-        const auto r = eval_cell(lm.view(), i, j, samples, seed, threads, mode, dev.get());
+        const auto r = eval_cell(view, i, j, samples, seed, threads, mode, dev.get());
         const double a = r.fits ? r.accuracy() : NAN;
         acc.back().push_back(a);
         disagree += r.disagree;
@@ -155,6 +160,7 @@ int main(int argc, char** argv) {
     }
     if (!json_path.empty()) {
       nlohmann::json rep = {{"model", model},       {"mode", mode_s},     {"device", device},  {"samples", samples},
+                            {"precision", precision_s},
                             {"seed", seed},         {"n_range", {n_min, n_max}}, {"m_range", {m_min, m_max}},
                             {"train_n", train_n},   {"train_m", train_m}, {"cells", cells},
                             {"disagreements", disagree}, {"min_in_distribution", worst_in <= 1 ? nlohmann::json(worst_in) : nlohmann::json(nullptr)},

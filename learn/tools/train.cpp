@@ -25,19 +25,22 @@ int main(int argc, char** argv) {
       "training continues bit for bit from OUT/checkpoint.safetensors.",
       "train"};
   std::string config_path, out, json_path, device = "cpu";
-  bool resume = false;
+  bool resume = false, allow_precision_change = false;
   std::int64_t stop_after = 0;
   double max_seconds = 0;
   cli::add_string(app, "--config", config_path, "JSON config file: {\"model\": {...}, \"train\": {...}}");
   cli::add_string(app, "--out", out, "model directory to write (created if missing)")->required();
   app.add_flag("--resume", resume, "continue the run in --out from its checkpoint");
+  app.add_flag("--allow-precision-change", allow_precision_change,
+               "with --resume: continue a checkpoint trained in another precision (--precision) than the run's");
   cli::add_int(app, "--stop-after", stop_after, "stop (with a checkpoint) after this many total steps; 0 = run all", 0);
   cli::add_real(app, "--max-seconds", max_seconds,
                 "also stop (with a checkpoint) after the first step ending past this wall time; 0 = no limit", 0);
   cli::add_json(app, json_path, "write a JSON report (steps, loss, tokens/s, accuracy) to this file");
   cli::add_device(app, device,
-                  "cpu: deterministic for (seed, threads) | cuda: the same batches on a GPU, fp32; exit 2 without a "
-                  "device. Not part of the config: a run may be resumed on the other device");
+                  "cpu: deterministic for (seed, threads) | cuda: the same batches on a GPU (fp32, this project's "
+                  "architecture options only for now); exit 2 without a device. Not part of the config: a run may "
+                  "be resumed on the other device");
   const ConfigOptions flags(app);
   app.footer(cli::exit_codes_footer(false));
   if (const int rc = cli::parse(app, argc, argv, std::cout, std::cerr); rc >= 0) return rc;
@@ -60,11 +63,11 @@ int main(int argc, char** argv) {
     from_json(cfg["model"], mc);
     from_json(cfg["train"], tc);
     std::shared_ptr<TrainDevice> dev;
-    if (device == "cuda") dev = make_cuda_device(mc);  // InputError "no CUDA device: ..." -> exit 2
+    if (device == "cuda") dev = make_cuda_device(mc, tc.precision_value());  // InputError -> exit 2
     const auto report = run_training(mc, tc, out, resume, stop_after, [](const std::string& s) {
       std::fprintf(stderr, "%s\n", s.c_str());
       std::fflush(stderr);
-    }, dev, max_seconds);
+    }, dev, max_seconds, allow_precision_change);
     if (!json_path.empty()) atomic_write(json_path, report.dump(2) + "\n");
     std::printf("trained %lld steps in %.1f s (%.0f tokens/s); model in %s\n",
                 static_cast<long long>(report["steps"].get<std::int64_t>()), report["seconds"].get<double>(),

@@ -55,10 +55,14 @@ void adamw_update(float* p, float* m, float* v, const float* g, std::int64_t n, 
 // ---- a device that computes a batch's loss and gradient and applies the optimizer ----------------
 // Trainer (train.hpp) keeps the data, the sampling order, the schedule and the checkpoints; it packs
 // each step's batch on the host and hands it to its device (the CPU trainer unless another is attached).
+// The arithmetic precision is a property of the device (fixed when it is made): every step, gradient and
+// prediction of a device runs in its precision(), and Trainer refuses a device whose precision is not
+// the run's (TrainConfig::precision).
 class TrainDevice {
  public:
   virtual ~TrainDevice() = default;
   virtual std::string name() const = 0;
+  virtual Precision precision() const = 0;
   // Weights and Adam moments (layout order), e.g. after initialization or a resume.
   virtual void set_state(const std::vector<float>& p, const std::vector<float>& m, const std::vector<float>& v) = 0;
   virtual void get_state(std::vector<float>& p, std::vector<float>& m, std::vector<float>& v) = 0;
@@ -78,11 +82,12 @@ class TrainDevice {
 // The CPU trainer (the default device): the batch's sequences split over `threads` threads in fixed
 // contiguous blocks, each thread running model_forward/model_backward on one sequence at a time into its
 // own gradient buffer; the buffers are reduced in thread order. A run is a deterministic function of
-// (config, threads). Named "cpu".
-std::unique_ptr<TrainDevice> make_cpu_device(const ModelConfig& c, int threads);
-// The CPU twin of the CUDA device: model_forward/model_backward on the whole packed batch in fp32, one
-// thread. It runs everything the CUDA device runs around its kernels (packing, sync, checkpoints,
-// resume, batched evaluation) on machines without a GPU. Named "cpu-packed".
-std::unique_ptr<TrainDevice> make_packed_cpu_device(const ModelConfig& c);
+// (config, threads). fp32 or bf16 (the same forward/backward with its rounding points). Named "cpu".
+std::unique_ptr<TrainDevice> make_cpu_device(const ModelConfig& c, int threads, Precision p = Precision::fp32);
+// The CPU twin of the CUDA device: model_forward/model_backward on the whole packed batch, one thread,
+// in fp32 or with the bf16 rounding points (the twin of bf16 training on the GPU). It runs everything
+// the CUDA device runs around its kernels (packing, sync, checkpoints, resume, batched evaluation) on
+// machines without a GPU. Named "cpu-packed".
+std::unique_ptr<TrainDevice> make_packed_cpu_device(const ModelConfig& c, Precision p = Precision::fp32);
 
 }  // namespace manyadd::learn

@@ -15,8 +15,16 @@ namespace manyadd::learn {
 // with the reason in `why`.
 bool cuda_training_available(std::string* why);
 
-// The CUDA device for a model, holding weights, gradients, Adam moments and activations on the GPU.
-// Throws InputError("no CUDA device: <reason>") when none can be used (the CLIs exit 2 on it).
-std::unique_ptr<TrainDevice> make_cuda_device(const ModelConfig& c);
+// What the CUDA device cannot run yet, as an InputError ("--device cuda does not support attn_scale none
+// yet"): precision bf16, attn_scale none, tie_readout, final_norm layer, d_head > 128. Checked before
+// any device is touched, so the message is the same on machines with and without a GPU. (The T5
+// initialization is computed on the host and is supported.)
+void check_cuda_supports(const ModelConfig& c, Precision p);
+
+// The CUDA device for a model, holding weights, gradients, Adam moments and activations on the GPU, in
+// precision p (the run's; a property of the device like the CPU devices'). Throws the InputError of
+// check_cuda_supports, or InputError("no CUDA device: <reason>") when none can be used (the CLIs exit 2
+// on either).
+std::unique_ptr<TrainDevice> make_cuda_device(const ModelConfig& c, Precision p = Precision::fp32);
 
 }  // namespace manyadd::learn

@@ -91,6 +91,49 @@ void rmsnorm_backward(S* dinp, S* dw, const S* dout, const S* inp, const S* w, c
   }
 }
 
+// ---- LayerNorm: out = w * (x - mean) * rstd + b, rstd = (var + eps)^(-1/2), var = mean((x - mean)^2)
+// (the biased variance, as torch.nn.LayerNorm). mean and rstd (R) are saved for the backward.
+template <class S>
+void layernorm_forward(S* out, S* mean, S* rstd, const S* inp, const S* w, const S* b, int R, int C, S eps) {
+  for (int t = 0; t < R; ++t) {
+    const S* x = inp + std::int64_t(t) * C;
+    S m = 0;
+    for (int c = 0; c < C; ++c) m += x[c];
+    m /= S(C);
+    S var = 0;
+    for (int c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
+    const S r = S(1) / std::sqrt(var / S(C) + eps);
+    mean[t] = m, rstd[t] = r;
+    S* o = out + std::int64_t(t) * C;
+    for (int c = 0; c < C; ++c) o[c] = w[c] * (x[c] - m) * r + b[c];
+  }
+}
+// With xhat_c = (x_c - mean) r and gw_c = g_c w_c (d mean/dx_j = 1/C, dr/dx_j = -r^3 (x_j - mean)/C):
+//   dx_j = r (gw_j - mean_c(gw_c) - xhat_j mean_c(gw_c xhat_c)) ;  dw_c += g_c xhat_c ;  db_c += g_c
+template <class S>
+void layernorm_backward(S* dinp, S* dw, S* db, const S* dout, const S* inp, const S* w, const S* mean, const S* rstd,
+                        int R, int C) {
+  for (int t = 0; t < R; ++t) {
+    const S* x = inp + std::int64_t(t) * C;
+    const S* g = dout + std::int64_t(t) * C;
+    S* dx = dinp + std::int64_t(t) * C;
+    const S m = mean[t], r = rstd[t];
+    S sg = 0, sgx = 0;
+    for (int c = 0; c < C; ++c) {
+      const S xh = (x[c] - m) * r;
+      sg += g[c] * w[c];
+      sgx += g[c] * w[c] * xh;
+    }
+    sg /= S(C), sgx /= S(C);
+    for (int c = 0; c < C; ++c) {
+      const S xh = (x[c] - m) * r;
+      dx[c] += r * (g[c] * w[c] - sg - xh * sgx);
+      dw[c] += g[c] * xh;
+      db[c] += g[c];
+    }
+  }
+}
+
 // ---- linear without bias: out (R, OC) = inp (R, C) @ w^T, w (OC, C) ------------------------------
 template <class S>
 void matmul_forward(S* out, const S* inp, const S* w, int R, int C, int OC) {
@@ -110,11 +153,14 @@ void matmul_backward(S* dinp, S* dw, const S* dout, const S* inp, const S* w, in
 // position Tk - Tq + i and sees keys 0..Tk - Tq + i. Training runs Tq = Tk = T (att (NH, T, T), zero
 // above the diagonal); decoding with a key/value cache runs the new row(s) against every cached key.
 // att (NH, Tq, Tk) post-softmax, zero on masked keys; out (Tq, NH*HS) = per head att_h @ v_h. Scores
-// are scaled by 1/sqrt(HS).
+// are q.k times `scale`: 1/sqrt(HS) (attention_scale(HS, true), the overload without it) or 1 (T5).
 template <class S>
-void attention_forward(S* out, S* att, const S* q, const S* k, const S* v, int Tq, int Tk, int NH, int HS) {
+S attention_scale(int HS, bool inv_sqrt_dhead) {
+  return inv_sqrt_dhead ? S(1) / std::sqrt(S(HS)) : S(1);
+}
+template <class S>
+void attention_forward(S* out, S* att, const S* q, const S* k, const S* v, int Tq, int Tk, int NH, int HS, S scale) {
   const int D = NH * HS, past = Tk - Tq;
-  const S scale = S(1) / std::sqrt(S(HS));
   CMapR<S> Q(q, Tq, D), K(k, Tk, D), Vv(v, Tk, D);
   MapR<S> O(out, Tq, D);
   for (int h = 0; h < NH; ++h) {
@@ -144,9 +190,8 @@ void attention_forward(S* out, S* att, const S* q, const S* k, const S* v, int T
 // scratch: (T, T) workspace.
 template <class S>
 void attention_backward(S* dq, S* dk, S* dv, S* scratch, const S* dout, const S* att, const S* q, const S* k,
-                        const S* v, int T, int NH, int HS) {
+                        const S* v, int T, int NH, int HS, S scale) {
   const int D = NH * HS;
-  const S scale = S(1) / std::sqrt(S(HS));
   CMapR<S> Q(q, T, D), K(k, T, D), Vv(v, T, D), G(dout, T, D);
   MapR<S> dQ(dq, T, D), dK(dk, T, D), dV(dv, T, D);
   MapR<S> dP(scratch, T, T);
@@ -163,6 +208,17 @@ void attention_backward(S* dq, S* dk, S* dv, S* scratch, const S* dout, const S*
     dQ.middleCols(h * HS, HS).noalias() += dP * K.middleCols(h * HS, HS);
     dK.middleCols(h * HS, HS).noalias() += dP.transpose() * Q.middleCols(h * HS, HS);
   }
+}
+
+// The 1/sqrt(HS) forms (this project's default scale).
+template <class S>
+void attention_forward(S* out, S* att, const S* q, const S* k, const S* v, int Tq, int Tk, int NH, int HS) {
+  attention_forward(out, att, q, k, v, Tq, Tk, NH, HS, attention_scale<S>(HS, true));
+}
+template <class S>
+void attention_backward(S* dq, S* dk, S* dv, S* scratch, const S* dout, const S* att, const S* q, const S* k,
+                        const S* v, int T, int NH, int HS) {
+  attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, T, NH, HS, attention_scale<S>(HS, true));
 }
 
 // ---- GEGLU: inp (R, 2F) = [a | b] (gate, up), out (R, F) = gelu(a) * b ---------------------------
@@ -206,6 +262,16 @@ void geglu_backward(S* dinp, const S* dout, const S* inp, int R, int F) {
 template <class S>
 void residual_forward(S* out, const S* a, const S* b, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+// ---- scale: out = s * inp (the tied readout's d_model^-1/2); backward dinp += s * dout ---------------
+template <class S>
+void scale_forward(S* out, const S* inp, S s, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = s * inp[i];
+}
+template <class S>
+void scale_backward(S* dinp, const S* dout, S s, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) dinp[i] += s * dout[i];
 }
 
 // ---- softmax cross-entropy on the positions with target >= 0 --------------------------------------

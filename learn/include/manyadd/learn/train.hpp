@@ -1,7 +1,7 @@
 // Training: SA(n, m) data with random position offsets, AdamW (betas 0.9/0.95, no weight decay,
 // global-norm clipping at 1.0 as the reference implementation), linear warm-up over 1% of the steps
 // then cosine decay to 0.1 x lr, periodic evaluation, atomic checksummed checkpoints, bit-identical
-// resume. The arithmetic of a step runs on a TrainDevice (batch.hpp): by default the CPU trainer,
+// resume; fp32 or bf16 mixed precision (TrainConfig::precision, model.hpp's Precision). The arithmetic of a step runs on a TrainDevice (batch.hpp): by default the CPU trainer,
 // which splits the batch over threads in fixed contiguous blocks with one gradient buffer each,
 // reduced in thread order, so a run is deterministic for a given (seed, threads).
 #pragma once
@@ -26,14 +26,22 @@ struct TrainConfig {
   int batch = 64;
   double lr = 1e-3;
   double warmup_frac = 0.01, min_lr_frac = 0.1;
+  // false: step t (1-based) trains at the schedule's value at t (warm-up lr/W, 2 lr/W, .., lr).
+  // true: at its value at t - 1, the convention of PyTorch's LambdaLR that the authors' scheduler uses:
+  // the warm-up starts from 0 (the first step runs at lr 0, its Adam moments still update).
+  bool warmup_from_zero = false;
   double beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8, weight_decay = 0.0, grad_clip = 1.0;
-  std::uint64_t seed = 1;
+  std::uint64_t seed = 1;         // initialization and per-sample position offsets
+  std::int64_t data_seed = -1;    // training set and its sampling order; -1 = seed (the earlier runs)
+  std::string precision = "fp32"; // fp32 | bf16 (learn::Precision); a checkpoint records it
   int threads = 2;
   std::int64_t log_every = 50;
   std::int64_t eval_every = 1000;        // 0 = never (except at the end)
   std::int64_t eval_samples = 100;       // per in-distribution TA cell during training
   std::int64_t checkpoint_every = 1000;  // 0 = only at the end
   void validate() const;                 // throws InputError
+  std::uint64_t data_seed_value() const { return data_seed < 0 ? seed : std::uint64_t(data_seed); }
+  Precision precision_value() const { return parse_precision(precision); }
 };
 void to_json(nlohmann::json& j, const TrainConfig& c);
 void from_json(const nlohmann::json& j, TrainConfig& c);  // throws InputError on unknown/bad fields
@@ -79,10 +87,13 @@ class Trainer {
   const Layout& layout() const { return lay_; }
 
   // A model directory: config.json, model.safetensors (weights only, PyTorch-loadable) and
-  // checkpoint.safetensors (weights + Adam moments + step; what --resume reads). Atomic per file.
+  // checkpoint.safetensors (weights + Adam moments + step + precision; what --resume reads). Atomic per
+  // file.
   void save(const std::string& dir) const;
-  // Restores weights, moments and step from dir/checkpoint.safetensors; the model config must match.
-  void load_checkpoint(const std::string& dir);
+  // Restores weights, moments and step from dir/checkpoint.safetensors; the model config must match,
+  // and so must the precision it was trained in (a checkpoint without one is fp32) unless
+  // allow_precision_change.
+  void load_checkpoint(const std::string& dir, bool allow_precision_change = false);
 
   // Exact match per in-distribution TA cell (i in 1..train_n, j in 2..train_m), teacher-forced.
   struct EvalSummary {
@@ -115,8 +126,10 @@ class Trainer {
 // (make_cpu_device with tc.threads).
 // max_seconds > 0 also stops (with a checkpoint) after the first step that ends past that wall time:
 // pieces of a run that fit a time-limited machine (resume continues bit for bit wherever it stopped).
+// allow_precision_change: resume a checkpoint written in another precision (see load_checkpoint).
 nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const std::string& dir, bool resume,
                             std::int64_t stop_after, const std::function<void(const std::string&)>& log,
-                            std::shared_ptr<TrainDevice> device = nullptr, double max_seconds = 0);
+                            std::shared_ptr<TrainDevice> device = nullptr, double max_seconds = 0,
+                            bool allow_precision_change = false);
 
 }  // namespace manyadd::learn
