@@ -3,8 +3,8 @@
 // the precision is a property of the device and of the run (the trainer refuses a device of another
 // precision; a checkpoint records it and refuses to resume in another one unless asked).
 //
-// Notation: u = 2^-9, the unit roundoff of bf16 (8 significant bits, round to nearest even:
-// |round_bf16(x) - x| <= 2^-9 |x| for every normal x).
+// Notation: u = 2^-8, the unit roundoff of bf16 (8 significant bits, so the spacing in [1, 2) is 2^-7;
+// round to nearest even errs by at most half of it: |round_bf16(x) - x| <= 2^-8 |x| for every normal x).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,7 +22,7 @@ using namespace manyadd;
 using namespace manyadd::learn;
 
 namespace {
-constexpr double kU = 1.0 / 512;  // 2^-9
+constexpr double kU = 1.0 / 256;  // 2^-8
 
 // The authors' architecture (T5 options) or this project's defaults, 2 layers, small widths.
 ModelConfig small(bool paper) {
