@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <set>
 #include <string_view>
 #include <type_traits>
 
@@ -285,19 +284,11 @@ SafetensorsFile parse_safetensors(const std::string& b, const std::string& what,
   if (hl > kMaxHeader) throw bad(fmt::format("header length {} exceeds {} bytes", hl, kMaxHeader));
   if (hl > b.size() - 8) throw bad(fmt::format("header claims {} bytes, file has {} (truncated)", hl, b.size()));
   nlohmann::json header;
-  // nlohmann's parser keeps the last of two equal keys: a key twice in one object is refused instead.
-  std::vector<std::set<std::string>> keys;
-  const auto no_repeats = [&](int, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {
-    using E = nlohmann::json::parse_event_t;
-    if (ev == E::object_start) keys.emplace_back();
-    if (ev == E::object_end && !keys.empty()) keys.pop_back();
-    if (ev == E::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second)
-      throw bad(fmt::format("header: the key '{}' appears twice in one object", parsed.get<std::string>()));
-    return true;
-  };
   try {
-    header = nlohmann::json::parse(b.begin() + 8, b.begin() + 8 + std::ptrdiff_t(hl), no_repeats);
+    header = parse_json_unique(b.data() + 8, b.data() + 8 + hl);
   } catch (const nlohmann::json::exception& e) {
+    throw bad(std::string("header is not JSON: ") + e.what());
+  } catch (const InputError& e) {  // a repeated key
     throw bad(std::string("header is not JSON: ") + e.what());
   }
   if (!header.is_object()) throw bad("header is not a JSON object");
