@@ -215,6 +215,15 @@ class CppFiles(TempDir):
             self.assertEqual(tuple(tensors["v%d" % h].shape), (N, 1))
         self.assert_rewrites(path, tensors, meta)
 
+    def test_export_qkv_refuses_bad_input_with_exit_2(self):
+        blocker = os.path.join(self.dir, "a_file")
+        files.atomic_write(blocker, b"x")
+        for args in (["--n", "2", "--m", "2", "--out", os.path.join(blocker, "sub")],  # was exit 3
+                     ["--n", "3.5", "--m", "2", "--out", self.dir], ["--n", "1000000", "--m", "2", "--out", self.dir]):
+            r = subprocess.run([os.environ["EXPORT_QKV"]] + args, capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 2, (args, r.stderr))
+            self.assertTrue(r.stderr.startswith("export_qkv: "), r.stderr)
+
     def test_learned_models(self):
         models = os.path.join(SOURCE, "models")
         dirs = sorted(d for d in os.listdir(models) if os.path.isfile(os.path.join(models, d, "model.safetensors")))

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -114,6 +115,13 @@ void atomic_write(const std::string& path, const std::string& bytes) {
   AtomicFile f(path);
   f.append(bytes);
   f.commit();
+}
+
+void make_output_dir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir, ec))
+    throw InputError(fmt::format("cannot create the directory '{}': {}", dir, ec ? ec.message() : "not a directory"));
 }
 
 std::string read_file(const std::string& path, std::uint64_t max_bytes) {

@@ -1,9 +1,7 @@
 // Model files of learn/: see io.hpp.
 #include "manyadd/learn/io.hpp"
 
-#include <filesystem>
 #include <map>
-#include <system_error>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -54,13 +52,6 @@ void tensors_to_params(const Layout& lay, const SafetensorsFile& f, std::vector<
     const std::vector<float> v = found->to_f32();
     std::copy(v.begin(), v.end(), p.begin() + spec.offset);
   }
-}
-
-void make_output_dir(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec || !std::filesystem::is_directory(dir))
-    throw InputError(fmt::format("cannot create the directory '{}': {}", dir, ec ? ec.message() : "not a directory"));
 }
 
 namespace {

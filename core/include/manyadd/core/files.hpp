@@ -45,6 +45,10 @@ class AtomicFile {
 
 void atomic_write(const std::string& path, const std::string& bytes);
 
+// Creates an output directory (and its parents); InputError with the OS message when it cannot be (a
+// file in the way, no permission): the user's to correct.
+void make_output_dir(const std::string& dir);
+
 // Whole file into memory; InputError when it cannot be read or exceeds max_bytes (checked before
 // reading, so a huge or endless file is refused without allocating it).
 std::string read_file(const std::string& path, std::uint64_t max_bytes = std::uint64_t(1) << 34);

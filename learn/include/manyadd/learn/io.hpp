@@ -39,8 +39,6 @@ LoadedModel load_model_dir(const std::string& dir);  // throws InputError
 // messages): the model section parsed, the weights checked against it, then the parameters filled.
 LoadedModel load_model(const nlohmann::json& config_json, const SafetensorsFile& weights, const std::string& config_what);
 
-// Creates an output directory (and its parents); InputError with the OS message when it cannot be
-// (a file in the way, no permission): the user's to correct.
-void make_output_dir(const std::string& dir);
+// Output directories: core/files.hpp's make_output_dir.
 
 }  // namespace manyadd::learn
