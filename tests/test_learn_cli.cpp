@@ -306,6 +306,16 @@ TEST(LearnCli, CheckpointStepIsCheckedAndStrict) {
   resume("tensor 'adam.m.");
 }
 
+// Settings that differ from those the checkpoint was trained with (under its checksum) are named.
+TEST(LearnCli, ResumeNamesChangedTrainSettings) {
+  const std::string d = copy_model("extend");
+  const CmdResult r = run_cmd(kTrain + " --out " + d + " --resume --steps 32 --lr 0.02");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("resuming with train settings other than the checkpoint's: lr 0.01 -> 0.02; steps 30 -> 32;"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST(LearnCli, TruncatedCheckpointRefusesResume) {
   const std::string d = copy_model("ckpt");
   const std::string s = slurp(d + "/checkpoint.safetensors");

@@ -370,6 +370,19 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
     } catch (const InputError& e) {
       throw InputError(fmt::format("'{}': {}", what, e.what()));
     }
+    // config.json is the user's to edit (and flags may extend --steps): say what differs from the
+    // settings the checkpoint was trained with, which its checksum covers.
+    if (rs.count("train_config")) {
+      const nlohmann::json was = parse_json(rs.at("train_config"), what + " (run.train_config)"), now = tc;
+      std::string diff;
+      for (auto it = now.begin(); it != now.end(); ++it)
+        if (!was.contains(it.key()) || was.at(it.key()) != it.value())
+          diff += fmt::format(" {} {} -> {};", it.key(), was.contains(it.key()) ? was.at(it.key()).dump() : "(none)",
+                              it.value().dump());
+      if (!diff.empty())
+        log("resuming with train settings other than the checkpoint's:" + diff +
+            " the steps from here differ from the run's");
+    }
   }
   // The logs hold one history: the rows of the steps the checkpoint holds (a new run starts them anew).
   rewrite_log(dir + "/log.csv", kLogHeader, 6, tr.steps_done(), resume);
@@ -396,7 +409,9 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
     return e;
   };
   auto save = [&] {
-    tr.save(dir, {{"log_window_steps", std::to_string(win_n)}, {"log_window_loss", double_bits(win_loss)}});
+    tr.save(dir, {{"log_window_steps", std::to_string(win_n)},
+                  {"log_window_loss", double_bits(win_loss)},
+                  {"train_config", nlohmann::json(tc).dump()}});
   };
   const std::int64_t end = stop_after > 0 ? std::min(tc.steps, stop_after) : tc.steps;
   while (tr.steps_done() < end) {
