@@ -35,15 +35,8 @@ std::string tmpdir() {
   fs::create_directories(d);
   return d;
 }
-// A file of one F32 tensor "a" of shape [2] plus one "b"; header edited as JSON text.
-std::string with_header(const std::string& header_json, const std::string& data) {
-  std::string h = header_json;
-  while (h.size() % 8) h += ' ';
-  std::string out(8, '\0');
-  const std::uint64_t n = h.size();
-  std::memcpy(out.data(), &n, 8);
-  return out + h + data;
-}
+using manyadd::testing::from_hex;
+const auto with_header = manyadd::testing::safetensors_with_header;
 std::string f32_bytes(std::initializer_list<float> v) {
   std::string s;
   for (float x : v) s.append(reinterpret_cast<const char*>(&x), 4);
@@ -116,11 +109,6 @@ namespace {
 // The cases shared with tests/test_python_io.py (the Python reader and writer).
 nlohmann::json shared_cases() {
   return read_json_file(manyadd::testing::source_path("tests/data/safetensors_cases.json"));
-}
-std::string from_hex(const std::string& h) {
-  std::string out;
-  for (std::size_t k = 0; k + 1 < h.size(); k += 2) out += char(std::stoi(h.substr(k, 2), nullptr, 16));
-  return out;
 }
 }  // namespace
 

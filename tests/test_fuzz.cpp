@@ -47,19 +47,8 @@ struct CapAddressSpace : ::testing::Environment {
 };
 const auto* const kCap = ::testing::AddGlobalTestEnvironment(new CapAddressSpace);
 
-std::string hex_bytes(const std::string& h) {
-  std::string out;
-  for (std::size_t k = 0; k + 1 < h.size(); k += 2) out += char(std::stoi(h.substr(k, 2), nullptr, 16));
-  return out;
-}
-std::string with_header(const std::string& header, const std::string& data) {
-  std::string h = header;
-  while (h.size() % 8) h += ' ';
-  std::string out(8, '\0');
-  const std::uint64_t n = h.size();
-  std::memcpy(out.data(), &n, 8);
-  return out + h + data;
-}
+using manyadd::testing::from_hex;
+using manyadd::testing::safetensors_with_header;
 std::vector<std::string> committed_models() {
   std::vector<std::string> dirs;
   for (const auto& e : fs::directory_iterator(source_path("models")))
@@ -86,9 +75,10 @@ const std::vector<std::string>& safetensors_seeds() {
     s.push_back(read_file(source_path("tests/data/every_dtype.safetensors")));
     const auto cases = read_json_file(source_path("tests/data/safetensors_cases.json"));
     for (const auto& c : cases["malformed"])
-      s.push_back(c.contains("file_hex") ? hex_bytes(c["file_hex"].get<std::string>())
-                                         : with_header(c["header"].get<std::string>(), hex_bytes(c["data_hex"].get<std::string>())));
-    s.push_back(hex_bytes(cases["legacy_file_hex"].get<std::string>()));
+      s.push_back(c.contains("file_hex") ? from_hex(c["file_hex"].get<std::string>())
+                                         : safetensors_with_header(c["header"].get<std::string>(),
+                                                                   from_hex(c["data_hex"].get<std::string>())));
+    s.push_back(from_hex(cases["legacy_file_hex"].get<std::string>()));
     // A checkpoint: a small model's weights and moments and its step.
     learn::ModelConfig c;
     c.d_model = 8, c.d_head = 2, c.d_ff = 4, c.max_pos1 = 5, c.max_pos2 = 5;

@@ -57,12 +57,7 @@ std::string with_legacy_checksum(const std::string& file) {
   nlohmann::json h = nlohmann::json::parse(file.substr(8, hl));
   const std::string data = file.substr(8 + hl);
   h["__metadata__"]["checksum"] = fmt::format("{:016x}", fnv1a64(data.data(), data.size(), kFnv1a64LegacyOffset));
-  std::string hs = h.dump();
-  while (hs.size() % 8) hs += ' ';
-  std::string out(8, '\0');
-  const std::uint64_t n = hs.size();
-  std::memcpy(out.data(), &n, 8);
-  return out + hs + data;
+  return manyadd::testing::safetensors_with_header(h.dump(), data);
 }
 void spit(const std::string& p, const std::string& s) {
   std::ofstream f(p, std::ios::binary | std::ios::trunc);
