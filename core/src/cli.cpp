@@ -181,7 +181,9 @@ std::string exit_codes_footer(bool has_failed_check) {
 int parse(CLI::App& app, int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   report::set_command_line(argc, argv);
   if (!app.get_option_no_throw("--version"))
-    app.set_version_flag("--version", fmt::format("{} {} (commit {})", app.get_name(), report::version(), report::commit()));
+    app.set_version_flag("--version", fmt::format("{} {} (commit {})",  // the name is set from argv[0] by parse
+                                                  app.get_name().empty() && argc > 0 ? report::command_line()[0] : app.get_name(),
+                                                  report::version(), report::commit()));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForVersion& e) {
