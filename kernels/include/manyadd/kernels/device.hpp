@@ -22,6 +22,12 @@ void to_host(void* dst, const void* src, std::size_t bytes);
 void dev_zero(void* p, std::size_t bytes);
 void dev_copy(void* dst, const void* src, std::size_t bytes);  // device to device
 void synchronize();
+// Page-locked host memory (cudaMallocHost): the source of asynchronous uploads.
+void* host_alloc_pinned(std::size_t bytes);
+void host_free_pinned(void* p) noexcept;
+// Host to device on the default stream without waiting (src must be pinned and stay unchanged until the
+// copy has run: record a DeviceEvent after it and wait on that before reusing src).
+void to_device_async(void* dst, const void* src, std::size_t bytes);
 
 // Device memory for `size()` elements of T; grows on resize (contents are then undefined), freed on
 // destruction. Move-only.
@@ -55,6 +61,49 @@ class DeviceBuffer {
  private:
   T* p_ = nullptr;
   std::size_t n_ = 0;
+};
+
+// Pinned host memory for `size()` elements of T; grows on resize (contents then undefined). Move-only.
+template <class T>
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer() { host_free_pinned(p_); }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  PinnedBuffer(PinnedBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    std::swap(p_, o.p_), std::swap(n_, o.n_);
+    return *this;
+  }
+  void resize(std::size_t n) {
+    if (n <= n_) return;
+    host_free_pinned(p_);
+    p_ = nullptr, n_ = 0;
+    p_ = static_cast<T*>(host_alloc_pinned(n * sizeof(T)));
+    n_ = n;
+  }
+  T* get() const { return p_; }
+  std::size_t size() const { return n_; }
+
+ private:
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+// A point in the default stream's work: record() marks "everything launched so far", synchronize()
+// waits on the host until the device has reached the last recorded mark (at once when none was).
+class DeviceEvent {
+ public:
+  DeviceEvent();
+  ~DeviceEvent();
+  DeviceEvent(const DeviceEvent&) = delete;
+  DeviceEvent& operator=(const DeviceEvent&) = delete;
+  void record();
+  void synchronize();
+
+ private:
+  void* e_ = nullptr;
 };
 
 // Device time between start() and stop() (CUDA events on the default stream).
