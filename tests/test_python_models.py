@@ -41,6 +41,7 @@ Tolerances (why each is what it is):
   2^-24 + 1e-12.
 """
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -151,6 +152,36 @@ class LearnedLogits(TempDir):
             self.compare(run, "57+8+96", greedy=False)  # barely trained: greedy may run into near-ties
             s1 = 2 if mode != "none" else 1
             self.compare(run, "5+38", s1, 2 if mode == "coupled" else 1, greedy=False)
+
+
+    def test_paper_options(self):
+        # The authors' architecture (unscaled attention, T5 init, readout tied to the token table with
+        # d_model^-1/2, final LayerNorm), trained 20 steps on the CPU in bf16 as the paper's recipe
+        # trains (the saved weights are the fp32 masters, evaluated in fp32 by both), and one option at a
+        # time in fp32: the logits equal evaluate's, and the hooks hold the final LayerNorm's output.
+        variants = {"paper": ["--attn-scale", "none", "--init", "t5", "--tie-readout", "true", "--final-norm",
+                              "layer", "--precision", "bf16"],
+                    "attn_none": ["--attn-scale", "none"], "tied": ["--tie-readout", "true"],
+                    "layernorm": ["--final-norm", "layer"]}
+        for name, flags in variants.items():
+            run = os.path.join(self.dir, name)
+            tool("TRAIN", "--out", run, "--train-n", 2, "--train-m", 3, "--train-size", 200, "--max-pos1", 6,
+                 "--max-pos2", 6, "--n-layers", 2, "--d-model", 16, "--d-head", 4, "--d-ff", 16, "--batch", 8,
+                 "--steps", 20, "--lr", 0.01, "--eval-every", 0, "--eval-samples", 2, *flags)
+            self.compare(run, "57+8+96", greedy=False)
+            self.compare(run, "5+38", 2, 2, greedy=False)
+        m = load_learned(os.path.join(self.dir, "paper"))
+        self.assertIsNone(m.lm_head)
+        self.assertIn("final_norm.bias", m.state_dict())
+        ex = m.example("5+38", 2, 2)
+        with torch.no_grad():
+            logits, cache = m.run_with_cache(ex.tokens, ex.pos)
+            xf = cache["ln_final.hook_normalized"]
+            ln = torch.nn.functional.layer_norm(cache["blocks.1.hook_resid_post"], (16,), m.final_norm.weight,
+                                                m.final_norm.bias, m.cfg.norm_eps)  # torch's own LayerNorm
+            self.assertLess(float((xf - ln).abs().max()), 1e-5 * max(1.0, float(ln.abs().max())))
+            want = (xf / math.sqrt(16)) @ m.tok_emb.weight.t()
+            self.assertLess(float((logits - want).abs().max()), 1e-5 * max(1.0, float(want.abs().max())))
 
 
 class LearnedAttention(TempDir):
@@ -278,9 +309,12 @@ class LearnedApi(TempDir):
 
     def test_refuses_what_it_does_not_implement(self):
         cases = [
-            (lambda c: c["model"].update(attn_scale="none"), "attn_scale"),
-            (lambda c: c["model"].update(tie_readout=True), "tie_readout"),
-            (lambda c: c["model"].update(final_norm="layer"), "final_norm"),
+            (lambda c: c["model"].update(attn_scale="cosine"), "attn_scale"),
+            (lambda c: c["model"].update(tie_readout="yes"), "tie_readout"),
+            (lambda c: c["model"].update(final_norm="batch"), "final_norm"),
+            # a tied readout has no lm_head: the file's lm_head.weight is then a tensor the config does not use
+            (lambda c: c["model"].update(tie_readout=True), "does not use: lm_head.weight"),
+            (lambda c: c["model"].update(final_norm="layer"), "lacks final_norm.bias"),
             (lambda c: c["model"].update(rope=True), "model.rope is unknown"),
             (lambda c: c["model"].update(pos_mode="rope"), "pos_mode"),
             (lambda c: c["model"].update(d_model=32), "shape"),
