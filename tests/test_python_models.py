@@ -280,20 +280,56 @@ class Constructed(TempDir):
             self.assertLessEqual(diff, U + 1e-12, "head %d" % (h + 1))
 
 
+PAPER_FLAGS = ["--attn-scale", "none", "--init", "t5", "--tie-readout", "true", "--final-norm", "layer",
+               "--warmup-from-zero", "true"]
+
+
 class TorchTwin(TempDir):
-    def test_one_training_step(self):
-        prev, nxt = os.path.join(self.dir, "prev"), os.path.join(self.dir, "next")
-        tool("TRAIN", "--out", prev, "--train-n", 2, "--train-m", 3, "--train-size", 200, "--max-pos1", 6,
-             "--max-pos2", 6, "--n-layers", 2, "--d-model", 16, "--d-head", 4, "--d-ff", 16, "--batch", 8, "--steps", 20,
-             "--lr", 0.01, "--eval-every", 0, "--eval-samples", 2, "--stop-after", 9)
-        shutil.copytree(prev, nxt)
-        tool("TRAIN", "--out", nxt, "--resume", "--stop-after", 10)
-        b, ref = os.path.join(self.dir, "b.bin"), os.path.join(self.dir, "ref.safetensors")
-        tool("DUMP_BATCHES", "--run", prev, "--from", 10, "--steps", 1, "--out", b, "--reference", ref)
-        r = subprocess.run([sys.executable, os.path.join(SOURCE, "bench", "torch_twin.py"), "check", prev, nxt, b, ref],
+    def twin(self, *args):
+        r = subprocess.run([sys.executable, os.path.join(SOURCE, "bench", "torch_twin.py")] + [str(a) for a in args],
                            capture_output=True, text=True, timeout=300)
         print("  " + r.stdout.strip().replace("\n", "\n  "))
+        return r
+
+    def test_one_training_step(self):
+        # this project's architecture, and the authors' (every T5 option, warm-up from 0: step 10 of 20 is
+        # past the warm-up either way, so the schedule's t - 1 shows in lr)
+        for name, flags in (("defaults", []), ("paper", PAPER_FLAGS)):
+            with self.subTest(name):
+                prev, nxt = os.path.join(self.dir, name + "_prev"), os.path.join(self.dir, name + "_next")
+                tool("TRAIN", "--out", prev, "--train-n", 2, "--train-m", 3, "--train-size", 200, "--max-pos1", 6,
+                     "--max-pos2", 6, "--n-layers", 2, "--d-model", 16, "--d-head", 4, "--d-ff", 16, "--batch", 8,
+                     "--steps", 20, "--lr", 0.01, "--eval-every", 0, "--eval-samples", 2, "--stop-after", 9, *flags)
+                shutil.copytree(prev, nxt)
+                tool("TRAIN", "--out", nxt, "--resume", "--stop-after", 10)
+                b, ref = os.path.join(self.dir, name + "_b.bin"), os.path.join(self.dir, name + "_ref.safetensors")
+                tool("DUMP_BATCHES", "--run", prev, "--from", 10, "--steps", 1, "--out", b, "--reference", ref)
+                r = self.twin("check", prev, nxt, b, ref)
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_bench_at_toy_size(self):
+        # The benchmark's code path on the CPU at toy size (its numbers mean nothing here): every variant
+        # this torch has runs on dump_batches' batches, and the ratio against a bench_cuda_train JSON of the
+        # Google Benchmark format is printed and recorded.
+        run = os.path.join(self.dir, "run")
+        tool("TRAIN", "--out", run, "--train-n", 2, "--train-m", 3, "--train-size", 200, "--max-pos1", 6,
+             "--max-pos2", 6, "--n-layers", 1, "--d-model", 16, "--d-head", 4, "--d-ff", 16, "--batch", 8,
+             "--steps", 20, "--eval-every", 0, "--eval-samples", 2, "--stop-after", 1, *PAPER_FLAGS)
+        b, ours, out = (os.path.join(self.dir, n) for n in ("b.bin", "ours.json", "out.json"))
+        tool("DUMP_BATCHES", "--run", run, "--from", 2, "--steps", 3, "--out", b)
+        with open(ours, "w") as f:  # the fields torch_twin reads from bench_cuda_train --benchmark_out
+            json.dump({"benchmarks": [{"name": "cuda_train/%s/fp32" % run, "tokens/s": 1000.0},
+                                      {"name": "cuda_train/%s/bf16" % run, "tokens/s": 3000.0}]}, f)
+        r = self.twin("bench", run, b, "--device", "cpu", "--steps", 2, "--warmup", 1, "--json", out, "--ours", ours)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(out) as f:
+            res = json.load(f)
+        for v in ("eager", "eager-bf16"):
+            self.assertGreater(res[v]["tokens_per_s"], 0, v)
+            self.assertEqual(res[v]["tokens"] % 1, 0)
+        self.assertAlmostEqual(res["ratio_fp32"], 1000.0 / max(res[v]["tokens_per_s"] for v in ("eager", "compile")
+                                                              if isinstance(res.get(v), dict)))
+        self.assertIn("ratio bf16", r.stdout)
 
 
 class LearnedApi(TempDir):

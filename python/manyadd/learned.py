@@ -201,9 +201,15 @@ class Attention(nn.Module):
         q = self.hook_q(self.q(x).view(B, T, self.H, self.D)).transpose(1, 2)  # (B, H, T, D)
         k = self.hook_k(self.k(x).view(B, T, self.H, self.D)).transpose(1, 2)
         v = self.hook_v(self.v(x).view(B, T, self.H, self.D)).transpose(1, 2)
-        if self.fused and self.scale == 1.0 / math.sqrt(self.D) and hasattr(F, "scaled_dot_product_attention") \
+        if self.fused and hasattr(F, "scaled_dot_product_attention") \
                 and not (self.hook_attn_scores.has_hooks() or self.hook_pattern.has_hooks()):
-            z = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # scale 1/sqrt(D) by default
+            if self.scale == 1.0 / math.sqrt(self.D):
+                z = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # scale 1/sqrt(D) by default
+            else:  # torch >= 2.1 takes the scale; 2.0 gets q scaled to the same scores
+                try:
+                    z = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
+                except TypeError:
+                    z = F.scaled_dot_product_attention(q * (self.scale * math.sqrt(self.D)), k, v, is_causal=True)
         else:
             s = (q @ k.transpose(-2, -1)) * self.scale
             mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
