@@ -19,16 +19,18 @@ void check_samples_fit(std::int64_t samples, std::int64_t n, std::int64_t m, con
   cli::check_fits_memory(problems_bytes(samples, n, m) + 2.0 * double(samples), what);  // + two flags per sample
 }
 
-void check_run_fits(const ModelConfig& mc, const TrainConfig& tc) {
+void check_run_fits(const ModelConfig& mc, const TrainConfig& tc, bool on_device) {
   const Layout lay = Layout::make(mc);
-  const double params = double(lay.total) * 4.0 * (3.0 + double(tc.threads));  // weights, m, v, gradients
+  // weights, m, v on the host always (the trainer's copy); gradients per thread and activations only
+  // where the host computes the steps
+  const double params = double(lay.total) * 4.0 * (3.0 + (on_device ? 0.0 : double(tc.threads)));
   const double T = double(Shape::make(tc.train_n, tc.train_m, Padding::minimal).N());
   const double C = mc.d_model, F = mc.d_ff, D = double(mc.n_heads) * mc.d_head;
   // Per row and layer the activations of layers.hpp (norms, q/k/v, attention row, projections, FFN)
   // and as many again for their gradients; per row the readout.
   const double per_row = 2.0 * (double(mc.n_layers) * (12.0 * C + 3.0 * F + 4.0 * D + double(mc.n_heads) * T) +
                                 3.0 * double(mc.vocab) + 2.0 * C);
-  const double acts = double(tc.batch) * T * per_row * 4.0;
+  const double acts = on_device ? 0.0 : double(tc.batch) * T * per_row * 4.0;
   const double data = problems_bytes(tc.train_size, tc.train_n, tc.train_m);
   const double eval = problems_bytes(tc.eval_samples, tc.train_n, tc.train_m) + 2.0 * double(tc.eval_samples);
   cli::check_fits_memory(params + acts + data + eval,

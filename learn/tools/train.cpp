@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
     // config.json written by train holds the descriptive "vocabulary" key; from_json accepts it.
     from_json(cfg["model"], mc);
     from_json(cfg["train"], tc);
-    check_run_fits(mc, tc);  // before the data set, the weights or any step
+    check_run_fits(mc, tc, device == "cuda");  // before the data set, the weights or any step
     std::shared_ptr<TrainDevice> dev;
     if (device == "cuda") dev = make_cuda_device(mc, tc.precision_value());  // InputError -> exit 2
     const auto report = run_training(mc, tc, out, resume, stop_after, [](const std::string& s) {

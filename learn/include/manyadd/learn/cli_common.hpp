@@ -22,10 +22,11 @@ struct TrainConfig;
 //   problems_bytes  `count` problems of at most m operands of at most n digits held at once (an
 //                   evaluation cell's samples, a training set) -- an upper bound
 //   check_run_fits  a training run on the host: its data set, weights, Adam moments and one gradient
-//                   buffer per thread, one step's activations, and an evaluation cell's samples
+//                   buffer per thread, one step's activations, and an evaluation cell's samples; with
+//                   on_device (the steps run on a GPU) the host holds no gradients and no activations
 double problems_bytes(std::int64_t count, std::int64_t n, std::int64_t m);
 void check_samples_fit(std::int64_t samples, std::int64_t n, std::int64_t m, const std::string& what);
-void check_run_fits(const ModelConfig& mc, const TrainConfig& tc);
+void check_run_fits(const ModelConfig& mc, const TrainConfig& tc, bool on_device = false);
 
 struct FieldDoc {
   const char* section;  // "model" or "train"
