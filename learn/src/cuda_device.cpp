@@ -247,6 +247,7 @@ void check_cuda_supports(const ModelConfig& c, Precision p) {
   if (c.tie_readout) refuse("tie_readout true");
   if (c.final_norm != NormKind::rms) refuse(std::string("final_norm ") + norm_kind_name(c.final_norm));
   if (c.d_head > 128) refuse("d_head " + std::to_string(c.d_head) + " (at most 128)");
+  if (pos_levels(c.pos_mode) > 2) refuse(std::string("pos_mode ") + pos_mode_name(c.pos_mode) + " (three position tables)");
 }
 
 std::unique_ptr<TrainDevice> make_cuda_device(const ModelConfig& c, Precision p) {

@@ -16,9 +16,9 @@ namespace manyadd::learn {
 bool cuda_training_available(std::string* why);
 
 // What the CUDA device cannot run yet, as an InputError ("--device cuda does not support attn_scale none
-// yet"): precision bf16, attn_scale none, tie_readout, final_norm layer, d_head > 128. Checked before
-// any device is touched, so the message is the same on machines with and without a GPU. (The T5
-// initialization is computed on the host and is supported.)
+// yet"): precision bf16, attn_scale none, tie_readout, final_norm layer, d_head > 128, pos_mode
+// coupled3. Checked before any device is touched, so the message is the same on machines with and
+// without a GPU. (The T5 initialization is computed on the host and is supported.)
 void check_cuda_supports(const ModelConfig& c, Precision p);
 
 // The CUDA device for a model, holding weights, gradients, Adam moments and activations on the GPU, in
