@@ -1,6 +1,9 @@
 // The command-line layer: see cli.hpp.
 #include "manyadd/core/cli.hpp"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -151,6 +154,21 @@ CLI::Option* add_device(CLI::App& app, std::string& device, const std::string& h
 
 CLI::Option* add_quiet(CLI::App& app, bool& quiet) {
   return app.add_flag("--quiet,-q", quiet, "no progress lines on stderr (results and errors are still printed)");
+}
+
+std::uint64_t memory_limit_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  std::uint64_t lim = pages > 0 && page > 0 ? std::uint64_t(pages) * std::uint64_t(page) : std::uint64_t(1) << 40;
+  struct rlimit rl {};
+  if (::getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) lim = std::min<std::uint64_t>(lim, rl.rlim_cur);
+  return lim;
+}
+
+void check_fits_memory(double bytes, const std::string& what) {
+  const double lim = double(memory_limit_bytes());
+  if (!(bytes <= lim))
+    throw InputError(fmt::format("{} needs ~{:.1f} GiB; this machine allows {:.1f} GiB", what, bytes / double(1 << 30),
+                                 lim / double(1 << 30)));
 }
 
 std::string exit_codes_footer(bool has_failed_check) {

@@ -1,12 +1,66 @@
 // Configuration fields as options: see cli_common.hpp.
 #include "manyadd/learn/cli_common.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "manyadd/core/cli.hpp"
+#include "manyadd/learn/task.hpp"
 #include "manyadd/learn/train.hpp"
 
 namespace manyadd::learn {
+
+double problems_bytes(std::int64_t count, std::int64_t n, std::int64_t m) {
+  // A Problem is a vector of strings: its own 24 bytes, the array of m strings (32 bytes each, ~16 of
+  // allocator overhead), and each operand's digits on the heap once beyond the 15 kept inline.
+  const double operand = 32.0 + (n > 15 ? double(n) + 17.0 : 0.0);
+  return double(count) * (24.0 + 16.0 + double(m) * operand);
+}
+
+void check_samples_fit(std::int64_t samples, std::int64_t n, std::int64_t m, const std::string& what) {
+  cli::check_fits_memory(problems_bytes(samples, n, m) + 2.0 * double(samples), what);  // + two flags per sample
+}
+
+std::pair<std::int64_t, std::int64_t> problem_bound(const Task& t, int i, int j) {
+  switch (t.kind()) {
+    case TaskKind::addition:
+    case TaskKind::addition_noscratch: return {i, j};  // j operands of at most i digits
+    case TaskKind::parity:
+    case TaskKind::parity_noscratch: return {i, 1};  // one bit string of i bits
+    case TaskKind::addition_2op:
+    case TaskKind::multiplication:
+    case TaskKind::multiplication_noscratch: return {std::max(i, j), 2};  // two numbers of i and j digits
+  }
+  return {i, j};
+}
+
+void check_samples_fit(std::int64_t samples, const Task& t, int i, int j, const std::string& what) {
+  const auto [n, m] = problem_bound(t, i, j);
+  check_samples_fit(samples, n, m, what);
+}
+
+void check_run_fits(const ModelConfig& mc, const TrainConfig& tc) {
+  const Layout lay = Layout::make(mc);
+  const double params = double(lay.total) * 4.0 * (3.0 + double(tc.threads));  // weights, m, v, gradients
+  const Task& task = task_named(tc.task);
+  const double T = double(task.extent(tc.train_n, tc.train_m).T);  // the longest training sequence
+  const double C = mc.d_model, F = mc.d_ff, D = double(mc.n_heads) * mc.d_head;
+  // Per row and layer the activations of layers.hpp (norms, q/k/v, attention row, projections, FFN)
+  // and as many again for their gradients; per row the readout.
+  const double per_row = 2.0 * (double(mc.n_layers) * (12.0 * C + 3.0 * F + 4.0 * D + double(mc.n_heads) * T) +
+                                3.0 * double(mc.vocab) + 2.0 * C);
+  const double acts = double(tc.batch) * T * per_row * 4.0;
+  const auto [n, m] = problem_bound(task, tc.train_n, tc.train_m);
+  const double data = problems_bytes(tc.train_size, n, m);
+  const double eval = problems_bytes(tc.eval_samples, n, m) + 2.0 * double(tc.eval_samples);
+  const std::string set = task.kind() == TaskKind::addition ? fmt::format("SA({}, {})", tc.train_n, tc.train_m)
+                                                            : fmt::format("{} (train_n {}, train_m {})", task.name(),
+                                                                          tc.train_n, tc.train_m);
+  cli::check_fits_memory(params + acts + data + eval,
+                         fmt::format("the run (train_size {} of {}, {} parameters, batch {}, eval_samples {})",
+                                     tc.train_size, set, lay.total, tc.batch, tc.eval_samples));
+}
 
 const std::vector<FieldDoc>& config_fields() {
   static const std::vector<FieldDoc> f = {

@@ -19,6 +19,7 @@
 
 #include "manyadd/learn/attention.hpp"
 #include "manyadd/core/cli.hpp"
+#include "manyadd/learn/cli_common.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
 #include "manyadd/learn/io.hpp"
@@ -344,6 +345,8 @@ int main(int argc, char** argv) {
                                    "{} (use dump_attention for the attention maps of other tasks)", what));
     };
     if (!a.task.empty() && parse_task(a.task) != TaskKind::addition) addition_only(fmt::format("--task {}", a.task));
+    check_samples_fit(a.samples, std::max(a.n, a.grid ? a.n_max : 1), std::max(a.m, a.grid ? a.m_max : 2),
+                      fmt::format("--samples {}", a.samples));
     LoadedModel lm;
     const bool self = self_mode(a);
     if (!self) {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "manyadd/core/cli.hpp"
+#include "manyadd/learn/cli_common.hpp"
 #include "manyadd/learn/cuda_device.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
@@ -108,6 +109,11 @@ int main(int argc, char** argv) {
       throw InputError(fmt::format("need {} <= --n-min <= --n-max <= {}", a0.min_value, a0.max_value));
     if (m_min < a1.min_value || m_max < m_min || m_max > a1.max_value)
       throw InputError(fmt::format("need {} <= --m-min <= --m-max <= {}", a1.min_value, a1.max_value));
+    if (problem.empty())  // a cell's samples are held at once
+      check_samples_fit(samples, tk, n_max, m_max,
+                        fmt::format("--samples {} per cell up to {}", samples,
+                                    tk.kind() == TaskKind::addition ? fmt::format("TA({}, {})", n_max, m_max)
+                                                                    : fmt::format("{} cell ({}, {})", tk.name(), n_max, m_max)));
     const ModelView<float> view{lm.cfg, lm.lay, lm.params.data(), prec};
     std::unique_ptr<TrainDevice> dev;
     if (device == "cuda") {

@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
     // accepts it.
     if (!cfg["model"].contains("vocab")) cfg["model"]["vocab"] = task_named(tc.task).vocab();
     from_json(cfg["model"], mc);
+    check_run_fits(mc, tc);  // before the data set, the weights or any step
     std::shared_ptr<TrainDevice> dev;
     if (device == "cuda") dev = make_cuda_device(mc, tc.precision_value());  // InputError -> exit 2
     const auto report = run_training(mc, tc, out, resume, stop_after, [](const std::string& s) {
