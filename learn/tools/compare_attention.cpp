@@ -341,7 +341,7 @@ int main(int argc, char** argv) {
     }
     check_nm(a.n, a.m, "--n/--m");
     auto addition_only = [](const std::string& what) {
-      throw InputError(fmt::format("compare_attention compares with the constructed model of Theorem 4.1, which adds: "
+      throw InputError(fmt::format("this tool compares with the constructed model of Theorem 4.1, which adds: "
                                    "{} (use dump_attention for the attention maps of other tasks)", what));
     };
     if (!a.task.empty() && parse_task(a.task) != TaskKind::addition) addition_only(fmt::format("--task {}", a.task));

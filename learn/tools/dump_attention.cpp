@@ -75,8 +75,9 @@ int main(int argc, char** argv) {
       if (!tk->two_axes()) m = 1;
       const GridAxis a1 = tk->two_axes() ? tk->axis(1) : GridAxis{"m", "", 1, 1, 1, 1, 1};
       if (n < a0.min_value || n > a0.max_value || m < a1.min_value || m > a1.max_value)
-        throw InputError(fmt::format("need {} <= --n <= {} and {} <= --m <= {}", a0.min_value, a0.max_value,
-                                     a1.min_value, a1.max_value));
+        throw InputError(tk->two_axes() ? fmt::format("need {} <= --n <= {} and {} <= --m <= {}", a0.min_value,
+                                                      a0.max_value, a1.min_value, a1.max_value)
+                                        : fmt::format("need {} <= --n <= {}", a0.min_value, a0.max_value));
       const Task::Extent ext = tk->extent(n, m);
       if (ext.T > 20000)
         throw InputError(fmt::format("cell ({}, {}) of {} has up to {} tokens: above the 20,000 a dense (T, T) map "
