@@ -312,9 +312,38 @@ class AdditionNoScratch final : public AdditionBase {
   }
 };
 
+// Tasks on two numbers of i and j digits (addition-2op, multiplication). Training: the lengths uniform
+// in [1, n] x [1, m], each number uniform among those of its length (1 digit: 0..9; k digits: no
+// leading zero): the paper's SM(n, m), and McLeish et al. A.6 ("sample equally ... from all i x i
+// possible operand lengths"). Test cell (i, j): numbers of exactly i and j digits (TM(i, j)).
+class TwoNumbers : public Task {
+ public:
+  std::vector<Problem> sample_train(Rng& rng, const TrainConfig& tc) const override {
+    std::vector<Problem> out(std::size_t(tc.train_size));
+    for (auto& p : out) {
+      const int la = int(rng.uniform(1, std::uint64_t(tc.train_n))), lb = int(rng.uniform(1, std::uint64_t(tc.train_m)));
+      p.operands = {random_operand(rng, la), random_operand(rng, lb)};
+    }
+    return out;
+  }
+  Problem sample_cell(Rng& rng, int i, int j) const override {
+    Problem p;
+    p.operands = {random_operand(rng, i), random_operand(rng, j)};
+    return p;
+  }
+  Problem largest(int i, int j) const override {
+    Problem p;
+    p.operands = {nines(i), nines(j)};
+    return p;
+  }
+  bool in_training_region(const TrainConfig& tc, int i, int j) const override {
+    return i >= 1 && i <= tc.train_n && j >= 1 && j <= tc.train_m;
+  }
+};
+
 // McLeish et al.'s two-operand format: operands and answer reversed, no padding; Abacus IDs: the
 // t-th digit of each number (significance t) -> s + t - 1, every other token 0.
-class Addition2op final : public Task {
+class Addition2op final : public TwoNumbers {
  public:
   static constexpr std::size_t kMaxDigits = 100'000;
   TaskKind kind() const override { return TaskKind::addition_2op; }
@@ -379,26 +408,6 @@ class Addition2op final : public Task {
     if (tc.train_m < 1 || tc.train_m > 1000)
       throw InputError(fmt::format("train.train_m must be in [1, 1000] (got {})", tc.train_m));
   }
-  // Operand lengths uniform in [1, n] x [1, m], each operand uniform among those lengths' numbers
-  // (McLeish et al. A.6: "sample equally ... from all i x i possible operand lengths").
-  std::vector<Problem> sample_train(Rng& rng, const TrainConfig& tc) const override {
-    std::vector<Problem> out(std::size_t(tc.train_size));
-    for (auto& p : out) {
-      const int la = int(rng.uniform(1, std::uint64_t(tc.train_n))), lb = int(rng.uniform(1, std::uint64_t(tc.train_m)));
-      p.operands = {random_operand(rng, la), random_operand(rng, lb)};
-    }
-    return out;
-  }
-  Problem sample_cell(Rng& rng, int i, int j) const override {
-    Problem p;
-    p.operands = {random_operand(rng, i), random_operand(rng, j)};
-    return p;
-  }
-  Problem largest(int i, int j) const override {
-    Problem p;
-    p.operands = {nines(i), nines(j)};
-    return p;
-  }
   Extent extent(int i, int j) const override {
     const std::int64_t s = std::max(i, j) + 1;  // 9..9 + 9..9 carries into one more digit
     return {3 + std::int64_t(i) + j + s, {s - 1, 0, 0}};
@@ -406,9 +415,6 @@ class Addition2op final : public Task {
   GridAxis axis(int a) const override {
     return a == 0 ? GridAxis{"n", "DIGITS OF THE FIRST OPERAND", 1, 100, 1, 1, 100000}
                   : GridAxis{"m", "DIGITS OF THE SECOND OPERAND", 1, 100, 1, 1, 100000};
-  }
-  bool in_training_region(const TrainConfig& tc, int i, int j) const override {
-    return i >= 1 && i <= tc.train_n && j >= 1 && j <= tc.train_m;
   }
 };
 
@@ -564,7 +570,7 @@ class ParityNoScratch final : public ParityBase {
 
 // ---- multiplication -------------------------------------------------------------------------------
 
-class MultiplicationBase : public Task {
+class MultiplicationBase : public TwoNumbers {
  public:
   static constexpr std::size_t kMaxDigits = 1000;
   int vocab() const override { return kVocabTasks; }
@@ -592,33 +598,9 @@ class MultiplicationBase : public Task {
       throw InputError(fmt::format("train.train_n and train.train_m must be in [1, {}] (got {}, {})", kMaxDigits,
                                    tc.train_n, tc.train_m));
   }
-  // SM(n, m): the first factor's length uniform in [1, n], the second's in [1, m], each factor uniform
-  // among the numbers of its length (1 digit: 0..9; k digits: no leading zero).
-  std::vector<Problem> sample_train(Rng& rng, const TrainConfig& tc) const override {
-    std::vector<Problem> out(std::size_t(tc.train_size));
-    for (auto& p : out) {
-      const int la = int(rng.uniform(1, std::uint64_t(tc.train_n))), lb = int(rng.uniform(1, std::uint64_t(tc.train_m)));
-      p.operands = {random_operand(rng, la), random_operand(rng, lb)};
-    }
-    return out;
-  }
-  // TM(i, j): factors of exactly i and j digits.
-  Problem sample_cell(Rng& rng, int i, int j) const override {
-    Problem p;
-    p.operands = {random_operand(rng, i), random_operand(rng, j)};
-    return p;
-  }
-  Problem largest(int i, int j) const override {
-    Problem p;
-    p.operands = {nines(i), nines(j)};
-    return p;
-  }
   GridAxis axis(int a) const override {
     return a == 0 ? GridAxis{"n", "DIGITS OF THE FIRST FACTOR", 1, 30, 1, 1, int(kMaxDigits)}
                   : GridAxis{"m", "DIGITS OF THE SECOND FACTOR", 1, 30, 1, 1, int(kMaxDigits)};
-  }
-  bool in_training_region(const TrainConfig& tc, int i, int j) const override {
-    return i >= 1 && i <= tc.train_n && j >= 1 && j <= tc.train_m;
   }
   // The query A*B= with its IDs (A's k-th least significant digit: level 1 rel k; B's: level 2 rel
   // k - 1 in the scratchpad task, level 1 rel k without).

@@ -188,6 +188,24 @@ ojson width_case(const nlohmann::json& c) {
   return {{"width", rule}, {"n", n}, {"m", m}, {"l", width(parse_padding(rule), n, m)}};
 }
 
+// One case's tokens and IDs as a table (index, token, one row per level), and its JSON if asked.
+void print_ids(const ojson& r, const std::string& json_path) {
+  const std::string toks = r["tokens"].get<std::string>();
+  std::string line = "index ", tline = "token ";
+  for (std::size_t k = 0; k < toks.size(); ++k) {
+    line += fmt::format(" {:>3}", k);
+    tline += fmt::format(" {:>3}", toks[k]);
+  }
+  std::printf("%s\n%s\n", line.c_str(), tline.c_str());
+  int lv = 1;
+  for (const auto& ids : r["pos"]) {
+    std::string pl = fmt::format("pos{}  ", lv++);
+    for (const auto& v : ids) pl += fmt::format(" {:>3}", v.get<int>());
+    std::printf("%s\n", pl.c_str());
+  }
+  if (!json_path.empty()) atomic_write(json_path, r.dump(1) + "\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -238,20 +256,7 @@ int main(int argc, char** argv) {
                   r["tokens"].get<std::string>().c_str(), r["T"].get<int>(), r["eq_index"].get<int>(),
                   r["answer"].get<std::string>().c_str(), r["answer_span"][0].get<int>(),
                   r["answer_span"][1].get<int>() - 1, r["pos_mode"].get<std::string>().c_str());
-      const std::string toks = r["tokens"].get<std::string>();
-      std::string line = "index ", tline = "token ";
-      for (std::size_t k = 0; k < toks.size(); ++k) {
-        line += fmt::format(" {:>3}", k);
-        tline += fmt::format(" {:>3}", toks[k]);
-      }
-      std::printf("%s\n%s\n", line.c_str(), tline.c_str());
-      int lv = 1;
-      for (const auto& ids : r["pos"]) {
-        std::string pl = fmt::format("pos{}  ", lv++);
-        for (const auto& v : ids) pl += fmt::format(" {:>3}", v.get<int>());
-        std::printf("%s\n", pl.c_str());
-      }
-      if (!json_path.empty()) atomic_write(json_path, r.dump(1) + "\n");
+      print_ids(r, json_path);
       return 0;
     }
     nlohmann::json c = {{"problem", problem}, {"padding", padding}, {"pos_mode", mode}, {"s1", s1}, {"s2", s2}};
@@ -262,20 +267,7 @@ int main(int argc, char** argv) {
                 r["tokens"].get<std::string>().c_str(), r["n"].get<int>(), r["m"].get<int>(), r["l"].get<int>(),
                 r["N"].get<int>(), padding.c_str(), mode.c_str(), static_cast<long long>(s1),
                 static_cast<long long>(s2));
-    const std::string toks = r["tokens"].get<std::string>();
-    std::string line = "index ", tline = "token ";
-    for (std::size_t k = 0; k < toks.size(); ++k) {
-      line += fmt::format(" {:>3}", k);
-      tline += fmt::format(" {:>3}", toks[k]);
-    }
-    std::printf("%s\n%s\n", line.c_str(), tline.c_str());
-    int lv = 1;
-    for (const auto& ids : r["pos"]) {
-      std::string pl = fmt::format("pos{}  ", lv++);
-      for (const auto& v : ids) pl += fmt::format(" {:>3}", v.get<int>());
-      std::printf("%s\n", pl.c_str());
-    }
-    if (!json_path.empty()) atomic_write(json_path, r.dump(1) + "\n");
+    print_ids(r, json_path);
     return 0;
   });
 }
