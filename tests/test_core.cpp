@@ -23,6 +23,7 @@
 #include "manyadd/core/files.hpp"
 #include "manyadd/core/parallel.hpp"
 #include "manyadd/core/progress.hpp"
+#include "manyadd/core/report.hpp"
 #include "manyadd/core/safetensors.hpp"
 #include "test_util.hpp"
 
@@ -273,6 +274,34 @@ TEST(Cli, OptionsReportUsageErrorsWithExitCode2) {
   EXPECT_EQ(run({"--json", "/dev/null"}).first, 2);
   EXPECT_EQ(run({"--json", ""}).first, 2);
   EXPECT_EQ(run({"--help"}).first, 0);
+}
+
+TEST(Report, ProvenanceVerdictAndArgvLeadEveryReport) {
+  CLI::App app{"t"};
+  std::int64_t n = 3;
+  cli::add_int(app, "--n", n, "count", 1, 10);
+  std::vector<const char*> argv = {"/some/dir/mytool", "--n", "7"};
+  std::ostringstream o, e;
+  ASSERT_EQ(cli::parse(app, int(argv.size()), argv.data(), o, e), -1);
+  const std::string dir = manyadd::testing::temp_dir("report");
+  report::write_json_report(dir + "/r.json", "mytool", "fail", {{"accuracy", 0.5}, {"a", 1}});
+  const std::string text = read_file(dir + "/r.json");
+  const auto j = nlohmann::json::parse(text);
+  EXPECT_EQ(j["manyadd"]["tool"], "mytool");
+  EXPECT_EQ(j["manyadd"]["argv"], nlohmann::json({"mytool", "--n", "7"}));  // argv[0] without its directory
+  EXPECT_EQ(j["manyadd"]["version"], report::version());
+  EXPECT_FALSE(std::string(report::commit()).empty());
+  EXPECT_EQ(j["verdict"], "fail");
+  EXPECT_EQ(j["accuracy"], 0.5);
+  EXPECT_LT(text.find("\"manyadd\""), text.find("\"accuracy\""));  // provenance first in the file
+  EXPECT_THROW(report::write_json_report(dir + "/r.json", "mytool", "maybe", nlohmann::json::object()), InvariantError);
+  // --version answers with the version and the commit, exit 0.
+  CLI::App app2{"t2"};
+  std::vector<const char*> v2 = {"t2", "--version"};
+  std::ostringstream o2, e2;
+  EXPECT_EQ(cli::parse(app2, 2, v2.data(), o2, e2), 0);
+  EXPECT_EQ(o2.str(), fmt::format("t2 {} (commit {})\n", report::version(), report::commit()));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ErrorPolicy, ExitCodes) {

@@ -13,6 +13,7 @@
 
 #include "manyadd/core/error.hpp"
 #include "manyadd/core/files.hpp"
+#include "manyadd/core/report.hpp"
 
 namespace manyadd::cli {
 
@@ -178,8 +179,16 @@ std::string exit_codes_footer(bool has_failed_check) {
 }
 
 int parse(CLI::App& app, int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  report::set_command_line(argc, argv);
+  if (!app.get_option_no_throw("--version"))
+    app.set_version_flag("--version", fmt::format("{} {} (commit {})",  // the name is set from argv[0] by parse
+                                                  app.get_name().empty() && argc > 0 ? report::command_line()[0] : app.get_name(),
+                                                  report::version(), report::commit()));
   try {
     app.parse(argc, argv);
+  } catch (const CLI::CallForVersion& e) {
+    out << e.what() << "\n";
+    return 0;
   } catch (const CLI::CallForHelp&) {
     out << app.help();
     return 0;

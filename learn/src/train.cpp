@@ -210,6 +210,12 @@ std::vector<Example> Trainer::batch_examples(std::int64_t t) {
 }
 
 StepStats Trainer::step() {
+  MANYADD_INVARIANT(launched_.empty(), "Trainer::step with deferred steps not finished (finish_steps first)");
+  step_async();
+  return finish_steps().back();
+}
+
+StepStats Trainer::step_async() {
   const std::int64_t t = step_ + 1;
   const PackedBatch pb = pack_batch(batch_examples(t), mc_);
   StepStats st;
@@ -217,12 +223,24 @@ StepStats Trainer::step() {
   st.targets = pb.counted_targets;
   const float scale = 1.f / float(st.targets);  // loss = mean over the batch's counted targets
   if (push_to_device_) dev_->set_state(params_, m_, v_), push_to_device_ = false;
-  const auto r = dev_->step(pb, scale, tc_, t);
+  dev_->step_async(pb, scale, tc_, t);
   pull_from_device_ = true;
-  st.grad_norm = r.grad_norm;
-  st.loss = r.loss_sum / double(st.targets);
   step_ = t;
+  st.loss = st.grad_norm = NAN;
+  launched_.push_back(st);
   return st;
+}
+
+std::vector<StepStats> Trainer::finish_steps() {
+  const auto rs = dev_->take_results();
+  MANYADD_INVARIANT(rs.size() == launched_.size(), "Trainer::finish_steps: the device lost a step's result");
+  std::vector<StepStats> out;
+  out.swap(launched_);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i].grad_norm = rs[i].grad_norm;
+    out[i].loss = rs[i].loss_sum / double(out[i].targets);
+  }
+  return out;
 }
 
 void Trainer::save(const std::string& dir, const std::map<std::string, std::string>& run_state) const {
@@ -454,32 +472,45 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
                   {"log_window_loss", double_bits(win_loss)},
                   {"train_config", nlohmann::json(tc).dump()}});
   };
+  // The steps run with deferred statistics (Trainer::step_async): their losses enter the log window
+  // here, in step order, before every log row, evaluation and checkpoint -- the same sums as step by step.
+  double last_gnorm = NAN;
+  auto settle = [&] {
+    for (const StepStats& st : tr.finish_steps()) {
+      win_loss += st.loss, win_n += 1;
+      last_loss = st.loss, last_gnorm = st.grad_norm;
+    }
+  };
   const std::int64_t end = stop_after > 0 ? std::min(tc.steps, stop_after) : tc.steps;
   while (tr.steps_done() < end) {
-    const StepStats st = tr.step();
+    const StepStats st = tr.step_async();
     const std::int64_t s = tr.steps_done();
-    win_loss += st.loss, win_n += 1, win_tokens += st.tokens, total_tokens += st.tokens;
-    last_loss = st.loss;
-    if (s % tc.log_every == 0 || s == tc.steps) {  // the rows of the run, wherever a piece of it stops
+    win_tokens += st.tokens, total_tokens += st.tokens;
+    const bool log_now = s % tc.log_every == 0 || s == tc.steps;
+    const bool eval_now = tc.eval_every > 0 && s % tc.eval_every == 0 && s != tc.steps;
+    const bool save_now = tc.checkpoint_every > 0 && s % tc.checkpoint_every == 0;
+    if (log_now || eval_now || save_now || s == end) settle();
+    if (log_now) {  // the rows of the run, wherever a piece of it stops
       const auto now = clock::now();
       const double dt = std::chrono::duration<double>(now - last).count();
       const double el = elapsed();
       const double tps = dt > 0 ? double(win_tokens) / dt : 0;
       const double eta = el / double(s - start) * double(tc.steps - s);
       log(fmt::format("step {}/{} loss {:.4f} lr {:.2e} gnorm {:.2f} | {:.0f} tok/s | elapsed {} ETA {}", s, tc.steps,
-                      win_loss / double(win_n), lr_at(tc, s), st.grad_norm, tps, human_seconds(el), human_seconds(eta)));
+                      win_loss / double(win_n), lr_at(tc, s), last_gnorm, tps, human_seconds(el), human_seconds(eta)));
       csv << fmt::format("{},{:.6f},{:.6e},{:.4f},{:.0f},{:.1f}\n", s, win_loss / double(win_n), lr_at(tc, s),
-                         st.grad_norm, tps, el)
+                         last_gnorm, tps, el)
           << std::flush;
       last = now, win_loss = 0, win_n = 0, win_tokens = 0;
     }
-    if (tc.eval_every > 0 && s % tc.eval_every == 0 && s != tc.steps) do_eval();
-    if (tc.checkpoint_every > 0 && s % tc.checkpoint_every == 0) save();
+    if (eval_now) do_eval();
+    if (save_now) save();
     if (max_seconds > 0 && std::chrono::duration<double>(clock::now() - t0).count() >= max_seconds) {
       log(fmt::format("stopping at step {}: --max-seconds {} reached (resume with --resume)", s, max_seconds));
       break;
     }
   }
+  settle();
   save();
   nlohmann::json out;
   const double secs = std::chrono::duration<double>(clock::now() - t0).count();

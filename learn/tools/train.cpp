@@ -43,8 +43,8 @@ int main(int argc, char** argv) {
                 "also stop (with a checkpoint) after the first step ending past this wall time; 0 = no limit", 0);
   cli::add_json(app, json_path, "write a JSON report (steps, loss, tokens/s, accuracy) to this file");
   cli::add_device(app, device,
-                  "cpu: deterministic for (seed, threads) | cuda: the same batches on a GPU (fp32, this project's "
-                  "architecture options only for now); exit 2 without a device. Not part of the config: a run may "
+                  "cpu: deterministic for (seed, threads) | cuda: the same batches on a GPU, in the run's precision, "
+                  "every model option (d_head <= 512); exit 2 without a device. Not part of the config: a run may "
                   "be resumed on the other device");
   const ConfigOptions flags(app);
   app.footer(cli::exit_codes_footer(false));

@@ -57,8 +57,9 @@ void check_fits_memory(double bytes, const std::string& what);
 // The footer every --help ends with.
 std::string exit_codes_footer(bool has_failed_check);
 
-// Parses argv. Returns -1 to go on; 0 after --help (printed to out); 2 on a usage error (message on
-// err, prefixed with the tool's name).
+// Parses argv. Returns -1 to go on; 0 after --help or --version (printed to out: the project version and
+// the commit of the build, report.hpp); 2 on a usage error (message on err, prefixed with the tool's
+// name). Records argv for the --json reports (report::command_line).
 int parse(CLI::App& app, int argc, const char* const* argv, std::ostream& out, std::ostream& err);
 
 }  // namespace manyadd::cli

@@ -64,6 +64,12 @@ class Trainer {
   Trainer(const ModelConfig& mc, const TrainConfig& tc);
   // One optimizer step (the next one); returns its statistics.
   StepStats step();
+  // The next step with deferred statistics (TrainDevice::step_async): returns its tokens and targets at
+  // once; finish_steps returns the full StepStats (loss, grad_norm too) of every step launched so since
+  // the last call, in step order, equal to what step() returns. run_training reads them once per log
+  // line, evaluation or checkpoint, so a GPU runs the steps between without waiting for the host.
+  StepStats step_async();
+  std::vector<StepStats> finish_steps();
   std::int64_t steps_done() const { return step_; }
   const std::vector<float>& params() const {
     pull_from_device();
@@ -123,6 +129,7 @@ class Trainer {
   void pull_from_device() const;
   std::vector<Problem> data_;
   std::int64_t step_ = 0;
+  std::vector<StepStats> launched_;  // step_async's steps whose loss and grad_norm are not read yet
   std::map<std::string, std::string> run_state_;  // of the last checkpoint loaded
   std::int64_t perm_epoch_ = -1;
   std::vector<std::int64_t> perm_;
