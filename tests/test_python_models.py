@@ -153,6 +153,19 @@ class LearnedLogits(TempDir):
             s1 = 2 if mode != "none" else 1
             self.compare(run, "5+38", s1, 2 if mode == "coupled" else 1, greedy=False)
 
+    def test_fresh_models_other_tasks(self):
+        # the other tasks' models (format.py's task writers, coupled3's third table, the '*' token), trained
+        # 20 steps as above; evaluate --problem feeds the C++ model what the twin builds
+        for task, mode, problem, s in (("parity", "digits", "0101101", 3), ("multiplication", "coupled3", "37*92", 2),
+                                       ("multiplication-noscratch", "digits", "37*92", 2)):
+            run = os.path.join(self.dir, task)
+            tool("TRAIN", "--out", run, "--task", task, "--pos-mode", mode, "--train-n", 3, "--train-m", 2,
+                 "--train-size", 200, "--max-pos1", 12, "--max-pos2", 6, "--max-pos3", 8, "--n-layers", 2,
+                 "--d-model", 16, "--d-head", 4, "--d-ff", 16, "--batch", 8, "--steps", 20, "--lr", 0.01,
+                 "--eval-every", 0, "--eval-samples", 2)
+            self.compare(run, problem, greedy=False)
+            self.compare(run, problem, s, s if mode == "coupled3" else 1, greedy=False)
+
 
     def test_paper_options(self):
         # The authors' architecture (unscaled attention, T5 init, readout tied to the token table with

@@ -10,8 +10,8 @@ usage: run_config.py --config learn/configs/paper/fig12-d64.json --runs 0:0,0:1,
 
 Each run lives in ROOT/<config name>/s<seed>_d<data seed>/ and holds what `train` writes (config.json,
 model.safetensors, checkpoint.safetensors, log.csv, eval.csv), train.log and evaluate.log (the tools'
-stderr), grid_rows/ (one evaluate call per operand length n), grid.csv and grid.png (the whole grid,
-once every row is done) and run.json: the commands, their wall times and exit codes, the device, the
+stderr), grid_rows/ (one evaluate call per row n, with its PNG), grid.csv (the whole grid, once every
+row is done; its columns are evaluate's for the configuration's task) and, for addition, grid.png and run.json: the commands, their wall times and exit codes, the device, the
 GPU name (nvidia-smi, "none" without one) and the commit.
 
 Pieces: every `train` call gets --max-seconds min(--piece-seconds, time left), so no call outlives a
@@ -90,6 +90,16 @@ class Driver:
             if not os.access(exe, os.X_OK):
                 raise ValueError("no executable %s (build it, or pass --bin)" % exe)
         self.name = os.path.splitext(os.path.basename(args.config))[0]
+        # The task decides the grid (learn/README.md, Tasks): rows n (parity: query lengths 5, 10, ..
+        # up to --n-max, the paper's Figure 3 axis), columns m (addition: operand counts 2..--m-max;
+        # multiplication, addition-2op: second operand lengths 1..--m-max; parity: none).
+        self.task = (read_json(args.config).get("train") or {}).get("task", "addition")
+        one_axis = self.task.startswith("parity")
+        self.rows = list(range(5, args.n_max + 1, 5) if one_axis else range(1, args.n_max + 1))
+        if not self.rows:
+            raise ValueError("task %s: --n-max %d holds no row (query lengths 5, 10, ..)" % (self.task, args.n_max))
+        m_min = 2 if self.task in ("addition", "addition-noscratch") else 1
+        self.m_args = [] if one_axis else ["--m-min", str(m_min), "--m-max", str(args.m_max)]
         self.root = os.path.join(args.out, self.name)
         self.t0 = time.monotonic()
         self.deadline = self.t0 + args.budget_seconds if args.budget_seconds > 0 else None
@@ -167,7 +177,7 @@ class Driver:
         rows = os.path.join(d, "grid_rows")
         os.makedirs(rows, exist_ok=True)
         while ok and run["finished"]:
-            todo = [n for n in range(1, a.n_max + 1) if not os.path.exists(os.path.join(rows, "n%d.csv" % n))]
+            todo = [n for n in self.rows if not os.path.exists(os.path.join(rows, "n%d.csv" % n))]
             if not todo:
                 break
             left = self.left()
@@ -175,8 +185,8 @@ class Driver:
                 break
             n = todo[0]
             part = os.path.join(rows, "n%d.part.csv" % n)
-            cmd = [self.evaluate, "--model", d, "--n-min", str(n), "--n-max", str(n), "--m-min", "2", "--m-max",
-                   str(a.m_max), "--samples", str(a.samples), "--device", a.eval_device or a.device, "--csv", part,
+            cmd = [self.evaluate, "--model", d, "--n-min", str(n), "--n-max", str(n)] + self.m_args + [
+                   "--samples", str(a.samples), "--device", a.eval_device or a.device, "--csv", part,
                    "--png", os.path.join(rows, "n%d.png" % n), "--json", os.path.join(rows, "n%d.json" % n)]
             rc = self.call(run, "evaluate", cmd, os.path.join(d, "evaluate.log"))
             save()
@@ -184,15 +194,16 @@ class Driver:
                 ok = False
                 break
             os.replace(part, os.path.join(rows, "n%d.csv" % n))
-        done = all(os.path.exists(os.path.join(rows, "n%d.csv" % n)) for n in range(1, a.n_max + 1))
+        done = all(os.path.exists(os.path.join(rows, "n%d.csv" % n)) for n in self.rows)
         if ok and run["finished"] and done:
-            lines = ["n,m,samples,exact,accuracy"]
-            for n in range(1, a.n_max + 1):
+            lines = []
+            for n in self.rows:  # every row's header is the task's (evaluate's CSV columns)
                 with open(os.path.join(rows, "n%d.csv" % n)) as f:
-                    lines += [l.strip() for l in f.read().splitlines()[1:] if l.strip()]
+                    part = [l.strip() for l in f.read().splitlines() if l.strip()]
+                lines += part if not lines else part[1:]
             with open(os.path.join(d, "grid.csv"), "w") as f:
                 f.write("\n".join(lines) + "\n")
-            if os.access(self.grid_png, os.X_OK):
+            if os.access(self.grid_png, os.X_OK) and self.task == "addition":  # grid_png draws TA grids
                 tc = read_json(os.path.join(d, "config.json"))["train"]
                 self.call(run, "grid_png", [self.grid_png, "--csv", os.path.join(d, "grid.csv"), "--png",
                                             os.path.join(d, "grid.png"), "--train-n", str(tc["train_n"]),
@@ -232,8 +243,10 @@ def main():
     p.add_argument("--reserve-seconds", type=float, default=30,
                    help="kept free at the end of the budget for checkpoints and start-up (default 30)")
     p.add_argument("--min-piece-seconds", type=float, default=20, help="no piece shorter than this (default 20)")
-    p.add_argument("--n-max", type=int, default=30, help="grid: operand lengths 1..N (default 30)")
-    p.add_argument("--m-max", type=int, default=30, help="grid: operand counts 2..M (default 30)")
+    p.add_argument("--n-max", type=int, default=30,
+                   help="grid: operand lengths 1..N; parity: query lengths 5, 10, .., N (default 30; Figure 3: 100)")
+    p.add_argument("--m-max", type=int, default=30,
+                   help="grid: operand counts 2..M; multiplication: second factor lengths 1..M (default 30)")
     p.add_argument("--samples", type=int, default=1000, help="samples per cell (default 1000)")
     p.add_argument("--train-arg", action="append", default=[],
                    help="an extra train flag, repeated on every call (e.g. --train-arg=--steps=100)")

@@ -5,7 +5,9 @@ paper's figure; standard library only.
 usage: summarize.py ROOT/<config name> [--bin build/learn] [--threshold 0.9]
 
 Reads every run directory (s<seed>_d<data seed>/) whose run.json says it was evaluated, takes its
-grid.csv, and writes into the configuration's directory:
+grid.csv, and writes into the configuration's directory (a task other than addition, config.json's
+train.task: median_grid.csv with the median of both of its metrics, the whole response and the answer
+tokens, summary.json and summary.txt with its own comparison, see task_metrics(); no PNG):
   median_grid.csv   n,m,runs,accuracy: the median over the runs per cell (the paper's heatmaps are
                     medians over seeds x data seeds; with an even count, the mean of the middle two)
   median_grid.png   that grid drawn by grid_png (the project's heatmap, as evaluate draws it), or by
@@ -32,19 +34,31 @@ PAPER = {
     "fig12-d128": "Figure 12 (median of 8): between d64 and d256; no numbers in the text, compare the heatmaps",
     "fig12-d256": "Figure 12 (median of 8): no numbers in the text, compare the heatmaps",
     "fig12-d512": "Figure 12 (median of 8): the strongest width; no numbers in the text, compare the heatmaps",
+    "fig3-parity": "Figure 3 (answer token, teacher-forced): near-perfect up to 100 bits, trained on 1-20 (Sec. 3.2)",
+    "fig3-parity-noscratch": "not in Figure 3 (its no-scratchpad curves are NoPE, RoPE, FIRE: fail beyond ~35 bits)",
+    "fig9-multiplication": "Figure 9 (median of 4): >= 78.55% on every cell up to 20 x 15 digits, trained on 10 x 10 "
+                           "(Sec. 5.3)",
+    "fig9-multiplication-noscratch": "Figure 9, coupling without scratchpad: fails even in distribution (Sec. 5.3)",
 }
+# Columns of every grid.csv row besides n, m: the whole response's exact match, and (every task but
+# addition) the final answer's tokens alone (parity's Figure 3 metric).
+METRICS = ("accuracy", "answer_accuracy")
 
 
-def read_grid(path):
-    """{(n, m): accuracy or None} from a grid CSV with columns n, m, accuracy."""
+def read_grid(path, column="accuracy"):
+    """{(n, m): value or None} of one column of a grid CSV with columns n, [m,] column (no m column: a
+    one-axis task's grid, m = 1); None when the file has no such column."""
     with open(path) as f:
         lines = [l.strip() for l in f.read().splitlines() if l.strip()]
     head = lines[0].split(",")
-    i_n, i_m, i_a = head.index("n"), head.index("m"), head.index("accuracy")
+    if column not in head:
+        return None
+    i_n, i_a = head.index("n"), head.index(column)
+    i_m = head.index("m") if "m" in head else None
     grid = {}
     for l in lines[1:]:
         f = l.split(",")
-        grid[(int(f[i_n]), int(f[i_m]))] = None if f[i_a] == "NA" else float(f[i_a])
+        grid[(int(f[i_n]), 1 if i_m is None else int(f[i_m]))] = None if f[i_a] == "NA" else float(f[i_a])
     return grid
 
 
@@ -75,6 +89,44 @@ def metrics(grid, thr):
         most = m
     return {"cells_at_threshold": sum(a >= thr for a in vals), "cells": len(vals), "worst_cell": min(vals),
             "longest_operand_at_m2": longest, "most_operands_at_n1": most}
+
+
+def task_metrics(grid, task, thr):
+    """The other tasks' comparison with their figure: parity, the longest query length n such that every
+    evaluated length up to it is >= thr; multiplication, the worst cell with n <= 20, m <= 15 (Figure 9's
+    claim); and, for both, cells >= thr and the worst cell."""
+    vals = [a for a in grid.values() if a is not None]
+    out = {"cells_at_threshold": sum(a >= thr for a in vals), "cells": len(vals), "worst_cell": min(vals)}
+    if task.startswith("parity"):
+        longest = 0
+        for n, _ in sorted(grid):
+            if grid[(n, 1)] is None or grid[(n, 1)] < thr:
+                break
+            longest = n
+        out["longest_query_at_threshold"] = longest
+    elif task.startswith("multiplication"):
+        inner = [a for (n, m), a in grid.items() if n <= 20 and m <= 15]
+        out["worst_cell_up_to_20x15"] = None if not inner or None in inner else min(inner)
+    return out
+
+
+def task_line(name, runs, task, med, thr):
+    pct = int(round(100 * thr))
+    parts = []
+    for col, what in (("accuracy", "whole response"), ("answer_accuracy", "answer tokens")):
+        if med.get(col) is None:
+            continue
+        mm = task_metrics(med[col], task, thr)
+        words = "%s: %d/%d cells >= %d%%, worst %.1f%%" % (what, mm["cells_at_threshold"], mm["cells"], pct,
+                                                          100 * mm["worst_cell"])
+        if "longest_query_at_threshold" in mm:
+            words += ", every length up to %d bits >= %d%%" % (mm["longest_query_at_threshold"], pct)
+        if mm.get("worst_cell_up_to_20x15") is not None:
+            words += ", worst cell up to 20 x 15 digits %.1f%%" % (100 * mm["worst_cell_up_to_20x15"])
+        parts.append(words)
+    return "%s (%s), median of %d runs (%s): %s | paper: %s" % (
+        name, task, len(runs), " ".join(r for r, _, _ in runs), "; ".join(parts),
+        PAPER.get(name, "no figure of the paper for this configuration"))
 
 
 def main():
@@ -109,17 +161,45 @@ def main():
     for c in cells:
         vals = [g[c] for _, _, g in runs if g[c] is not None]
         med[c] = median(vals) if len(vals) == len(runs) else None
-    lines = ["n,m,runs,accuracy"] + ["%d,%d,%d,%s" % (n, m, len(runs), "NA" if med[(n, m)] is None else
-                                                     "%.4f" % med[(n, m)]) for n, m in cells]
-    csv = os.path.join(d, "median_grid.csv")
-    with open(csv, "w") as f:
-        f.write("\n".join(lines) + "\n")
     tc = None
     try:
         with open(os.path.join(d, runs[0][0], "config.json")) as f:
             tc = json.load(f)["train"]
     except (OSError, KeyError, ValueError):
         pass
+    task = (tc or {}).get("task", "addition")
+    csv = os.path.join(d, "median_grid.csv")
+    if task != "addition":  # the median of both metrics; the TA heatmap and metrics below are addition's
+        meds = {}
+        for col in METRICS:
+            gs = [read_grid(os.path.join(d, r, "grid.csv"), col) for r, _, _ in runs]
+            if any(g is None for g in gs):
+                continue
+            meds[col] = {c: (median([g[c] for g in gs]) if all(g[c] is not None for g in gs) else None) for c in cells}
+        cols = [c for c in METRICS if c in meds]
+        fmt_v = lambda v: "NA" if v is None else "%.4f" % v
+        rows = ["n,m,runs," + ",".join(cols)] + ["%d,%d,%d,%s" % (n, m, len(runs), ",".join(
+            fmt_v(meds[c][(n, m)]) for c in cols)) for n, m in cells]
+        with open(csv, "w") as f:
+            f.write("\n".join(rows) + "\n")
+        line = task_line(name, runs, task, meds, a.threshold)
+        with open(os.path.join(d, "summary.json"), "w") as f:
+            json.dump({"config": name, "task": task, "threshold": a.threshold,
+                       "median": {c: task_metrics(meds[c], task, a.threshold) for c in cols},
+                       "runs": {r: dict(seed=i["seed"], data_seed=i["data_seed"], gpu=i.get("gpu"),
+                                        **{c: task_metrics(read_grid(os.path.join(d, r, "grid.csv"), c), task,
+                                                           a.threshold) for c in cols}) for r, i, _ in runs},
+                       "png": "none (the runs' grid_rows/*.png are evaluate's)", "line": line}, f, indent=2)
+            f.write("\n")
+        with open(os.path.join(d, "summary.txt"), "w") as f:
+            f.write(line + "\n")
+        print(line)
+        print("median grid: %s" % csv)
+        return 0
+    lines = ["n,m,runs,accuracy"] + ["%d,%d,%d,%s" % (n, m, len(runs), "NA" if med[(n, m)] is None else
+                                                     "%.4f" % med[(n, m)]) for n, m in cells]
+    with open(csv, "w") as f:
+        f.write("\n".join(lines) + "\n")
     png = os.path.join(d, "median_grid.png")
     grid_png = os.path.join(a.bin, "grid_png")
     how = "none (neither grid_png nor matplotlib)"

@@ -88,6 +88,25 @@ grep -q "7/9 cells >= 90%, worst cell 80.0%, longest operand at m = 2: 2, most o
 grep -q "paper: Figure 10 (median of 6): >= 90.0% on all 870 cells" "$dir/syn.txt" || fail "paper line"
 grep -q "^3,2,3,0.8000$" "$syn/median_grid.csv" || fail "median of (3, 2)"
 grep -q "^1,3,3,0.9500$" "$syn/median_grid.csv" || fail "median of (1, 3)"
+# The other tasks: their grids (parity: query lengths 5, 10; multiplication: TM(1..2, 1..2)) with both
+# metrics, and the median with the task's comparison line.
+small="--train-arg=--n-layers=1 --train-arg=--d-model=16 --train-arg=--d-head=4 --train-arg=--d-ff=32 \
+--train-arg=--steps=2 --train-arg=--batch=4 --train-arg=--train-size=50 --train-arg=--train-n=2 --train-arg=--threads=1"
+for c in fig3-parity:10:2:2 fig9-multiplication:2:2:4; do
+  name="${c%%:*}"; rest="${c#*:}"; nmax="${rest%%:*}"; rest="${rest#*:}"; mmax="${rest%%:*}"; cells="${rest#*:}"
+  "$py" "$here/run_config.py" --config "$root/learn/configs/paper/$name.json" --runs 0:0 --out "$dir/tasks" --bin "$bin" \
+    --device cpu --n-max "$nmax" --m-max "$mmax" --samples 3 $small --train-arg=--train-m=2 > "$dir/$name.txt" \
+    || fail "run_config.py $name: $(cat "$dir/$name.txt")"
+  g="$dir/tasks/$name/s0_d0/grid.csv"
+  [ "$(grep -c '^[0-9]' "$g")" -eq "$cells" ] || fail "$name: grid.csv has not $cells cells: $(cat "$g")"
+  grep -q "answer_accuracy" "$g" || fail "$name: grid.csv without the answer metric"
+  "$py" "$here/summarize.py" "$dir/tasks/$name" --bin "$bin" > "$dir/$name.sum" || fail "summarize.py $name"
+  cat "$dir/$name.sum"
+  grep -q "answer tokens" "$dir/$name.sum" || fail "$name summary: $(cat "$dir/$name.sum")"
+  grep -q "| paper: Figure" "$dir/$name.sum" || fail "$name summary: $(cat "$dir/$name.sum")"
+done
+head -1 "$dir/tasks/fig3-parity/s0_d0/grid.csv" | grep -qx "n,samples,exact,accuracy,answer_exact,answer_accuracy" \
+  || fail "parity's grid has one axis"
 # Bad usage: exit 2.
 rc=0; "$py" "$here/run_config.py" --config "$cfg" --runs 0-0 --out "$dir/x" --bin "$bin" 2> /dev/null || rc=$?
 [ "$rc" -eq 2 ] || fail "--runs 0-0 should exit 2 (got $rc)"

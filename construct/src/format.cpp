@@ -7,7 +7,7 @@
 namespace manyadd {
 
 namespace {
-const char kChars[kVocab + 1] = "0123456789+=>$";
+const char kChars[kVocabTasks + 1] = "0123456789+=>$*";
 
 int digit_count(std::int64_t v) {
   int d = 1;
@@ -32,14 +32,20 @@ constexpr std::int64_t kMaxOperands = 100'000'000;
 }  // namespace
 
 char token_char(int tok) {
-  if (tok < 0 || tok >= kVocab) throw InputError(fmt::format("token id {} outside [0, {})", tok, kVocab));
+  if (tok < 0 || tok >= kVocabTasks) throw InputError(fmt::format("token id {} outside [0, {})", tok, kVocabTasks));
   return kChars[tok];
 }
 
 int token_from_char(char c) {
-  for (int t = 0; t < kVocab; ++t)
+  for (int t = 0; t < kVocabTasks; ++t)
     if (kChars[t] == c) return t;
-  throw InputError(fmt::format("character '{}' is not in the vocabulary 0-9 + = > $", c));
+  throw InputError(fmt::format("character '{}' is not in the vocabulary 0-9 + = > $ *", c));
+}
+
+std::string vocabulary_string(int vocab) {
+  if (vocab != kVocab && vocab != kVocabTasks)
+    throw InputError(fmt::format("a vocabulary has {} or {} tokens (got {})", kVocab, kVocabTasks, vocab));
+  return std::string(kChars, std::size_t(vocab));
 }
 
 std::string tokens_to_string(const std::vector<std::uint8_t>& toks) {

@@ -2,7 +2,8 @@
 # ctest driver: trains a tiny model with the train CLI, asks evaluate for one problem's logits, and
 # checks them against the independent Python forward (reference_forward.py): every position mode with
 # the default architecture, then each architecture option alone and all of them together (the
-# authors' model). Args: TRAIN EVALUATE
+# authors' model), then the other tasks' models (parity: one level; multiplication: three levels and
+# the '*' token). Args: TRAIN EVALUATE
 set -e
 train="$1"; evaluate="$2"; here="$(dirname "$0")"
 dir="$(mktemp -d)"
@@ -24,3 +25,15 @@ check tie_readout coupled --tie-readout true
 check final_layernorm coupled --final-norm layer
 check init_t5 coupled --init t5
 check authors_model coupled --attn-scale none --init t5 --tie-readout true --final-norm layer
+check_task() {  # NAME TASK MODE PROBLEM FLAGS...
+  name="$1"; task="$2"; mode="$3"; problem="$4"; shift 4
+  "$train" --out "$dir/$name" --task $task --pos-mode $mode --train-n 3 --train-m 2 --train-size 200 --max-pos1 8 \
+    --max-pos2 6 --max-pos3 8 --n-layers 2 --d-model 16 --d-head 4 --d-ff 16 --batch 8 --steps 20 --lr 0.01 \
+    --eval-every 0 --eval-samples 2 "$@" > /dev/null 2>&1
+  "$evaluate" --model "$dir/$name" --problem "$problem" --json "$dir/$name.json" > /dev/null || [ $? -eq 1 ]
+  printf '%s: ' "$name"
+  "${PYTHON:-python3}" "$here/reference_forward.py" "$dir/$name" "$dir/$name.json"
+}
+check_task parity parity digits 0101
+check_task multiplication multiplication coupled3 '37*92'
+check_task multiplication_noscratch multiplication-noscratch digits '37*92' --attn-scale none --tie-readout true

@@ -9,7 +9,8 @@ usage: reference_forward.py MODEL_DIR PROBLEM_JSON
   position IDs and the C++ logits from the '=' position on. Exits 0 if every logit agrees within
   1e-4 x the largest |logit| and the argmax predictions are equal, 1 otherwise.
 
-The architecture (see config.json "architecture"): x = tok_emb[tok] + sum_lv pos_emb.lv[pos_lv];
+The architecture (see config.json "architecture"): x = tok_emb[tok] + sum_lv pos_emb.lv[pos_lv] (up to
+three levels: pos_mode coupled3, multiplication);
 per layer x = attn_norm2(x + attn(attn_norm1(x))), x = ffn_norm2(x + ffn(ffn_norm1(x))); logits =
 lm_head(final_norm(x)). RMSNorm w * x / sqrt(mean(x^2) + eps); attention causal, scores / sqrt(d_head);
 GEGLU wi -> [gate | up], gelu_tanh(gate) * up, then wo. The model options of config.json (absent in
@@ -26,7 +27,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 from manyadd import safetensors  # noqa: E402
 
-VOCAB = "0123456789+=>$"
+VOCAB = "0123456789+=>$*"  # '*' (14): multiplication's models (vocab 15)
 
 
 def load_weights(path):
@@ -65,7 +66,7 @@ def forward(cfg, W, tokens, pos):
     C, NH, HS, F = cfg["d_model"], cfg["n_heads"], cfg["d_head"], cfg["d_ff"]
     eps = cfg["norm_eps"]
     scale = 1.0 / math.sqrt(HS) if cfg.get("attn_scale", "inv_sqrt_dhead") == "inv_sqrt_dhead" else 1.0
-    levels = {"coupled": 2, "digits": 1, "absolute": 1, "none": 0}[cfg["pos_mode"]]
+    levels = {"coupled": 2, "coupled3": 3, "digits": 1, "absolute": 1, "none": 0}[cfg["pos_mode"]]
     T = len(tokens)
     x = []
     for t in range(T):
@@ -116,7 +117,7 @@ def main():
     W = load_weights(model_dir + "/model.safetensors")
     prob = json.load(open(pj))
     tokens = [VOCAB.index(c) for c in prob["tokens"]]
-    logits = forward(cfg, W, tokens, [prob["pos1"], prob["pos2"]])
+    logits = forward(cfg, W, tokens, [prob["pos1"], prob["pos2"], prob.get("pos3", [])])
     eq = tokens.index(VOCAB.index("="))
     ref = prob["logits_from_eq"]
     # fp32 (C++) against double (here): each logit comes out of ~10 chained fp32 reductions of length

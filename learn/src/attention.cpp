@@ -23,18 +23,27 @@ const std::array<const char*, 4> kConstructedHeadNames = {"digit_sum", "carry", 
 
 AttentionMaps learned_attention(const LoadedModel& lm, const std::vector<Problem>& problems, std::int64_t s1,
                                 std::int64_t s2, int threads, std::int64_t* acc_exact) {
-  const auto& c = lm.cfg;
   if (problems.empty()) throw InputError("learned_attention: no problems");
-  const Example first = make_example(problems[0], c, s1, s2);  // validates the offsets against max_pos
+  return learned_attention(
+      lm, std::int64_t(problems.size()),
+      [&](std::int64_t i) { return make_example(problems[std::size_t(i)], lm.cfg, s1, s2); }, threads, acc_exact);
+}
+
+AttentionMaps learned_attention(const LoadedModel& lm, std::int64_t count,
+                                const std::function<Example(std::int64_t)>& example, int threads,
+                                std::int64_t* acc_exact) {
+  const auto& c = lm.cfg;
+  if (count < 1) throw InputError("learned_attention: no problems");
+  const Example first = example(0);  // validates the offsets against max_pos
   const int T = first.T(), NH = c.n_heads, H = c.n_layers * NH;
   const std::size_t TT = std::size_t(T) * std::size_t(T);
-  threads = int(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, std::int64_t(problems.size()))));
+  threads = int(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, count)));
   // Per-thread sums in double, reduced in thread order (parallel_for gives each thread a fixed block).
   std::vector<std::vector<double>> sums(std::size_t(threads), std::vector<double>(std::size_t(H) * TT, 0.0));
   std::vector<Acts<float>> acts(static_cast<std::size_t>(threads));
-  std::vector<char> ok(problems.size(), 0);
-  parallel_for(threads, std::int64_t(problems.size()), [&](int t, std::int64_t i) {
-    const Example ex = make_example(problems[std::size_t(i)], c, s1, s2);
+  std::vector<char> ok(std::size_t(count), 0);
+  parallel_for(threads, count, [&](int t, std::int64_t i) {
+    const Example ex = example(i);
     if (ex.T() != T) throw InputError("learned_attention: the problems have different shapes");
     auto& a = acts[std::size_t(t)];
     ok[std::size_t(i)] = teacher_forced_correct(a, lm.view(), ex);
@@ -55,7 +64,7 @@ AttentionMaps learned_attention(const LoadedModel& lm, const std::vector<Problem
       for (std::size_t k = 0; k < TT; ++k) {
         double v = 0;
         for (auto& s : sums) v += s[base + k];
-        m[k] = float(v / double(problems.size()));
+        m[k] = float(v / double(count));
       }
       out.maps.push_back(std::move(m));
     }
@@ -324,6 +333,16 @@ void write_attention_dir(const std::string& out, const AttentionMaps& a, const S
                          std::int64_t s2, std::int64_t samples, const std::vector<std::uint8_t>& example_tokens,
                          const std::vector<std::int32_t>& pos1, const std::vector<std::int32_t>& pos2,
                          const std::map<std::string, std::string>& extra) {
+  std::map<std::string, std::string> meta = {
+      {"n", std::to_string(shape.n)},   {"m", std::to_string(shape.m)},   {"l", std::to_string(shape.l)},
+      {"s1", std::to_string(s1)},       {"s2", std::to_string(s2)},       {"samples", std::to_string(samples)},
+      {"example_tokens", tokens_to_string(example_tokens)}, {"pos1", nlohmann::json(pos1).dump()},
+      {"pos2", nlohmann::json(pos2).dump()}};
+  for (const auto& [k, v] : extra) meta[k] = v;
+  write_attention_dir(out, a, meta);
+}
+
+void write_attention_dir(const std::string& out, const AttentionMaps& a, const std::map<std::string, std::string>& meta) {
   make_output_dir(out);
   std::vector<Tensor> ts;
   for (int g = 0; g < a.heads(); ++g) {
@@ -337,12 +356,6 @@ void write_attention_dir(const std::string& out, const AttentionMaps& a, const S
     write_attention_png(out + "/" + png + ".png", a.maps[std::size_t(g)], a.T);
     ts.push_back(make_tensor(name, {a.T, a.T}, a.maps[std::size_t(g)]));
   }
-  std::map<std::string, std::string> meta = {
-      {"n", std::to_string(shape.n)},   {"m", std::to_string(shape.m)},   {"l", std::to_string(shape.l)},
-      {"s1", std::to_string(s1)},       {"s2", std::to_string(s2)},       {"samples", std::to_string(samples)},
-      {"example_tokens", tokens_to_string(example_tokens)}, {"pos1", nlohmann::json(pos1).dump()},
-      {"pos2", nlohmann::json(pos2).dump()}};
-  for (const auto& [k, v] : extra) meta[k] = v;
   write_safetensors(out + "/attention.safetensors", ts, meta);
 }
 

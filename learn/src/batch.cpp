@@ -66,7 +66,7 @@ BatchView batch_of(const PackedBatch& pb) {
   x.B = pb.B, x.T = pb.T;
   x.tokens = pb.tokens.data();
   x.targets = pb.targets.data();
-  for (int lv = 0; lv < 2; ++lv) x.pos[lv] = pb.pos[lv].empty() ? nullptr : pb.pos[lv].data();
+  for (int lv = 0; lv < kMaxPosLevels; ++lv) x.pos[lv] = pb.pos[lv].empty() ? nullptr : pb.pos[lv].data();
   return x;
 }
 
@@ -76,7 +76,7 @@ BatchView sequence_of(const PackedBatch& pb, int b) {
   x.B = 1, x.T = pb.lengths[std::size_t(b)];
   x.tokens = pb.tokens.data() + o;
   x.targets = pb.targets.data() + o;
-  for (int lv = 0; lv < 2; ++lv) x.pos[lv] = pb.pos[lv].empty() ? nullptr : pb.pos[lv].data() + o;
+  for (int lv = 0; lv < kMaxPosLevels; ++lv) x.pos[lv] = pb.pos[lv].empty() ? nullptr : pb.pos[lv].data() + o;
   return x;
 }
 

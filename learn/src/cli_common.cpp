@@ -1,9 +1,12 @@
 // Configuration fields as options: see cli_common.hpp.
 #include "manyadd/learn/cli_common.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "manyadd/core/cli.hpp"
+#include "manyadd/learn/task.hpp"
 #include "manyadd/learn/train.hpp"
 
 namespace manyadd::learn {
@@ -19,23 +22,46 @@ void check_samples_fit(std::int64_t samples, std::int64_t n, std::int64_t m, con
   cli::check_fits_memory(problems_bytes(samples, n, m) + 2.0 * double(samples), what);  // + two flags per sample
 }
 
+std::pair<std::int64_t, std::int64_t> problem_bound(const Task& t, int i, int j) {
+  switch (t.kind()) {
+    case TaskKind::addition:
+    case TaskKind::addition_noscratch: return {i, j};  // j operands of at most i digits
+    case TaskKind::parity:
+    case TaskKind::parity_noscratch: return {i, 1};  // one bit string of i bits
+    case TaskKind::addition_2op:
+    case TaskKind::multiplication:
+    case TaskKind::multiplication_noscratch: return {std::max(i, j), 2};  // two numbers of i and j digits
+  }
+  return {i, j};
+}
+
+void check_samples_fit(std::int64_t samples, const Task& t, int i, int j, const std::string& what) {
+  const auto [n, m] = problem_bound(t, i, j);
+  check_samples_fit(samples, n, m, what);
+}
+
 void check_run_fits(const ModelConfig& mc, const TrainConfig& tc, bool on_device) {
   const Layout lay = Layout::make(mc);
   // weights, m, v on the host always (the trainer's copy); gradients per thread and activations only
   // where the host computes the steps
   const double params = double(lay.total) * 4.0 * (3.0 + (on_device ? 0.0 : double(tc.threads)));
-  const double T = double(Shape::make(tc.train_n, tc.train_m, Padding::minimal).N());
+  const Task& task = task_named(tc.task);
+  const double T = double(task.extent(tc.train_n, tc.train_m).T);  // the longest training sequence
   const double C = mc.d_model, F = mc.d_ff, D = double(mc.n_heads) * mc.d_head;
   // Per row and layer the activations of layers.hpp (norms, q/k/v, attention row, projections, FFN)
   // and as many again for their gradients; per row the readout.
   const double per_row = 2.0 * (double(mc.n_layers) * (12.0 * C + 3.0 * F + 4.0 * D + double(mc.n_heads) * T) +
                                 3.0 * double(mc.vocab) + 2.0 * C);
   const double acts = on_device ? 0.0 : double(tc.batch) * T * per_row * 4.0;
-  const double data = problems_bytes(tc.train_size, tc.train_n, tc.train_m);
-  const double eval = problems_bytes(tc.eval_samples, tc.train_n, tc.train_m) + 2.0 * double(tc.eval_samples);
+  const auto [n, m] = problem_bound(task, tc.train_n, tc.train_m);
+  const double data = problems_bytes(tc.train_size, n, m);
+  const double eval = problems_bytes(tc.eval_samples, n, m) + 2.0 * double(tc.eval_samples);
+  const std::string set = task.kind() == TaskKind::addition ? fmt::format("SA({}, {})", tc.train_n, tc.train_m)
+                                                            : fmt::format("{} (train_n {}, train_m {})", task.name(),
+                                                                          tc.train_n, tc.train_m);
   cli::check_fits_memory(params + acts + data + eval,
-                         fmt::format("the run (train_size {} of SA({}, {}), {} parameters, batch {}, eval_samples {})",
-                                     tc.train_size, tc.train_n, tc.train_m, lay.total, tc.batch, tc.eval_samples));
+                         fmt::format("the run (train_size {} of {}, {} parameters, batch {}, eval_samples {})",
+                                     tc.train_size, set, lay.total, tc.batch, tc.eval_samples));
 }
 
 const std::vector<FieldDoc>& config_fields() {
@@ -46,17 +72,24 @@ const std::vector<FieldDoc>& config_fields() {
       {"model", "d_head", "width of each head's query/key/value"},
       {"model", "d_ff", "GEGLU hidden width"},
       {"model", "max_pos1", "largest position ID of level 1 (significance; or index for absolute)"},
-      {"model", "max_pos2", "largest position ID of level 2 (operand index; coupled only)"},
-      {"model", "pos_mode", "coupled | digits | absolute | none"},
+      {"model", "max_pos2", "largest position ID of level 2 (operand index; coupled and coupled3)"},
+      {"model", "max_pos3", "largest position ID of level 3 (coupled3 only: multiplication's stage-2 significance)"},
+      {"model", "pos_mode",
+       "coupled (2 levels: addition) | coupled3 (3 levels: multiplication) | digits (the task's level 1 only: "
+       "the coupling of single-level tasks) | absolute | none"},
       {"model", "norm_eps", "RMSNorm epsilon"},
       {"model", "init_std", "std of the normal initialization of matrices and embeddings (init normal)"},
       {"model", "attn_scale", "attention scores q.k times 1/sqrt(d_head) (inv_sqrt_dhead) or unscaled (none: T5)"},
       {"model", "init", "initialization: normal (N(0, init_std)) | t5 (the authors' T5 scheme)"},
       {"model", "tie_readout", "true: logits = tok_emb (final_norm(x) d_model^-1/2), no lm_head | false"},
       {"model", "final_norm", "final norm: rms (RMSNorm) | layer (LayerNorm with bias)"},
-      {"train", "train_n", "training set SA(n, m): at most n digits per operand"},
-      {"train", "train_m", "training set SA(n, m): 2..m operands"},
-      {"train", "train_size", "problems in the fixed training set (the paper: 500000)"},
+      {"train", "task",
+       "addition | addition-noscratch | addition-2op | parity | parity-noscratch | multiplication | "
+       "multiplication-noscratch (learn/README.md, Tasks)"},
+      {"train", "train_n", "training set: SA(n, m) / SM(n, m) at most n digits (first factor); parity: lengths 1..n"},
+      {"train", "train_m", "training set: SA(n, m) 2..m operands; SM(n, m), addition-2op: second operand at most m "
+                           "digits; parity: unused"},
+      {"train", "train_size", "problems in the fixed training set (the paper: 500000; parity 10000)"},
       {"train", "steps", "optimizer steps"},
       {"train", "batch", "sequences per step"},
       {"train", "lr", "peak learning rate"},

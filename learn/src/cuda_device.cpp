@@ -405,6 +405,10 @@ void check_cuda_supports(const ModelConfig& c, Precision) {
     throw InputError("--device cuda does not support d_head " + std::to_string(c.d_head) + " (at most " +
                      std::to_string(kMaxHeadDim) + ": the attention kernels keep a head's row in a warp's registers; "
                      "the CPU devices run it)");
+  // The embedding kernels (kernels/src/train.cu) read two position tables.
+  if (pos_levels(c.pos_mode) > 2)
+    throw InputError(std::string("--device cuda does not support pos_mode ") + pos_mode_name(c.pos_mode) +
+                     " yet (three position tables; the CPU devices run it)");
 }
 
 std::unique_ptr<TrainDevice> make_cuda_device(const ModelConfig& c, Precision p) {

@@ -1,9 +1,113 @@
-// Examples from construct/'s format: see data.hpp.
+// Examples of a task: see data.hpp.
 #include "manyadd/learn/data.hpp"
+
+#include <algorithm>
 
 #include <fmt/format.h>
 
 namespace manyadd::learn {
+
+namespace {
+// BOS 0, index k >= 1 -> s1 + k - 1.
+void absolute_ids(std::int64_t T, std::int64_t s1, std::vector<std::int32_t>& p) {
+  if (s1 < 1) throw InputError(fmt::format("offset s1 must be >= 1 (got {})", s1));
+  p.resize(std::size_t(T));
+  if (T > 0) p[0] = 0;
+  for (std::int64_t k = 1; k < T; ++k) p[std::size_t(k)] = std::int32_t(s1 + k - 1);
+}
+bool coupled_mode(PosMode m) { return m == PosMode::coupled || m == PosMode::coupled3; }
+}  // namespace
+
+void position_ids_for(const Written& w, PosMode mode, const Offsets& s, std::vector<std::int32_t> (&pos)[kMaxPosLevels]) {
+  for (auto& p : pos) p.clear();
+  const int L = pos_levels(mode);
+  if (mode == PosMode::absolute) return absolute_ids(w.T(), s[0], pos[0]);
+  if (coupled_mode(mode) && L != w.levels)
+    throw InputError(fmt::format("pos_mode {} reads {} position levels, the task couples {}", pos_mode_name(mode), L,
+                                 w.levels));
+  for (int lv = 0; lv < L; ++lv) {
+    if (s[std::size_t(lv)] < 1) throw InputError(fmt::format("offset s{} must be >= 1 (got {})", lv + 1, s[std::size_t(lv)]));
+    const auto& rel = w.rel[lv];
+    auto& p = pos[lv];
+    p.resize(rel.size());
+    for (std::size_t k = 0; k < rel.size(); ++k) p[k] = rel[k] < 0 ? 0 : std::int32_t(s[std::size_t(lv)] + rel[k]);
+  }
+}
+
+std::int64_t max_offset(const ModelConfig& c, const Task::Extent& e, int lv) {
+  if (lv >= pos_levels(c.pos_mode)) return 1;
+  if (c.pos_mode == PosMode::absolute) return std::int64_t(c.max_pos1) - e.T + 2;
+  return std::int64_t(c.max_pos(lv)) - e.span[std::size_t(lv)];
+}
+
+bool fits(const ModelConfig& c, const Task::Extent& e) {
+  for (int lv = 0; lv < kMaxPosLevels; ++lv)
+    if (max_offset(c, e, lv) < 1) return false;
+  return true;
+}
+
+Task::Extent extent_of(const Written& w) {
+  Task::Extent e;
+  e.T = w.T();
+  for (int lv = 0; lv < kMaxPosLevels; ++lv) e.span[std::size_t(lv)] = w.span[std::size_t(lv)];
+  return e;
+}
+
+namespace {
+// The offsets a model reads: two (levels 1 and 2, as the first models always wrote them) or three.
+int offsets_shown(const ModelConfig& c) { return std::max(2, pos_levels(c.pos_mode)); }
+std::string offsets_words(const ModelConfig& c, const Offsets& s) {
+  std::string o, mp;
+  for (int lv = 0; lv < offsets_shown(c); ++lv) {
+    o += fmt::format("{}{}", lv ? ", " : "", s[std::size_t(lv)]);
+    mp += fmt::format("{}max_pos{}={}", lv ? " / " : "", lv + 1, c.max_pos(lv));
+  }
+  return fmt::format("offsets ({}) needs position IDs beyond the model's {}", o, mp);
+}
+}  // namespace
+
+namespace {
+Example example_of(const Task& task, const Problem& p, const Written& w, const ModelConfig& c, const Offsets& s) {
+  task.check_model(c);
+  const Task::Extent e = extent_of(w);
+  // Offsets a mode does not read are not checked (s2 outside coupled, all of them for none).
+  for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv)
+    if (s[std::size_t(lv)] < 1 || s[std::size_t(lv)] > max_offset(c, e, lv))
+      throw InputError(fmt::format("{} with {}", task.shape_words(p), offsets_words(c, s)));
+  Example ex;
+  position_ids_for(w, c.pos_mode, s, ex.pos);
+  ex.tokens = w.tokens;
+  const std::int64_t T = w.T();
+  ex.targets.assign(std::size_t(T), -1);
+  for (std::int64_t k = w.eq; k + 1 < T; ++k) ex.targets[std::size_t(k)] = ex.tokens[std::size_t(k + 1)];
+  ex.targets[std::size_t(T - 1)] = kDollar;
+  ex.answer_begin = std::int32_t(w.answer_begin);
+  ex.answer_end = std::int32_t(w.answer_end);
+  return ex;
+}
+}  // namespace
+
+Example make_example(const Task& task, const Problem& p, const ModelConfig& c, const Offsets& s) {
+  return example_of(task, p, task.write(p), c, s);
+}
+
+Example make_train_example(const Task& task, const Problem& p, const ModelConfig& c, Rng& rng) {
+  const Written w = task.write(p);
+  const Task::Extent e = extent_of(w);
+  Offsets s{1, 1, 1};
+  for (int lv = 0; lv < offsets_shown(c); ++lv) {
+    const std::int64_t h = max_offset(c, e, lv);
+    if (h < 1) {
+      std::string mp;
+      for (int k = 0; k < offsets_shown(c); ++k) mp += fmt::format("{}max_pos{}={}", k ? " / " : "", k + 1, c.max_pos(k));
+      throw InputError(fmt::format("training {} does not fit {}", task.shape_words(p), mp));
+    }
+    s[std::size_t(lv)] = std::int64_t(rng.uniform(1, std::uint64_t(h)));
+  }
+  return example_of(task, p, w, c, s);
+}
+
+// ---- addition by shape ---------------------------------------------------------------------------
 
 void position_ids_for(const Shape& shape, PosMode mode, std::int64_t s1, std::int64_t s2, std::vector<std::int32_t>& p1,
                       std::vector<std::int32_t>& p2) {
@@ -21,29 +125,18 @@ void position_ids_for(const Shape& shape, PosMode mode, std::int64_t s1, std::in
       p1 = std::move(ids.p1);
       return;
     }
-    case PosMode::absolute: {
-      if (s1 < 1) throw InputError(fmt::format("offset s1 must be >= 1 (got {})", s1));
-      p1.resize(std::size_t(shape.N()));
-      p1[0] = 0;
-      for (std::int64_t k = 1; k < shape.N(); ++k) p1[std::size_t(k)] = std::int32_t(s1 + k - 1);
-      return;
-    }
+    case PosMode::absolute: return absolute_ids(shape.N(), s1, p1);
     case PosMode::none: return;
+    case PosMode::coupled3: throw InputError("pos_mode coupled3 reads three position levels, addition couples two");
   }
 }
 
-std::int64_t max_offset1(const ModelConfig& c, const Shape& s) {
-  switch (c.pos_mode) {
-    case PosMode::coupled:
-    case PosMode::digits: return std::int64_t(c.max_pos1) - s.l;
-    case PosMode::absolute: return std::int64_t(c.max_pos1) - s.N() + 2;
-    case PosMode::none: return 1;
-  }
-  return 0;
-}
-std::int64_t max_offset2(const ModelConfig& c, const Shape& s) {
-  return c.pos_mode == PosMode::coupled ? std::int64_t(c.max_pos2) - s.m : 1;
-}
+namespace {
+Task::Extent shape_extent(const Shape& s) { return {s.N(), {s.l, s.m, 0}}; }
+}  // namespace
+
+std::int64_t max_offset1(const ModelConfig& c, const Shape& s) { return max_offset(c, shape_extent(s), 0); }
+std::int64_t max_offset2(const ModelConfig& c, const Shape& s) { return max_offset(c, shape_extent(s), 1); }
 bool shape_fits(const ModelConfig& c, const Shape& s) { return max_offset1(c, s) >= 1 && max_offset2(c, s) >= 1; }
 
 Shape shape_of(const Problem& p) {
@@ -51,33 +144,11 @@ Shape shape_of(const Problem& p) {
 }
 
 Example make_example(const Problem& p, const ModelConfig& c, std::int64_t s1, std::int64_t s2) {
-  const Shape shape = shape_of(p);
-  // Offsets a mode does not use are not checked (s2 outside coupled, both for none).
-  const bool bad1 = c.pos_mode != PosMode::none && (s1 < 1 || s1 > max_offset1(c, shape));
-  const bool bad2 = c.pos_mode == PosMode::coupled && (s2 < 1 || s2 > max_offset2(c, shape));
-  if (bad1 || bad2)
-    throw InputError(fmt::format("shape (n={}, m={}, l={}) with offsets ({}, {}) needs position IDs beyond the model's "
-                                 "max_pos1={} / max_pos2={}",
-                                 shape.n, shape.m, shape.l, s1, s2, c.max_pos1, c.max_pos2));
-  Example ex;
-  ex.tokens = build_sequence(p, shape);
-  position_ids_for(shape, c.pos_mode, s1, s2, ex.pos[0], ex.pos[1]);
-  const std::int64_t N = shape.N(), eq = shape.eq_index();
-  ex.targets.assign(std::size_t(N), -1);
-  for (std::int64_t k = eq; k + 1 < N; ++k) ex.targets[std::size_t(k)] = ex.tokens[std::size_t(k + 1)];
-  ex.targets[std::size_t(N - 1)] = kDollar;
-  return ex;
+  return make_example(task(TaskKind::addition), p, c, Offsets{s1, s2, 1});
 }
 
 Example make_train_example(const Problem& p, const ModelConfig& c, Rng& rng) {
-  const Shape shape = shape_of(p);
-  const std::int64_t h1 = max_offset1(c, shape), h2 = max_offset2(c, shape);
-  if (h1 < 1 || h2 < 1)
-    throw InputError(fmt::format("training shape (n={}, m={}, l={}) does not fit max_pos1={} / max_pos2={}", shape.n,
-                                 shape.m, shape.l, c.max_pos1, c.max_pos2));
-  const auto s1 = std::int64_t(rng.uniform(1, std::uint64_t(h1)));
-  const auto s2 = std::int64_t(rng.uniform(1, std::uint64_t(h2)));
-  return make_example(p, c, s1, s2);
+  return make_train_example(task(TaskKind::addition), p, c, rng);
 }
 
 }  // namespace manyadd::learn

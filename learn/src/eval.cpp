@@ -12,25 +12,48 @@
 namespace manyadd::learn {
 
 bool teacher_forced_correct(Acts<float>& a, const ModelView<float>& model, const Example& ex,
-                            std::vector<std::uint8_t>* pred) {
+                            std::vector<std::uint8_t>* pred, bool* answer_ok) {
   const ModelConfig& c = model.cfg;
   model_forward(a, model, batch_of(ex));
-  bool ok = true;
-  if (pred) pred->clear();
+  std::vector<std::uint8_t> am(std::size_t(ex.T()));
   for (int t = 0; t < ex.T(); ++t) {
-    if (ex.targets[std::size_t(t)] < 0) continue;
     const float* z = a.logits.data() + std::size_t(t) * std::size_t(c.vocab);
-    const int best = int(std::max_element(z, z + c.vocab) - z);
-    if (pred) pred->push_back(std::uint8_t(best));
-    ok = ok && best == ex.targets[std::size_t(t)];
+    am[std::size_t(t)] = std::uint8_t(std::max_element(z, z + c.vocab) - z);
+  }
+  if (pred) {
+    pred->clear();
+    for (int t = 0; t < ex.T(); ++t)
+      if (ex.targets[std::size_t(t)] >= 0) pred->push_back(am[std::size_t(t)]);
+  }
+  return argmax_correct(am.data(), ex, answer_ok);
+}
+
+bool argmax_correct(const std::uint8_t* argmax, const Example& ex, bool* answer_ok) {
+  bool ok = true;
+  for (int t = 0; t < ex.T(); ++t)
+    if (ex.targets[std::size_t(t)] >= 0 && argmax[t] != ex.targets[std::size_t(t)]) ok = false;
+  if (answer_ok) {
+    if (ex.answer_begin < 1 || ex.answer_end <= ex.answer_begin || ex.answer_end > ex.T())
+      throw InvariantError("argmax_correct: the example has no answer span");
+    bool a = true;
+    for (int k = ex.answer_begin; k < ex.answer_end; ++k)  // token k is predicted at row k - 1
+      if (argmax[k - 1] != ex.tokens[std::size_t(k)]) a = false;
+    *answer_ok = a;
   }
   return ok;
 }
 
-bool greedy_correct(const ModelView<float>& model, const Example& ex, std::vector<std::uint8_t>* out) {
-  // The counted targets start at the '=' index and run to the end.
+namespace {
+// The counted targets start at the '=' index and run to the end.
+int first_target(const Example& ex) {
   int eq = 0;
   while (eq < ex.T() && ex.targets[std::size_t(eq)] < 0) ++eq;
+  return eq;
+}
+}  // namespace
+
+bool greedy_correct(const ModelView<float>& model, const Example& ex, std::vector<std::uint8_t>* out) {
+  const int eq = first_target(ex);
   const std::vector<std::uint8_t> prefix(ex.tokens.begin(), ex.tokens.begin() + eq + 1);
   const int n_new = ex.T() - eq;
   KvDecoder dec(model);
@@ -50,58 +73,69 @@ std::uint64_t cell_seed(std::uint64_t seed, int n, int m) {
 
 CellResult eval_cell(const ModelView<float>& model, int n, int m, std::int64_t samples, std::uint64_t seed,
                      int threads, EvalMode mode, TrainDevice* dev) {
+  return eval_cell(model, task(TaskKind::addition), n, m, samples, seed, threads, mode, dev);
+}
+
+CellResult eval_cell(const ModelView<float>& model, const Task& task, int ci, int cj, std::int64_t samples,
+                     std::uint64_t seed, int threads, EvalMode mode, TrainDevice* dev) {
   const ModelConfig& c = model.cfg;
+  task.check_model(c);
   CellResult r;
-  const Shape shape = Shape::make(n, m, Padding::minimal);
-  if (!shape_fits(c, shape)) {
+  const Task::Extent ext = task.extent(ci, cj);
+  if (!fits(c, ext)) {
     r.fits = false;
     return r;
   }
-  Rng rng(cell_seed(seed, n, m));
+  Rng rng(cell_seed(seed, ci, cj));
   std::vector<Problem> probs;
   probs.reserve(std::size_t(samples));
-  for (std::int64_t i = 0; i < samples; ++i) probs.push_back(sample_TA(rng, n, m));
-  std::vector<char> ok(std::size_t(samples), 0), dis(std::size_t(samples), 0);
+  for (std::int64_t i = 0; i < samples; ++i) probs.push_back(task.sample_cell(rng, ci, cj));
+  const Offsets ones{1, 1, 1};
+  std::vector<char> ok(std::size_t(samples), 0), dis(std::size_t(samples), 0), ans(std::size_t(samples), 0);
   if (dev) {
     if (mode != EvalMode::teacher)
       throw InputError("evaluation on a device is teacher-forced only (greedy decoding runs on the CPU: --device cpu)");
     // Sequences per packed batch: every instance of a cell has the same length N, and a device holds
     // ~22k floats of activations per row at d_model 512, so about 2^17 rows (~12 GB) per batch.
-    const std::int64_t chunk = std::max<std::int64_t>(1, (std::int64_t(1) << 17) / shape.N());
+    const std::int64_t chunk = std::max<std::int64_t>(1, (std::int64_t(1) << 17) / ext.T);
     std::vector<std::uint8_t> am;
     for (std::int64_t lo = 0; lo < samples; lo += chunk) {
       const std::int64_t hi = std::min(samples, lo + chunk);
       std::vector<Example> exs;
-      for (std::int64_t i = lo; i < hi; ++i) exs.push_back(make_example(probs[std::size_t(i)], c, 1, 1));
+      for (std::int64_t i = lo; i < hi; ++i) exs.push_back(make_example(task, probs[std::size_t(i)], c, ones));
       const PackedBatch pb = pack_batch(exs, c);
       dev->predict(pb, am);
-      for (std::int64_t i = lo; i < hi; ++i) {
-        bool good = true;  // every counted target predicted, as teacher_forced_correct
-        const std::int64_t o = (i - lo) * pb.T;
-        for (int t = 0; t < pb.lengths[std::size_t(i - lo)]; ++t) {
-          const auto tg = pb.targets[std::size_t(o + t)];
-          if (tg >= 0 && am[std::size_t(o + t)] != tg) good = false;
-        }
-        ok[std::size_t(i)] = good;
+      for (std::int64_t i = lo; i < hi; ++i) {  // every counted target predicted, as teacher_forced_correct
+        bool a = false;
+        ok[std::size_t(i)] = argmax_correct(am.data() + (i - lo) * pb.T, exs[std::size_t(i - lo)], &a);
+        ans[std::size_t(i)] = a;
       }
     }
-    r.samples = samples;
-    for (char v : ok) r.exact += v;
-    return r;
+  } else {
+    std::vector<Acts<float>> acts(std::size_t(std::max(1, threads)));
+    parallel_for(threads, samples, [&](int t, std::int64_t i) {
+      const Example ex = make_example(task, probs[std::size_t(i)], c, ones);
+      if (mode == EvalMode::greedy) {  // the answer's tokens among the generated ones
+        std::vector<std::uint8_t> gen;
+        ok[std::size_t(i)] = greedy_correct(model, ex, &gen);
+        bool a = true;
+        for (std::int64_t k = ex.answer_begin; k < ex.answer_end; ++k) {
+          const std::int64_t g = k - first_target(ex) - 1;  // gen[0] is token eq + 1
+          a = a && g >= 0 && g < std::int64_t(gen.size()) && gen[std::size_t(g)] == ex.tokens[std::size_t(k)];
+        }
+        ans[std::size_t(i)] = a;
+        return;
+      }
+      bool a = false;
+      ok[std::size_t(i)] = teacher_forced_correct(acts[std::size_t(t)], model, ex, nullptr, &a);
+      ans[std::size_t(i)] = a;
+      if (mode == EvalMode::both) dis[std::size_t(i)] = char(greedy_correct(model, ex)) != ok[std::size_t(i)];
+    });
   }
-  std::vector<Acts<float>> acts(std::size_t(std::max(1, threads)));
-  parallel_for(threads, samples, [&](int t, std::int64_t i) {
-    const Example ex = make_example(probs[std::size_t(i)], c, 1, 1);
-    if (mode == EvalMode::greedy) {
-      ok[std::size_t(i)] = greedy_correct(model, ex);
-      return;
-    }
-    ok[std::size_t(i)] = teacher_forced_correct(acts[std::size_t(t)], model, ex);
-    if (mode == EvalMode::both) dis[std::size_t(i)] = char(greedy_correct(model, ex)) != ok[std::size_t(i)];
-  });
   r.samples = samples;
   for (char v : ok) r.exact += v;
   for (char v : dis) r.disagree += v;
+  for (char v : ans) r.answer_exact += v;  // teacher-forced verdicts (greedy mode: the generated answer)
   return r;
 }
 

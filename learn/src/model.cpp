@@ -19,7 +19,8 @@ PosMode parse_pos_mode(const std::string& s) {
   if (s == "digits") return PosMode::digits;
   if (s == "absolute") return PosMode::absolute;
   if (s == "none") return PosMode::none;
-  throw InputError(fmt::format("position mode '{}' unknown (coupled|digits|absolute|none)", s));
+  if (s == "coupled3") return PosMode::coupled3;
+  throw InputError(fmt::format("position mode '{}' unknown (coupled|coupled3|digits|absolute|none)", s));
 }
 const char* pos_mode_name(PosMode m) {
   switch (m) {
@@ -27,10 +28,20 @@ const char* pos_mode_name(PosMode m) {
     case PosMode::digits: return "digits";
     case PosMode::absolute: return "absolute";
     case PosMode::none: return "none";
+    case PosMode::coupled3: return "coupled3";
   }
   return "?";
 }
-int pos_levels(PosMode m) { return m == PosMode::coupled ? 2 : m == PosMode::none ? 0 : 1; }
+int pos_levels(PosMode m) {
+  switch (m) {
+    case PosMode::coupled: return 2;
+    case PosMode::coupled3: return 3;
+    case PosMode::digits:
+    case PosMode::absolute: return 1;
+    case PosMode::none: return 0;
+  }
+  return 0;
+}
 
 AttnScale parse_attn_scale(const std::string& s) {
   if (s == "inv_sqrt_dhead") return AttnScale::inv_sqrt_dhead;
@@ -62,7 +73,8 @@ void ModelConfig::validate() const {
   auto need = [](bool ok, const std::string& msg) {
     if (!ok) throw InputError(msg);
   };
-  need(vocab == kVocab, fmt::format("model.vocab must be {} (got {})", kVocab, vocab));
+  need(vocab == kVocab || vocab == kVocabTasks,
+       fmt::format("model.vocab must be {} (0-9 + = > $) or {} (and '*') (got {})", kVocab, kVocabTasks, vocab));
   need(n_layers >= 1 && n_layers <= 64, fmt::format("model.n_layers must be in [1, 64] (got {})", n_layers));
   need(n_heads >= 1 && n_heads <= 64, fmt::format("model.n_heads must be in [1, 64] (got {})", n_heads));
   need(d_model >= 1 && d_model <= 8192, fmt::format("model.d_model must be in [1, 8192] (got {})", d_model));
@@ -70,13 +82,14 @@ void ModelConfig::validate() const {
   need(d_ff >= 1 && d_ff <= 65536, fmt::format("model.d_ff must be in [1, 65536] (got {})", d_ff));
   need(max_pos1 >= 2 && max_pos1 <= 1'000'000, fmt::format("model.max_pos1 must be in [2, 1e6] (got {})", max_pos1));
   need(max_pos2 >= 2 && max_pos2 <= 1'000'000, fmt::format("model.max_pos2 must be in [2, 1e6] (got {})", max_pos2));
+  need(max_pos3 >= 2 && max_pos3 <= 1'000'000, fmt::format("model.max_pos3 must be in [2, 1e6] (got {})", max_pos3));
   need(norm_eps > 0 && norm_eps < 1, fmt::format("model.norm_eps must be in (0, 1) (got {})", norm_eps));
   need(init_std > 0 && init_std < 10, fmt::format("model.init_std must be in (0, 10) (got {})", init_std));
 }
 
 void to_json(nlohmann::json& j, const ModelConfig& c) {
   j = nlohmann::json{{"vocab", c.vocab},
-                     {"vocabulary", "0123456789+=>$"},
+                     {"vocabulary", vocabulary_string(c.vocab)},
                      {"n_layers", c.n_layers},
                      {"n_heads", c.n_heads},
                      {"d_model", c.d_model},
@@ -84,6 +97,7 @@ void to_json(nlohmann::json& j, const ModelConfig& c) {
                      {"d_ff", c.d_ff},
                      {"max_pos1", c.max_pos1},
                      {"max_pos2", c.max_pos2},
+                     {"max_pos3", c.max_pos3},
                      {"pos_mode", pos_mode_name(c.pos_mode)},
                      {"norm_eps", c.norm_eps},
                      {"init_std", c.init_std},
@@ -108,7 +122,7 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
     v = j[k].get<float>();
   };
   static const char* known[] = {"vocab",    "vocabulary", "n_layers",   "n_heads",     "d_model",
-                                "d_head",   "d_ff",       "max_pos1",   "max_pos2",    "pos_mode",
+                                "d_head",   "d_ff",       "max_pos1",   "max_pos2",    "max_pos3", "pos_mode",
                                 "norm_eps", "init_std",   "attn_scale", "init",        "tie_readout",
                                 "final_norm", "architecture"};
   for (auto it = j.begin(); it != j.end(); ++it)
@@ -122,6 +136,7 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
   geti("d_ff", c.d_ff);
   geti("max_pos1", c.max_pos1);
   geti("max_pos2", c.max_pos2);
+  geti("max_pos3", c.max_pos3);
   auto gets = [&](const char* k) -> const std::string* {
     if (!j.contains(k)) return nullptr;
     if (!j[k].is_string()) throw InputError(fmt::format("model.{} must be a string", k));
@@ -292,7 +307,7 @@ BatchView batch_of(const Example& ex) {
   x.B = 1, x.T = T;
   x.tokens = ex.tokens.data();
   x.targets = ex.targets.data();
-  for (int lv = 0; lv < 2; ++lv) {
+  for (int lv = 0; lv < kMaxPosLevels; ++lv) {
     if (ex.pos[lv].empty()) continue;  // a level the model does not use (model_forward checks)
     if (int(ex.pos[lv].size()) < T) throw InputError(fmt::format("position IDs of level {} are missing", lv + 1));
     x.pos[lv] = ex.pos[lv].data();
@@ -490,7 +505,7 @@ S model_forward(Acts<S>& a, const ModelView<S>& m, const BatchView& x, int past)
   if (m.precision == Precision::bf16) round_gemm_weights(a.wgemm, m);
   else a.wgemm.clear();  // marks the activations as fp32 ones (model_backward checks)
   const Ctx<S> ctx = context(a, m);
-  const S* wpe[2] = {m.at(lay.wpe[0]), m.at(lay.wpe[1])};
+  const S* wpe[kMaxPosLevels] = {m.at(lay.wpe[0]), m.at(lay.wpe[1]), m.at(lay.wpe[2])};
   // 1. x0 = tok_emb[tok] + sum_lv pos_emb_lv[pos_lv]
   embedding_forward(a.x0.data(), x.tokens, x.pos, pos_levels(c.pos_mode), m.at(lay.wte), wpe, R, C);
   const S* h = a.x0.data();
@@ -561,12 +576,12 @@ void model_backward(S* G, GradScratch<S>& g, const Acts<S>& a, const ModelView<S
     block_backward(G, g, a.blocks[std::size_t(l)], in, m, ctx, lay.blocks[std::size_t(l)], x.B, x.T);
   }
   // 1. x0 = tok_emb[tok] + sum_lv pos_emb_lv[pos_lv]
-  S* dwpe[2] = {G + lay.wpe[0], G + lay.wpe[1]};
+  S* dwpe[kMaxPosLevels] = {G + lay.wpe[0], G + lay.wpe[1], G + lay.wpe[2]};
   embedding_backward(G + lay.wte, dwpe, g.dx.data(), x.tokens, x.pos, pos_levels(c.pos_mode), R, C);
 }
 
 std::vector<std::uint8_t> KvDecoder::greedy(const std::vector<std::uint8_t>& prefix,
-                                            const std::vector<std::int32_t> pos[2], int max_new) const {
+                                            const std::vector<std::int32_t> pos[kMaxPosLevels], int max_new) const {
   const int Lv = pos_levels(m.cfg.pos_mode), P = int(prefix.size()), total = P + max_new, V = m.cfg.vocab;
   if (prefix.empty()) throw InputError("greedy decoding needs a non-empty prefix");
   for (int lv = 0; lv < Lv; ++lv)

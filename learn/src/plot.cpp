@@ -111,11 +111,13 @@ void ramp(double v, std::uint8_t& r, std::uint8_t& g, std::uint8_t& b) {
 }
 }  // namespace
 
-Image heatmap_image(const std::vector<std::vector<double>>& acc, int n_min, int m_min, int train_n, int train_m) {
+Image heatmap_image(const std::vector<std::vector<double>>& acc, const HeatmapAxes& ax) {
   const int rows = int(acc.size()), cols = rows ? int(acc[0].size()) : 0;
   if (!rows || !cols) throw InputError("empty grid");
-  // Layout: axis title, then tick labels, then the cells (x = operand count, y = operand length).
-  const std::string xtitle = "NUMBER OF OPERANDS", ytitle = "LENGTH OF EACH OPERAND";
+  if (int(ax.rows.size()) != rows || int(ax.cols.size()) != cols) throw InvariantError("heatmap: axis values and grid differ");
+  // Layout: axis title, then tick labels, then the cells.
+  const std::string& xtitle = ax.xtitle;
+  const std::string& ytitle = ax.ytitle;
   const int cell = 16, left = 38, top = 38, sc = 2;
   const int ylen = int(ytitle.size()) * 4;  // title length in pixels at scale 1
   Image cv(std::max(left + cols * cell + 8, left + int(xtitle.size()) * 4 + 8),
@@ -131,12 +133,18 @@ Image heatmap_image(const std::vector<std::vector<double>>& acc, int n_min, int 
   cv.text(4, top + std::max(ylen, (rows * cell + ylen) / 2), ytitle, 1, true);
   // Ticks: the first value and every multiple of 5 (as the paper's axes).
   for (int j = 0; j < cols; ++j)
-    if (j == 0 || (m_min + j) % 5 == 0) cv.text(left + j * cell + 1, 20, std::to_string(m_min + j), sc);
+    if (j == 0 || ax.cols[std::size_t(j)] % 5 == 0) cv.text(left + j * cell + 1, 20, std::to_string(ax.cols[std::size_t(j)]), sc);
   for (int i = 0; i < rows; ++i)
-    if (i == 0 || (n_min + i) % 5 == 0) cv.text(14, top + i * cell + 3, std::to_string(n_min + i), sc);
-  // Training region [1, train_n] x [2, train_m], clipped to the grid, in red (2 px).
-  const int i0 = std::max(0, 1 - n_min), i1 = std::min(rows, train_n - n_min + 1);
-  const int j0 = std::max(0, 2 - m_min), j1 = std::min(cols, train_m - m_min + 1);
+    if (i == 0 || ax.rows[std::size_t(i)] % 5 == 0) cv.text(14, top + i * cell + 3, std::to_string(ax.rows[std::size_t(i)]), sc);
+  // The training region, clipped to the grid, in red (2 px).
+  auto span = [](const std::vector<int>& v, int lo, int hi, int& a, int& b) {
+    a = int(v.size()), b = 0;
+    for (int k = 0; k < int(v.size()); ++k)
+      if (v[std::size_t(k)] >= lo && v[std::size_t(k)] <= hi) a = std::min(a, k), b = k + 1;
+  };
+  int i0, i1, j0, j1;
+  span(ax.rows, ax.row_lo, ax.row_hi, i0, i1);
+  span(ax.cols, ax.col_lo, ax.col_hi, j0, j1);
   if (i0 < i1 && j0 < j1) {
     const int x0 = left + j0 * cell, x1 = left + j1 * cell - 1, y0 = top + i0 * cell, y1 = top + i1 * cell - 1;
     for (int k = 0; k < 2; ++k) {
@@ -145,6 +153,16 @@ Image heatmap_image(const std::vector<std::vector<double>>& acc, int n_min, int 
     }
   }
   return cv;
+}
+
+Image heatmap_image(const std::vector<std::vector<double>>& acc, int n_min, int m_min, int train_n, int train_m) {
+  HeatmapAxes ax;
+  ax.xtitle = "NUMBER OF OPERANDS";
+  ax.ytitle = "LENGTH OF EACH OPERAND";
+  for (int i = 0; i < int(acc.size()); ++i) ax.rows.push_back(n_min + i);
+  for (int j = 0; j < (acc.empty() ? 0 : int(acc[0].size())); ++j) ax.cols.push_back(m_min + j);
+  ax.row_lo = 1, ax.row_hi = train_n, ax.col_lo = 2, ax.col_hi = train_m;
+  return heatmap_image(acc, ax);
 }
 
 void write_heatmap_png(const std::string& path, const std::vector<std::vector<double>>& acc, int n_min, int m_min,

@@ -45,7 +45,7 @@ void TrainConfig::validate() const {
     if (!ok) throw InputError(msg);
   };
   need(train_n >= 1 && train_n <= 1000, fmt::format("train.train_n must be in [1, 1000] (got {})", train_n));
-  need(train_m >= 2 && train_m <= 1000, fmt::format("train.train_m must be in [2, 1000] (got {})", train_m));
+  need(train_m >= 1 && train_m <= 1000, fmt::format("train.train_m must be in [1, 1000] (got {})", train_m));
   need(train_size >= 1 && train_size <= 100'000'000, fmt::format("train.train_size must be in [1, 1e8] (got {})", train_size));
   need(steps >= 1, fmt::format("train.steps must be >= 1 (got {})", steps));
   need(batch >= 1 && batch <= 1'000'000, fmt::format("train.batch must be in [1, 1e6] (got {})", batch));
@@ -62,6 +62,7 @@ void TrainConfig::validate() const {
   need(eval_samples >= 1, "train.eval_samples must be >= 1");
   need(data_seed >= -1, fmt::format("train.data_seed must be >= 0, or -1 for the seed (got {})", data_seed));
   need(precision == "fp32" || precision == "bf16", fmt::format("train.precision '{}' unknown (fp32|bf16)", precision));
+  task_named(task).check_train(*this);  // the task's own ranges (addition: at least 2 operands)
 }
 
 void to_json(nlohmann::json& j, const TrainConfig& c) {
@@ -72,7 +73,7 @@ void to_json(nlohmann::json& j, const TrainConfig& c) {
                      {"grad_clip", c.grad_clip}, {"seed", c.seed},               {"threads", c.threads},
                      {"log_every", c.log_every}, {"eval_every", c.eval_every},   {"eval_samples", c.eval_samples},
                      {"checkpoint_every", c.checkpoint_every}, {"warmup_from_zero", c.warmup_from_zero},
-                     {"data_seed", c.data_seed}, {"precision", c.precision}};
+                     {"data_seed", c.data_seed}, {"precision", c.precision}, {"task", c.task}};
 }
 
 void from_json(const nlohmann::json& j, TrainConfig& c) {
@@ -124,6 +125,10 @@ void from_json(const nlohmann::json& j, TrainConfig& c) {
     if (!j["precision"].is_string()) throw InputError("train.precision must be a string (fp32|bf16)");
     c.precision = j["precision"].get<std::string>();
   }
+  if (j.contains("task")) {
+    if (!j["task"].is_string()) throw InputError(fmt::format("train.task must be a string ({})", task_names()));
+    c.task = j["task"].get<std::string>();
+  }
   c.validate();
 }
 
@@ -138,21 +143,28 @@ double lr_at(const TrainConfig& c, std::int64_t t_step) {
   return c.lr * (c.min_lr_frac + (1.0 - c.min_lr_frac) * cosv);
 }
 
-Trainer::Trainer(const ModelConfig& mc, const TrainConfig& tc) : mc_(mc), tc_(tc), lay_(Layout::make(mc)) {
+Trainer::Trainer(const ModelConfig& mc, const TrainConfig& tc)
+    : mc_(mc), tc_(tc), task_(&task_named(tc.task)), lay_(Layout::make(mc)) {
   tc_.validate();
+  task_->check_model(mc_);
+  // Refuse a model whose position tables cannot hold the largest training instance.
+  const Task::Extent big = task_->extent(tc_.train_n, tc_.train_m);
+  if (!fits(mc_, big)) {
+    std::string need;
+    for (int lv = 0; lv < pos_levels(mc_.pos_mode); ++lv)
+      need += fmt::format("{}max_pos{} >= {} (now {})", lv ? ", " : "", lv + 1,
+                          1 + (mc_.pos_mode == PosMode::absolute ? big.T - 2 : big.span[std::size_t(lv)]),
+                          mc_.max_pos(lv));
+    throw InputError(fmt::format("the model's position tables cannot hold the {} training set ({}, {}): need {}",
+                                 task_->name(), task_->shape_words(task_->largest(tc_.train_n, tc_.train_m)),
+                                 pos_mode_name(mc_.pos_mode), need));
+  }
   params_ = init_params<float>(mc_, lay_, mix(tc_.seed, 0x1417));
   m_.assign(params_.size(), 0.f);
   v_.assign(params_.size(), 0.f);
   dev_ = make_cpu_device(mc_, tc_.threads, tc_.precision_value());
   Rng rng(mix(tc_.data_seed_value(), 0xDA7A));
-  data_ = sample_SA(rng, tc_.train_n, tc_.train_m, tc_.train_size);
-  // Refuse a model whose position tables cannot hold the largest training shape.
-  const Shape big = Shape::make(tc_.train_n, tc_.train_m, Padding::minimal);
-  if (!shape_fits(mc_, big))
-    throw InputError(fmt::format("max_pos1={} / max_pos2={} cannot hold SA({}, {}) (l = {}, m = {}): need "
-                                 "max_pos1 > l{} and max_pos2 > m",
-                                 mc_.max_pos1, mc_.max_pos2, tc_.train_n, tc_.train_m, big.l, big.m,
-                                 mc_.pos_mode == PosMode::absolute ? " (absolute: >= N - 1)" : ""));
+  data_ = task_->sample_train(rng, tc_);
 }
 
 std::int64_t Trainer::sample_index(std::int64_t k) {
@@ -192,7 +204,7 @@ std::vector<Example> Trainer::batch_examples(std::int64_t t) {
     const Problem& p = data_[std::size_t(sample_index((t - 1) * B + b))];
     // Offsets depend only on (seed, step, slot): the same with any thread count, device and on resume.
     Rng rng(mix(tc_.seed, std::uint64_t(t), std::uint64_t(b) + 0x0FF5E7));
-    exs.push_back(make_train_example(p, mc_, rng));
+    exs.push_back(make_train_example(*task_, p, mc_, rng));
   }
   return exs;
 }
@@ -238,11 +250,7 @@ void Trainer::save(const std::string& dir, const std::map<std::string, std::stri
   cfg["model"] = mc_;
   cfg["train"] = tc_;
   cfg["step"] = step_;
-  cfg["format"] = {{"vocabulary", "0123456789+=>$"},
-                   {"bos_eos", "$"},
-                   {"padding", "minimal"},
-                   {"sequence", "$ A_1 + ... + A_m = B_0 > B_1 > ... > B_m, operands zero-padded to l, "
-                                "partial sums reversed (least significant digit first)"}};
+  cfg["format"] = task_->describe();
   cfg["architecture"] = architecture_description(mc_);
   cfg["architecture"]["precision"] =
       tc_.precision_value() == Precision::bf16
@@ -314,17 +322,15 @@ Trainer::EvalSummary Trainer::eval_in_distribution(std::int64_t samples) const {
   EvalSummary r;
   r.min = 1.0;
   double sum = 0;
-  int cells = 0;
-  for (int i = 1; i <= tc_.train_n; ++i) {
-    r.acc.emplace_back();
-    for (int j = 2; j <= tc_.train_m; ++j) {
-      const auto c = eval_cell(ModelView<float>{mc_, lay_, params_.data(), tc_.precision_value()}, i, j, samples,
-                               tc_.seed + 1, tc_.threads, EvalMode::teacher, dev_.get());
-      r.acc.back().push_back(c.accuracy());
-      sum += c.accuracy();
-      r.min = std::min(r.min, c.accuracy());
-      ++cells;
-    }
+  int cells = 0, row = -1;
+  for (const auto& [i, j] : task_->training_cells(tc_)) {
+    if (i != row) r.acc.emplace_back(), row = i;
+    const auto c = eval_cell(ModelView<float>{mc_, lay_, params_.data(), tc_.precision_value()}, *task_, i, j, samples,
+                             tc_.seed + 1, tc_.threads, EvalMode::teacher, dev_.get());
+    r.acc.back().push_back(c.accuracy());
+    sum += c.accuracy();
+    r.min = std::min(r.min, c.accuracy());
+    ++cells;
   }
   r.mean = sum / cells;
   return r;
@@ -424,7 +430,9 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
     // config.json is the user's to edit (and flags may extend --steps): say what differs from the
     // settings the checkpoint was trained with, which its checksum covers.
     if (rs.count("train_config")) {
-      const nlohmann::json was = parse_json(rs.at("train_config"), what + " (run.train_config)"), now = tc;
+      nlohmann::json was = parse_json(rs.at("train_config"), what + " (run.train_config)");
+      const nlohmann::json now = tc;
+      if (was.is_object() && !was.contains("task")) was["task"] = "addition";  // written before tasks existed
       std::string diff;
       for (auto it = now.begin(); it != now.end(); ++it)
         if (!was.contains(it.key()) || was.at(it.key()) != it.value())

@@ -24,6 +24,7 @@
 #include "manyadd/learn/eval.hpp"
 #include "manyadd/learn/io.hpp"
 #include "manyadd/learn/plot.hpp"
+#include "manyadd/learn/task.hpp"
 
 using namespace manyadd;
 using namespace manyadd::learn;
@@ -31,7 +32,7 @@ using namespace manyadd::learn;
 namespace {
 
 struct Args {
-  std::string learned, out, json_path;
+  std::string learned, out, json_path, task;
   int n = 11, m = 11, threads = 2;
   int n_min = 1, n_max = 30, m_min = 2, m_max = 30;
   bool grid = false;
@@ -303,6 +304,9 @@ int main(int argc, char** argv) {
   Args a;
   cli::add_string(app, "--learned", a.learned, "learned model directory, or 'constructed' (the construction vs itself)")
       ->required();
+  cli::add_string(app, "--task", a.task,
+                  "addition only (the constructed model of Theorem 4.1 adds): any other task is refused, as is a "
+                  "learned model trained on one");
   cli::add_int(app, "--n", a.n, "digits per operand (Figure 7: 11); with --grid: the reference shape");
   cli::add_int(app, "--m", a.m, "operand count; with --grid: the reference shape");
   cli::add_int(app, "--samples", a.samples, "TA(n, m) samples averaged (per cell with --grid)", 1, 10'000'000);
@@ -336,11 +340,21 @@ int main(int argc, char** argv) {
       check_nm(a.n_max, a.m_max, "--n-max/--m-max");
     }
     check_nm(a.n, a.m, "--n/--m");
+    auto addition_only = [](const std::string& what) {
+      throw InputError(fmt::format("this tool compares with the constructed model of Theorem 4.1, which adds: "
+                                   "{} (use dump_attention for the attention maps of other tasks)", what));
+    };
+    if (!a.task.empty() && parse_task(a.task) != TaskKind::addition) addition_only(fmt::format("--task {}", a.task));
     check_samples_fit(a.samples, std::max(a.n, a.grid ? a.n_max : 1), std::max(a.m, a.grid ? a.m_max : 2),
                       fmt::format("--samples {}", a.samples));
     LoadedModel lm;
     const bool self = self_mode(a);
-    if (!self) lm = load_model_dir(a.learned);
+    if (!self) {
+      lm = load_model_dir(a.learned);
+      const Task& tk = task_of_model(lm.config_json, "", a.learned);
+      if (tk.kind() != TaskKind::addition)
+        addition_only(fmt::format("the model in {} was trained on task {}", a.learned, tk.name()));
+    }
     if (a.out.empty()) {
       if (self) throw InputError("--learned constructed needs --out DIR");
       a.out = a.grid ? a.learned + "/compare_grid" : fmt::format("{}/compare_TA{}x{}", a.learned, a.n, a.m);

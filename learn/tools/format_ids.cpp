@@ -1,7 +1,8 @@
 // format_ids: the sequence, the position IDs (every mode of learn/, construct's coupled IDs) and the
-// targets of one problem, or of a list of cases as JSON (tests/data/format_cases.json ->
-// tests/data/format_golden.json, the golden file python/manyadd/format.py is checked against). Also the
-// samplers' draws (TA, SA, the per-cell seed of evaluate/dump_attention), so the Python twin of the
+// targets of one problem of any task (learn/include/manyadd/learn/task.hpp), or of a list of cases as
+// JSON (tests/data/format_cases.json -> tests/data/format_golden.json, the golden file
+// python/manyadd/format.py is checked against). Also the samplers' draws (TA, SA, every task's test
+// cells and training sets, the per-cell seed of evaluate/dump_attention), so the Python twin of the
 // samplers is checked on the same file. Exit codes: 0 done, 2 bad usage or input, 3 internal error.
 #include <cstdio>
 #include <iostream>
@@ -16,6 +17,8 @@
 #include "manyadd/core/files.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
+#include "manyadd/learn/task.hpp"
+#include "manyadd/learn/train.hpp"
 
 using namespace manyadd;
 using namespace manyadd::learn;
@@ -80,10 +83,84 @@ ojson sequence_case(const nlohmann::json& c) {
   return out;
 }
 
+// A task's case: {"task", "problem", "pos_mode" (default: the task's coupling: digits, coupled or
+// coupled3 for 1, 2 or 3 levels), "s1", "s2", "s3" (default 1)} -> the tokens, the eq index, the
+// answer span, the relative IDs and spans of every coupling level, the IDs of the mode at the
+// offsets, the targets, the answer read back and the reference answer. No max_pos check (the IDs of
+// any offsets). A refused input gives {"error": message}.
+ojson task_case(const nlohmann::json& c) {
+  ojson out;
+  const std::string name = get_str(c, "task", "");
+  const std::string text = get_str(c, "problem", "");
+  const std::int64_t s1 = get_int(c, "s1", 1, -1000, 1'000'000), s2 = get_int(c, "s2", 1, -1000, 1'000'000),
+                     s3 = get_int(c, "s3", 1, -1000, 1'000'000);
+  out["task"] = name;
+  out["problem"] = text;
+  try {
+    const Task& tk = task_named(name);
+    const char* dflt = tk.levels() == 1 ? "digits" : tk.levels() == 2 ? "coupled" : "coupled3";
+    const std::string mode_s = get_str(c, "pos_mode", dflt);
+    out["pos_mode"] = mode_s;
+    out["s"] = {s1, s2, s3};
+    const PosMode mode = parse_pos_mode(mode_s);
+    const Problem p = tk.parse(text);
+    const Written w = tk.write(p);
+    std::vector<std::int32_t> pos[kMaxPosLevels];
+    position_ids_for(w, mode, Offsets{s1, s2, s3}, pos);
+    ojson ids = ojson::array(), rel = ojson::array();
+    for (int lv = 0; lv < pos_levels(mode); ++lv) ids.push_back(pos[lv]);
+    for (int lv = 0; lv < w.levels; ++lv) rel.push_back(w.rel[lv]);
+    std::vector<int> targets(w.tokens.size(), -1);
+    for (std::int64_t k = w.eq; k + 1 < w.T(); ++k) targets[std::size_t(k)] = w.tokens[std::size_t(k + 1)];
+    targets.back() = kDollar;
+    const Reading rd = tk.read(w.tokens);
+    out["operands"] = p.operands;
+    out["T"] = w.T();
+    out["eq_index"] = w.eq;
+    out["answer_span"] = {w.answer_begin, w.answer_end};
+    out["tokens"] = tokens_to_string(w.tokens);
+    out["rel"] = rel;
+    out["span"] = std::vector<std::int32_t>(w.span.begin(), w.span.begin() + w.levels);
+    out["pos"] = ids;
+    out["targets"] = targets;
+    out["answer"] = rd.answer;
+    out["consistent"] = rd.consistent;
+    out["reference"] = tk.reference_answer(p);
+  } catch (const InputError& e) {
+    out["error"] = e.what();
+  }
+  return out;
+}
+
 // {"sample": "TA" | "SA", "n", "m", "count", "seed", "cell" (TA: seed the generator with
 // cell_seed(seed, n, m), as evaluate and dump_attention do)} -> the problems drawn, in order.
+// {"sample": "cell" | "train", "task", "n", "m", "count", "seed", "cell"}: the task's test cell (n, m)
+// (cell: seeded as evaluate seeds it) or its training set with train_n = n, train_m = m, count problems.
 ojson sample_case(const nlohmann::json& c) {
   const std::string kind = get_str(c, "sample", "");
+  if (kind == "cell" || kind == "train") {
+    const Task& tk = task_named(get_str(c, "task", ""));
+    const int n = int(get_int(c, "n", 1, 1, 1000)), m = int(get_int(c, "m", 1, 1, 1000));
+    const std::int64_t count = get_int(c, "count", 1, 1, 10000);
+    if (!c.contains("seed") || !c["seed"].is_number_unsigned()) throw InputError("a sample case needs an unsigned 'seed'");
+    const std::uint64_t seed = c["seed"].get<std::uint64_t>();
+    const bool cell = c.contains("cell") && c["cell"].is_boolean() && c["cell"].get<bool>();
+    ojson out = {{"sample", kind}, {"task", tk.name()}, {"n", n}, {"m", m}, {"count", count}, {"seed", seed},
+                 {"cell", cell}};
+    Rng rng(cell ? cell_seed(seed, n, m) : seed);
+    ojson problems = ojson::array();
+    if (kind == "cell") {
+      for (std::int64_t i = 0; i < count; ++i) problems.push_back(tk.to_string(tk.sample_cell(rng, n, m)));
+    } else {
+      TrainConfig tc;
+      tc.task = tk.name(), tc.train_n = n, tc.train_m = m, tc.train_size = count;
+      tc.validate();
+      for (const auto& p : tk.sample_train(rng, tc)) problems.push_back(tk.to_string(p));
+    }
+    if (cell) out["cell_seed"] = cell_seed(seed, n, m);
+    out["problems"] = problems;
+    return out;
+  }
   const int n = int(get_int(c, "n", 1, 1, 1000)), m = int(get_int(c, "m", 2, 1, 1000));
   const std::int64_t count = get_int(c, "count", 1, 1, 10000);
   if (!c.contains("seed") || !c["seed"].is_number_unsigned()) throw InputError("a sample case needs an unsigned 'seed'");
@@ -111,21 +188,43 @@ ojson width_case(const nlohmann::json& c) {
   return {{"width", rule}, {"n", n}, {"m", m}, {"l", width(parse_padding(rule), n, m)}};
 }
 
+// One case's tokens and IDs as a table (index, token, one row per level), and its JSON if asked.
+void print_ids(const ojson& r, const std::string& json_path) {
+  const std::string toks = r["tokens"].get<std::string>();
+  std::string line = "index ", tline = "token ";
+  for (std::size_t k = 0; k < toks.size(); ++k) {
+    line += fmt::format(" {:>3}", k);
+    tline += fmt::format(" {:>3}", toks[k]);
+  }
+  std::printf("%s\n%s\n", line.c_str(), tline.c_str());
+  int lv = 1;
+  for (const auto& ids : r["pos"]) {
+    std::string pl = fmt::format("pos{}  ", lv++);
+    for (const auto& v : ids) pl += fmt::format(" {:>3}", v.get<int>());
+    std::printf("%s\n", pl.c_str());
+  }
+  if (!json_path.empty()) atomic_write(json_path, r.dump(1) + "\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Print the token sequence and position IDs of a problem (or of a JSON list of cases).", "format_ids"};
-  std::string problem, cases, json_path, padding = "minimal", mode = "coupled";
-  std::int64_t n = 0, s1 = 1, s2 = 1;
+  std::string problem, cases, json_path, padding = "minimal", mode = "coupled", task_s = "addition";
+  std::int64_t n = 0, s1 = 1, s2 = 1, s3 = 1;
   auto* o_problem = cli::add_string(app, "--problem", problem, "one problem, e.g. 57+48+96");
   auto* o_cases = cli::add_string(app, "--cases", cases,
                                   "a JSON list of cases (see learn/tools/format_ids.cpp); the answers go to --json");
   o_problem->excludes(o_cases);
   cli::add_string(app, "--padding", padding, "padding rule: minimal (learn/, the paper's experiments) or theorem");
   cli::add_int(app, "--n", n, "digits per operand (0 = the longest operand)", 0, 100'000'000);
-  cli::add_string(app, "--pos-mode", mode, "position IDs: coupled|digits|absolute|none (learn/'s modes)");
+  cli::add_string(app, "--task", task_s, "the task (" + task_names() + ") (default addition)");
+  auto* o_mode = cli::add_string(app, "--pos-mode", mode,
+                                 "position IDs: coupled|coupled3|digits|absolute|none (learn/'s modes; default: the "
+                                 "task's coupling)");
   cli::add_int(app, "--s1", s1, "level-1 position offset", 1, 1'000'000);
   cli::add_int(app, "--s2", s2, "level-2 position offset", 1, 1'000'000);
+  cli::add_int(app, "--s3", s3, "level-3 position offset", 1, 1'000'000);
   cli::add_json(app, json_path, "write the answer(s) as JSON to FILE");
   app.footer(cli::exit_codes_footer(false));
   if (const int rc = cli::parse(app, argc, argv, std::cout, std::cerr); rc >= 0) return rc;
@@ -138,13 +237,28 @@ int main(int argc, char** argv) {
       for (std::size_t i = 0; i < in.size(); ++i) {
         const auto& c = in[i];
         if (!c.is_object()) throw InputError(fmt::format("{}: every case must be a JSON object", cases));
-        const ojson r = c.contains("sample") ? sample_case(c) : c.contains("width") ? width_case(c) : sequence_case(c);
+        const ojson r = c.contains("sample")  ? sample_case(c)
+                        : c.contains("width") ? width_case(c)
+                        : c.contains("task")  ? task_case(c)
+                                              : sequence_case(c);
         text += r.dump() + (i + 1 < in.size() ? ",\n" : "\n");
       }
       atomic_write(json_path, text + "]\n");
       return 0;
     }
     if (problem.empty()) throw InputError("give --problem P (e.g. 57+48+96) or --cases FILE");
+    if (parse_task(task_s) != TaskKind::addition) {
+      nlohmann::json c = {{"task", task_s}, {"problem", problem}, {"s1", s1}, {"s2", s2}, {"s3", s3}};
+      if (o_mode->count()) c["pos_mode"] = mode;
+      const ojson r = task_case(c);
+      if (r.contains("error")) throw InputError(r["error"].get<std::string>());
+      std::printf("%s %s  (T=%d, '=' at %d, answer %s = tokens %d..%d, pos_mode %s)\n", task_s.c_str(),
+                  r["tokens"].get<std::string>().c_str(), r["T"].get<int>(), r["eq_index"].get<int>(),
+                  r["answer"].get<std::string>().c_str(), r["answer_span"][0].get<int>(),
+                  r["answer_span"][1].get<int>() - 1, r["pos_mode"].get<std::string>().c_str());
+      print_ids(r, json_path);
+      return 0;
+    }
     nlohmann::json c = {{"problem", problem}, {"padding", padding}, {"pos_mode", mode}, {"s1", s1}, {"s2", s2}};
     if (n > 0) c["n"] = n;
     const ojson r = sequence_case(c);
@@ -153,20 +267,7 @@ int main(int argc, char** argv) {
                 r["tokens"].get<std::string>().c_str(), r["n"].get<int>(), r["m"].get<int>(), r["l"].get<int>(),
                 r["N"].get<int>(), padding.c_str(), mode.c_str(), static_cast<long long>(s1),
                 static_cast<long long>(s2));
-    const std::string toks = r["tokens"].get<std::string>();
-    std::string line = "index ", tline = "token ";
-    for (std::size_t k = 0; k < toks.size(); ++k) {
-      line += fmt::format(" {:>3}", k);
-      tline += fmt::format(" {:>3}", toks[k]);
-    }
-    std::printf("%s\n%s\n", line.c_str(), tline.c_str());
-    int lv = 1;
-    for (const auto& ids : r["pos"]) {
-      std::string pl = fmt::format("pos{}  ", lv++);
-      for (const auto& v : ids) pl += fmt::format(" {:>3}", v.get<int>());
-      std::printf("%s\n", pl.c_str());
-    }
-    if (!json_path.empty()) atomic_write(json_path, r.dump(1) + "\n");
+    print_ids(r, json_path);
     return 0;
   });
 }

@@ -1,4 +1,4 @@
-// train: trains the learned transformer on SA(n, m) and writes a model directory
+// train: trains the learned transformer on a task (--task; addition: SA(n, m)) and writes a model directory
 // (config.json, model.safetensors, checkpoint.safetensors, log.csv, eval.csv).
 // Exit codes: 0 trained, 2 bad usage or input, 3 internal error (message on stderr).
 #include <cstdio>
@@ -12,6 +12,7 @@
 #include "manyadd/learn/cli_common.hpp"
 #include "manyadd/learn/cuda_device.hpp"
 #include "manyadd/learn/io.hpp"
+#include "manyadd/learn/task.hpp"
 #include "manyadd/learn/train.hpp"
 
 using namespace manyadd;
@@ -19,10 +20,14 @@ using namespace manyadd::learn;
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "Train the learned transformer (paper 000, Sec. 4 / Appendix B) on SA(n, m) with the scratchpad and\n"
-      "bi-level Position Coupling format. Configuration = defaults, then --config FILE ({\"model\": {...},\n"
-      "\"train\": {...}} with the fields below), then flags. With --resume the base is OUT/config.json and\n"
-      "training continues bit for bit from OUT/checkpoint.safetensors.",
+      "Train the learned transformer (paper 000, Sec. 4 / Appendix B) on a task: --task addition (SA(n, m),\n"
+      "scratchpad and bi-level Position Coupling; the default), addition-noscratch, addition-2op, parity,\n"
+      "parity-noscratch, multiplication (SM(n, m), two-stage scratchpad, tri-level coupling: --pos-mode\n"
+      "coupled3), multiplication-noscratch (learn/README.md, Tasks). The model's vocabulary is the task's\n"
+      "(15 tokens with '*' for multiplication) unless the configuration states one. Configuration =\n"
+      "defaults, then --config FILE ({\"model\": {...}, \"train\": {...}} with the fields below), then\n"
+      "flags. With --resume the base is OUT/config.json and training continues bit for bit from\n"
+      "OUT/checkpoint.safetensors.",
       "train"};
   std::string config_path, out, json_path, device = "cpu";
   bool resume = false, allow_precision_change = false;
@@ -59,9 +64,12 @@ int main(int argc, char** argv) {
     merge(flags.given(), "the flags");
     ModelConfig mc;
     TrainConfig tc;
-    // config.json written by train holds the descriptive "vocabulary" key; from_json accepts it.
-    from_json(cfg["model"], mc);
     from_json(cfg["train"], tc);
+    // The vocabulary follows the task unless the configuration states one (Task::check_model refuses
+    // one too small). config.json written by train holds the descriptive "vocabulary" key; from_json
+    // accepts it.
+    if (!cfg["model"].contains("vocab")) cfg["model"]["vocab"] = task_named(tc.task).vocab();
+    from_json(cfg["model"], mc);
     check_run_fits(mc, tc, device == "cuda");  // before the data set, the weights or any step
     std::shared_ptr<TrainDevice> dev;
     if (device == "cuda") dev = make_cuda_device(mc, tc.precision_value());  // InputError -> exit 2

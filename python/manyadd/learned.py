@@ -70,15 +70,18 @@ __all__ = ["LearnedConfig", "LearnedTransformer", "load_learned", "ARCHITECTURE_
 
 # Fields of config.json "model" and what each does to the forward.
 #   sizes: integers that shape the tensors; checked against the C++ limits (learn/src/model.cpp).
-_SIZES = {"vocab": (14, 14), "n_layers": (1, 64), "n_heads": (1, 64), "d_model": (1, 8192), "d_head": (1, 1024),
-          "d_ff": (1, 65536), "max_pos1": (2, 1_000_000), "max_pos2": (2, 1_000_000)}
+_SIZES = {"vocab": (14, 15), "n_layers": (1, 64), "n_heads": (1, 64), "d_model": (1, 8192), "d_head": (1, 1024),
+          "d_ff": (1, 65536), "max_pos1": (2, 1_000_000), "max_pos2": (2, 1_000_000), "max_pos3": (2, 1_000_000)}
+# Sizes a config.json written before they existed lacks: the C++ default.
+_SIZE_DEFAULTS = {"max_pos3": 20}
 # Switches of the architecture: field -> {value this module implements: meaning}. A switch absent from
 # config.json takes its first value (what every `train` so far has done). A value not listed here is
 # refused: implementing one is adding its entry and its branch in the module below (and a test against
 # the C++ that writes it).
 ARCHITECTURE_SWITCHES = {
     "pos_mode": {"coupled": "two position tables (significance, operand)", "digits": "level 1 only",
-                 "absolute": "one ID per index", "none": "no position table (NoPE)"},
+                 "absolute": "one ID per index", "none": "no position table (NoPE)",
+                 "coupled3": "three position tables (multiplication's tri-level coupling)"},
     "attn_scale": {"inv_sqrt_dhead": "scores q.k / sqrt(d_head)", "none": "scores q.k unscaled (T5)"},
     "final_norm": {"rms": "RMSNorm with weight, eps norm_eps",
                    "layer": "LayerNorm with weight and bias, eps norm_eps (biased variance)"},
@@ -103,9 +106,9 @@ class LearnedConfig:
                 raise InputError("config.json: model.%s is unknown to this version of manyadd (python/manyadd/learned.py):"
                                  " refusing to guess how it changes the forward" % k)
         for k, (lo, hi) in _SIZES.items():
-            if k not in model:
+            if k not in model and k not in _SIZE_DEFAULTS:
                 raise InputError("config.json: model.%s is missing" % k)
-            v = model[k]
+            v = model.get(k, _SIZE_DEFAULTS.get(k))
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 raise InputError("config.json: model.%s must be an integer in [%d, %d] (got %r)" % (k, lo, hi, v))
             setattr(self, k, v)
@@ -122,12 +125,14 @@ class LearnedConfig:
             raise InputError("config.json: model.norm_eps must be a number in (0, 1) (got %r)" % (eps,))
         # The C++ reads norm_eps into a float: use that float's value.
         self.norm_eps = float(torch.tensor(eps, dtype=torch.float32))
-        voc = model.get("vocabulary", fmt.VOCAB)
-        if voc != fmt.VOCAB:
-            raise InputError("config.json: model.vocabulary %r is not %r" % (voc, fmt.VOCAB))
+        voc = model.get("vocabulary", fmt.vocabulary(self.vocab))
+        if voc != fmt.vocabulary(self.vocab):
+            raise InputError("config.json: model.vocabulary %r is not %r" % (voc, fmt.vocabulary(self.vocab)))
         self.levels = fmt.pos_levels(self.pos_mode)
-        self.max_pos = (self.max_pos1, self.max_pos2)
+        self.max_pos = (self.max_pos1, self.max_pos2, self.max_pos3)
         train = train if isinstance(train, dict) else {}
+        self.task = train.get("task", "addition")  # config.json without one: addition
+        fmt.task_levels(self.task)
         self.train_n, self.train_m = train.get("train_n"), train.get("train_m")
         self.precision = train.get("precision", "fp32")
         if self.precision not in _PRECISIONS:
@@ -306,11 +311,14 @@ class LearnedTransformer(HookedModule):
 
     # ---- the task ----------------------------------------------------------------------------------
 
-    def example(self, problem, s1=1, s2=1):
-        """learn's input for a problem (its own shape, minimal padding) at offsets (s1, s2): a
-        format.Example whose tokens (1, N) and pos (levels x (1, N)) are long tensors on the model's device
-        and targets a list (the next token from '=' on, -1 on the query)."""
-        ex = fmt.make_example(problem, self.cfg.pos_mode, self.cfg.max_pos, s1, s2)
+    def example(self, problem, s1=1, s2=1, s3=1):
+        """learn's input for a problem of the model's task (addition: its own shape, minimal padding) at
+        offsets (s1, s2, s3): a format.Example whose tokens (1, N) and pos (levels x (1, N)) are long
+        tensors on the model's device and targets a list (the next token from '=' on, -1 on the query)."""
+        if self.cfg.task == "addition":
+            ex = fmt.make_example(problem, self.cfg.pos_mode, self.cfg.max_pos, s1, s2)
+        else:
+            ex = fmt.make_task_example(self.cfg.task, problem, self.cfg.pos_mode, self.cfg.max_pos, (s1, s2, s3))
         dev = self._device()
         ex.tokens = torch.tensor([ex.tokens], dtype=torch.long, device=dev)
         ex.pos = [torch.tensor([p], dtype=torch.long, device=dev) for p in ex.pos]

@@ -17,10 +17,15 @@
 namespace manyadd {
 
 // Vocabulary V = (0, ..., 9, '+', '=', '>', '$') in the paper's order (D.1); '$' is BOS and EOS.
-enum Tok : std::uint8_t { kPlus = 10, kEq = 11, kArrow = 12, kDollar = 13 };
+// The learned models' other tasks (learn/include/manyadd/learn/task.hpp) add '*' (multiplication,
+// Sec. 5) as token 14: the constructed model and addition keep the 14 tokens.
+enum Tok : std::uint8_t { kPlus = 10, kEq = 11, kArrow = 12, kDollar = 13, kStar = 14 };
 inline constexpr int kVocab = 14;
-char token_char(int tok);
+inline constexpr int kVocabTasks = 15;  // kVocab and '*'
+char token_char(int tok);     // tokens 0..14; throws InputError beyond
 int token_from_char(char c);  // throws InputError
+// The first `vocab` characters of "0123456789+=>$*" (vocab 14 or 15; throws InputError otherwise).
+std::string vocabulary_string(int vocab);
 std::string tokens_to_string(const std::vector<std::uint8_t>& toks);
 std::vector<std::uint8_t> tokens_from_string(const std::string& s);  // throws InputError
 

@@ -20,6 +20,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -41,6 +42,10 @@ struct AttentionMaps {
 // If acc_exact is given, it receives how many instances the model answers exactly (teacher-forced).
 AttentionMaps learned_attention(const LoadedModel& lm, const std::vector<Problem>& problems, std::int64_t s1,
                                 std::int64_t s2, int threads, std::int64_t* acc_exact = nullptr);
+// The same over `count` examples of one length made by example(i) (any task), in parallel.
+AttentionMaps learned_attention(const LoadedModel& lm, std::int64_t count,
+                                const std::function<Example(std::int64_t)>& example, int threads,
+                                std::int64_t* acc_exact = nullptr);
 
 // The constructed model (construct/) for TA(n, m) with minimal padding (the learned models' format),
 // hypercube dims = the smallest valid ones for the offsets (dims_ours, grown if s1 or s2 need it).
@@ -105,5 +110,8 @@ void write_attention_dir(const std::string& out, const AttentionMaps& a, const S
                          std::int64_t s2, std::int64_t samples, const std::vector<std::uint8_t>& example_tokens,
                          const std::vector<std::int32_t>& pos1, const std::vector<std::int32_t>& pos2,
                          const std::map<std::string, std::string>& extra = {});
+// The same files with the metadata given (dump_attention's other tasks: task, n, m, T, the offsets,
+// example_tokens, pos1..pos3).
+void write_attention_dir(const std::string& out, const AttentionMaps& a, const std::map<std::string, std::string>& meta);
 
 }  // namespace manyadd::learn

@@ -25,7 +25,7 @@ struct PackedBatch {
   int B = 0, T = 0;                     // sequences, padded length (the batch's longest)
   std::vector<std::int32_t> lengths;    // (B) true lengths
   std::vector<std::uint8_t> tokens;     // (B, T) token ids, 0 on padding
-  std::vector<std::int32_t> pos[2];     // (B, T) per level (empty for unused levels), 0 on padding
+  std::vector<std::int32_t> pos[kMaxPosLevels];  // (B, T) per level (empty for unused levels), 0 on padding
   std::vector<std::int32_t> targets;    // (B, T) next token on counted rows, -1 elsewhere (padding too)
   std::int64_t real_tokens = 0;         // sum of lengths
   std::int64_t counted_targets = 0;     // rows with target >= 0

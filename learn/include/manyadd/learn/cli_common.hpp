@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -16,6 +17,7 @@ namespace manyadd::learn {
 
 struct ModelConfig;
 struct TrainConfig;
+class Task;
 
 // Memory of work sized by options, estimated before it starts and checked against the machine
 // (core/cli.hpp's check_fits_memory; InputError naming `what`, the options to reduce).
@@ -26,6 +28,10 @@ struct TrainConfig;
 //                   on_device (the steps run on a GPU) the host holds no gradients and no activations
 double problems_bytes(std::int64_t count, std::int64_t n, std::int64_t m);
 void check_samples_fit(std::int64_t samples, std::int64_t n, std::int64_t m, const std::string& what);
+// A task's cell (i, j): its instances' most digits per operand and operands (problems_bytes' n, m),
+// and the check of `samples` of them.
+std::pair<std::int64_t, std::int64_t> problem_bound(const Task& t, int i, int j);
+void check_samples_fit(std::int64_t samples, const Task& t, int i, int j, const std::string& what);
 void check_run_fits(const ModelConfig& mc, const TrainConfig& tc, bool on_device = false);
 
 struct FieldDoc {

@@ -21,12 +21,16 @@
 
 namespace manyadd::learn {
 
-// How tokens get position IDs (see data.hpp for the exact rules).
-//   coupled  bi-level Position Coupling of the paper (two tables: significance, operand index)
-//   digits   single-level coupling of significance only (one table; Abacus-like)
+// How tokens get position IDs (see data.hpp and task.hpp for the exact rules). The coupled modes
+// read the task's Position Coupling (task.hpp: each task couples on 1, 2 or 3 levels).
+//   coupled  bi-level Position Coupling of the paper (two tables; addition: significance, operand index)
+//   coupled3 tri-level Position Coupling (three tables; multiplication, Sec. 5)
+//   digits   level 1 of the task's coupling only (one table): significance for the arithmetic tasks
+//            (Abacus-like), the bit index for parity; the whole coupling of single-level tasks
 //   absolute one ID per index, BOS 0 and index k -> s + k - 1 (one table)
 //   none     NoPE: no position table
-enum class PosMode { coupled, digits, absolute, none };
+enum class PosMode { coupled, digits, absolute, none, coupled3 };
+inline constexpr int kMaxPosLevels = 3;  // position tables a model may have
 PosMode parse_pos_mode(const std::string& s);  // throws InputError
 const char* pos_mode_name(PosMode m);
 int pos_levels(PosMode m);
@@ -62,14 +66,15 @@ const char* precision_name(Precision p);
 float round_bf16(float x);
 
 struct ModelConfig {
-  int vocab = kVocab;
+  int vocab = kVocab;  // 14 (0-9 + = > $) or 15 (and '*', multiplication): the task's (task.hpp)
   int n_layers = 1;
   int n_heads = 4;
   int d_model = 64;
   int d_head = 16;
   int d_ff = 256;
   int max_pos1 = 20;  // largest position ID of level 1 (table has max_pos1 + 1 rows)
-  int max_pos2 = 20;  // level 2 (coupled only)
+  int max_pos2 = 20;  // level 2 (coupled, coupled3)
+  int max_pos3 = 20;  // level 3 (coupled3 only); absent from older config.json files: this default
   PosMode pos_mode = PosMode::coupled;
   float norm_eps = 1e-6f;
   float init_std = 0.02f;  // init normal only
@@ -79,7 +84,7 @@ struct ModelConfig {
   NormKind final_norm = NormKind::rms;
 
   void validate() const;  // throws InputError
-  int max_pos(int level) const { return level == 0 ? max_pos1 : max_pos2; }
+  int max_pos(int level) const { return level == 0 ? max_pos1 : level == 1 ? max_pos2 : max_pos3; }
 };
 void to_json(nlohmann::json& j, const ModelConfig& c);
 void from_json(const nlohmann::json& j, ModelConfig& c);  // throws InputError on bad fields
@@ -100,7 +105,7 @@ struct Layout {
   struct Block {
     std::int64_t attn_norm1, wq, wk, wv, wo, attn_norm2, ffn_norm1, wi, wo_ff, ffn_norm2;
   };
-  std::int64_t wte = 0, wpe[2] = {0, 0}, final_norm = 0;
+  std::int64_t wte = 0, wpe[kMaxPosLevels] = {0, 0, 0}, final_norm = 0;
   std::int64_t final_norm_bias = -1;  // final_norm layer only
   std::int64_t lm_head = -1;          // -1 when the readout is tied to tok_emb
   std::int64_t readout() const { return lm_head >= 0 ? lm_head : wte; }  // the readout matrix (vocab, C)
@@ -115,11 +120,13 @@ template <class S>
 std::vector<S> init_params(const ModelConfig& c, const Layout& lay, std::uint64_t seed);
 
 // One input sequence with its targets: tokens (T), position IDs per level (T each), targets (T) with
-// -1 where no loss is taken.
+// -1 where no loss is taken, and where the task's final answer lies: tokens [answer_begin, answer_end)
+// (predicted at rows answer_begin - 1 .. answer_end - 2; task.hpp), both 0 when unknown.
 struct Example {
   std::vector<std::uint8_t> tokens;
-  std::vector<std::int32_t> pos[2];
+  std::vector<std::int32_t> pos[kMaxPosLevels];
   std::vector<std::int32_t> targets;
+  std::int32_t answer_begin = 0, answer_end = 0;
   int T() const { return int(tokens.size()); }
 };
 
@@ -141,7 +148,7 @@ struct ModelView {
 struct BatchView {
   int B = 0, T = 0;
   const std::uint8_t* tokens = nullptr;              // (B, T)
-  const std::int32_t* pos[2] = {nullptr, nullptr};   // (B, T) per position level in use
+  const std::int32_t* pos[kMaxPosLevels] = {nullptr, nullptr, nullptr};  // (B, T) per position level in use
   const std::int32_t* targets = nullptr;             // (B, T), -1 = no loss; nullptr: no loss pass (decoding)
   std::int64_t rows() const { return std::int64_t(B) * T; }
 };
@@ -212,7 +219,8 @@ void model_backward(S* grads, GradScratch<S>& g, const Acts<S>& a, const ModelVi
 struct KvDecoder {
   ModelView<float> m;
   explicit KvDecoder(const ModelView<float>& mv) : m(mv) {}
-  std::vector<std::uint8_t> greedy(const std::vector<std::uint8_t>& prefix, const std::vector<std::int32_t> pos[2],
+  std::vector<std::uint8_t> greedy(const std::vector<std::uint8_t>& prefix,
+                                   const std::vector<std::int32_t> pos[kMaxPosLevels],
                                    int max_new) const;
 };
 

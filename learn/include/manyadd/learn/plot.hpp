@@ -27,10 +27,18 @@ inline void write_png(const std::string& path, const Image& im) { write_png(path
 // Panels left to right, each under its title, an optional caption line on top.
 Image side_by_side(const std::vector<std::pair<std::string, Image>>& panels, const std::string& caption = "");
 
-// Heatmap of exact-match accuracy in the paper's layout (Figure 1): x = number of operands (columns,
-// m_min..m_max left to right), y = length of each operand (rows, n_min..n_max top to bottom), a color
-// per cell (NaN = not evaluated, grey), tick labels every 5, and the training region
-// [1, train_n] x [2, train_m] outlined in red.
+// Heatmap of accuracies: a color per cell (NaN = not evaluated, grey), rows top to bottom and
+// columns left to right labeled by their values (the first and every multiple of 5), axis titles, and
+// the training region (the rows with values in [row_lo, row_hi] times the columns in [col_lo, col_hi])
+// outlined in red.
+struct HeatmapAxes {
+  std::string xtitle, ytitle;
+  std::vector<int> rows, cols;  // the value of each row and column
+  int row_lo = 1, row_hi = 0, col_lo = 2, col_hi = 0;
+};
+Image heatmap_image(const std::vector<std::vector<double>>& acc, const HeatmapAxes& axes);
+// Addition in the paper's layout (Figure 1): x = number of operands (columns m_min..), y = length of
+// each operand (rows n_min..), the training region [1, train_n] x [2, train_m].
 Image heatmap_image(const std::vector<std::vector<double>>& acc, int n_min, int m_min, int train_n, int train_m);
 void write_heatmap_png(const std::string& path, const std::vector<std::vector<double>>& acc, int n_min, int m_min,
                        int train_n, int train_m);

@@ -1,4 +1,4 @@
-// Training: SA(n, m) data with random position offsets, AdamW (betas 0.9/0.95, no weight decay,
+// Training: a task's fixed training set (task.hpp; addition: SA(n, m)) with random position offsets, AdamW (betas 0.9/0.95, no weight decay,
 // global-norm clipping at 1.0 as the reference implementation), linear warm-up over 1% of the steps
 // then cosine decay to 0.1 x lr, periodic evaluation, atomic checksummed checkpoints, bit-identical
 // resume; fp32 or bf16 mixed precision (TrainConfig::precision, model.hpp's Precision). The arithmetic of a step runs on a TrainDevice (batch.hpp): by default the CPU trainer,
@@ -17,11 +17,13 @@
 
 #include "manyadd/learn/batch.hpp"
 #include "manyadd/learn/model.hpp"
+#include "manyadd/learn/task.hpp"
 
 namespace manyadd::learn {
 
 struct TrainConfig {
-  int train_n = 5, train_m = 5;          // SA(train_n, train_m)
+  std::string task = "addition";         // task.hpp's names; config.json without one is addition
+  int train_n = 5, train_m = 5;          // the task's training distribution: SA(n, m), SM(n, m), parity 1..n
   std::int64_t train_size = 500'000;     // problems in the fixed training set (paper: 500,000)
   std::int64_t steps = 10'000;
   int batch = 64;
@@ -92,6 +94,7 @@ class Trainer {
   const ModelConfig& model_config() const { return mc_; }
   const TrainConfig& train_config() const { return tc_; }
   const Layout& layout() const { return lay_; }
+  const Task& task() const { return *task_; }
 
   // A model directory: config.json, model.safetensors (weights only, PyTorch-loadable) and
   // checkpoint.safetensors (weights + Adam moments + step + precision; what --resume reads). Atomic per
@@ -106,16 +109,18 @@ class Trainer {
   void load_checkpoint(const std::string& dir, bool allow_precision_change = false);
   const std::map<std::string, std::string>& run_state() const { return run_state_; }
 
-  // Exact match per in-distribution TA cell (i in 1..train_n, j in 2..train_m), teacher-forced.
+  // Exact match per in-distribution cell of the task (addition: TA(i, j), i in 1..train_n, j in
+  // 2..train_m), teacher-forced.
   struct EvalSummary {
     double mean = 0, min = 0;
-    std::vector<std::vector<double>> acc;  // [i-1][j-2]
+    std::vector<std::vector<double>> acc;  // [row][column] over the training cells (addition: [i-1][j-2])
   };
   EvalSummary eval_in_distribution(std::int64_t samples) const;
 
  private:
   ModelConfig mc_;
   TrainConfig tc_;
+  const Task* task_;
   Layout lay_;
   mutable std::vector<float> params_, m_, v_;  // host copy, synced with the device on demand
   std::shared_ptr<TrainDevice> dev_;

@@ -1,0 +1,293 @@
+// The tasks (learn/include/manyadd/learn/task.hpp): every format against the papers' own examples
+// (Figure 2's parity 0101, Figure 4's 57+48+96, Figure 8b's 37*925 token by token and level by level,
+// McLeish et al.'s 98282+3859172), the couplings against what the papers say they couple, a RapidCheck
+// property that every written sequence of every task reads back to the right answer (and that a
+// changed digit does not), offsets within the model's tables, the model/task compatibility messages.
+// The micro training runs of every task are in test_tasks_train.cpp. The Python twin
+// (python/manyadd/format.py) is checked against format_ids in test_python_format.
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "manyadd/learn/data.hpp"
+#include "manyadd/learn/task.hpp"
+#include "manyadd/learn/train.hpp"
+
+using namespace manyadd;
+using namespace manyadd::learn;
+
+namespace {
+
+const Task& T(TaskKind k) { return task(k); }
+
+// The IDs of one level as the papers print them: one digit per token, BOS left out.
+std::string row(const std::vector<std::int32_t>& ids) {
+  std::string s;
+  for (std::size_t k = 1; k < ids.size(); ++k) s += std::to_string(ids[k]);
+  return s;
+}
+std::vector<std::int32_t> ids(const Written& w, PosMode mode, int level, Offsets s = {1, 1, 1}) {
+  std::vector<std::int32_t> pos[kMaxPosLevels];
+  position_ids_for(w, mode, s, pos);
+  return pos[level];
+}
+Written write(TaskKind k, const std::string& text) { return T(k).write(T(k).parse(text)); }
+PosMode coupling(const Task& t) {
+  return t.levels() == 1 ? PosMode::digits : t.levels() == 2 ? PosMode::coupled : PosMode::coupled3;
+}
+
+}  // namespace
+
+// Paper 000, Figure 2 (Sec. 3.1): "a 4-bit parity problem (with query 0101) and its scratchpad (0110)
+// ... we can assign the same position ID to the k-th query token and k-th scratchpad token, for
+// example, 234512345". The figure's nine tokens are 0101=0110 (BOS/EOS left out, footnote 2).
+TEST(Tasks, ParityIsFigure2) {
+  const Written w = write(TaskKind::parity, "0101");
+  EXPECT_EQ(tokens_to_string(w.tokens), "$0101=0110");
+  EXPECT_EQ(row(ids(w, PosMode::digits, 0)), "234512345");
+  EXPECT_EQ(w.eq, 5);
+  EXPECT_EQ(w.answer_begin, 9);  // the answer token is the last scratchpad bit, the token before EOS
+  EXPECT_EQ(w.answer_end, 10);
+  const Example ex = make_example(T(TaskKind::parity), T(TaskKind::parity).parse("0101"), [] {
+    ModelConfig c;
+    c.pos_mode = PosMode::digits;
+    return c;
+  }(), {1, 1, 1});
+  EXPECT_EQ(ex.targets, (std::vector<std::int32_t>{-1, -1, -1, -1, -1, 0, 1, 1, 0, kDollar}));
+  // Without the scratchpad: the authors' coupled parity, every query bit at s, '=' at s + 1, y at s.
+  const Written n = write(TaskKind::parity_noscratch, "0101");
+  EXPECT_EQ(tokens_to_string(n.tokens), "$0101=0");
+  EXPECT_EQ(row(ids(n, PosMode::digits, 0)), "111121");
+}
+
+// Paper 000, Figure 8b (Sec. 5.1): the sequence of 37 x 925 with its two-stage scratchpad and the
+// three rows of position IDs exactly as printed (36 tokens, BOS left out).
+TEST(Tasks, MultiplicationIsFigure8b) {
+  const Written w = write(TaskKind::multiplication, "37*925");
+  EXPECT_EQ(tokens_to_string(w.tokens).substr(1), "37*925=581+470+333=58100>52900>52243");
+  EXPECT_EQ(row(ids(w, PosMode::coupled3, 0)), "320000123412341234000000000000000000");
+  EXPECT_EQ(row(ids(w, PosMode::coupled3, 1)), "000321111122223333111111222222333333");
+  EXPECT_EQ(row(ids(w, PosMode::coupled3, 2)), "000000123423453456123456123456123456");
+  // Figure 8a's stages: 37 x 5 = 185, 37 x 2 = 74, 37 x 9 = 333; 185, 185 + 740 = 925, 925 + 33300 = 34225.
+  EXPECT_EQ(T(TaskKind::multiplication).read(w.tokens).answer, "34225");
+  EXPECT_EQ(w.answer_begin, 32);
+  // At offsets (5, 2, 7) every used ID moves by its level's offset and the unused stay 0.
+  const auto a = ids(w, PosMode::coupled3, 0), b = ids(w, PosMode::coupled3, 0, {5, 2, 7});
+  for (std::size_t k = 0; k < a.size(); ++k) EXPECT_EQ(b[k], a[k] == 0 ? 0 : a[k] + 4) << k;
+  // Without the scratchpad (the authors' N x M rule): A, B and C digit k of least significance at s + k.
+  const Written n = write(TaskKind::multiplication_noscratch, "37*925");
+  EXPECT_EQ(tokens_to_string(n.tokens), "$37*925=52243");
+  EXPECT_EQ(row(ids(n, PosMode::digits, 0)), "321432123456");
+}
+
+// Paper 000, Figure 4 (Sec. 4.1) through the task interface: the addition task writes construct's format.
+TEST(Tasks, AdditionIsFigure4AndItsVariants) {
+  const Written w = write(TaskKind::addition, "57+48+96");
+  EXPECT_EQ(tokens_to_string(w.tokens), "$057+048+096=000>750>501>102");
+  EXPECT_EQ(row(ids(w, PosMode::coupled, 0)), "432143214321234123412341234");
+  EXPECT_EQ(row(ids(w, PosMode::coupled, 1)), "111122223331111222233334444");
+  EXPECT_EQ(T(TaskKind::addition).read(w.tokens).answer, "201");
+  // Without the scratchpad (Figure 1's top row, Sec. 4.3: "a simple single-level Position Coupling that
+  // matches the position IDs for digits at the same significance in all numbers"): Figure 4's level 1
+  // on the query, the sum reversed at the IDs of its significance.
+  const Written n = write(TaskKind::addition_noscratch, "57+48+96");
+  EXPECT_EQ(tokens_to_string(n.tokens), "$057+048+096=102");
+  EXPECT_EQ(row(ids(n, PosMode::digits, 0)), "432143214321234");
+  // McLeish et al. (Sec. 2): "inputs are formatted least significant digit first, e.g. 98282 + 3859172
+  // = 2787472"; Abacus: the digits of each number at consecutive IDs from the offset (Sec. 3.1), every
+  // other token 0 (their abacus.py).
+  const Written m = write(TaskKind::addition_2op, "28289+2719583");
+  EXPECT_EQ(tokens_to_string(m.tokens), "$98282+3859172=2787472");
+  EXPECT_EQ(row(ids(m, PosMode::digits, 0)), "12345012345670" "1234567");
+}
+
+// What the papers say each level couples, checked on random instances with the tokens' meanings
+// computed here from the layout: equal IDs exactly where the papers couple.
+RC_GTEST_PROP(TasksProperty, CouplingsAreThePapers, ()) {
+  Rng rng(*rc::gen::arbitrary<std::uint64_t>());
+  const int M = *rc::gen::inRange(1, 7), N = *rc::gen::inRange(1, 7);
+  const Offsets s = {*rc::gen::inRange(1, 9), *rc::gen::inRange(1, 9), *rc::gen::inRange(1, 9)};
+  {  // multiplication: Sec. 5.1 (i) A's k-th LSD with the k-th LSD of every stage-1 number, (ii) B's j-th
+     // LSD with every digit of the j-th stage-1 number; level 3: a stage-1 digit of S_j at place d
+     // has significance j - 1 + d in stage 2, coupled with C's digit of that significance; level 2
+     // distinguishes the numbers of both stages.
+    const Task& t = T(TaskKind::multiplication);
+    const Problem p = t.sample_cell(rng, M, N);
+    const Written w = t.write(p);
+    std::vector<std::int32_t> pos[kMaxPosLevels];
+    position_ids_for(w, PosMode::coupled3, s, pos);
+    const std::int64_t a0 = 1, b0 = M + 2, s0 = M + N + 3;  // first index of A, B, S_1
+    auto S = [&](int j, int d) { return s0 + std::int64_t(j - 1) * (M + 2) + (d - 1); };  // digit d of S_j
+    const std::int64_t c0 = s0 + std::int64_t(N) * (M + 2);                               // C_1's first digit
+    auto C = [&](int j, int k) { return c0 + std::int64_t(j - 1) * (M + N + 1) + (k - 1); };
+    for (int j = 1; j <= N; ++j) {
+      for (int d = 1; d <= M + 1; ++d) {
+        if (d <= M) RC_ASSERT(pos[0][std::size_t(S(j, d))] == pos[0][std::size_t(a0 + M - d)]);  // A's d-th LSD
+        RC_ASSERT(pos[1][std::size_t(S(j, d))] == pos[1][std::size_t(b0 + N - j)]);               // B's j-th LSD
+        RC_ASSERT(pos[2][std::size_t(S(j, d))] == pos[2][std::size_t(C(1, j - 1 + d))]);          // significance
+      }
+      for (int k = 1; k <= M + N; ++k) {
+        RC_ASSERT(pos[1][std::size_t(C(j, k))] == pos[1][std::size_t(S(j, 1))]);
+        RC_ASSERT(pos[2][std::size_t(C(j, k))] == pos[2][std::size_t(C(1, k))]);
+        RC_ASSERT(pos[0][std::size_t(C(j, k))] == 0);
+      }
+    }
+    for (std::int64_t k = 1; k <= M; ++k) RC_ASSERT(pos[1][std::size_t(k)] == 0 && pos[2][std::size_t(k)] == 0);
+  }
+  {  // parity: the k-th query bit and the k-th scratchpad bit (Sec. 3.1)
+    const Task& t = T(TaskKind::parity);
+    const Written w = t.write(t.sample_cell(rng, M + N, 1));
+    const auto p = ids(w, PosMode::digits, 0, s);
+    for (int k = 1; k <= M + N; ++k) RC_ASSERT(p[std::size_t(k)] == p[std::size_t(M + N + 1 + k)]);
+  }
+  {  // addition-2op: digits of the same significance in a, b and the sum (Abacus)
+    const Task& t = T(TaskKind::addition_2op);
+    const Problem pr = t.sample_cell(rng, M, N);
+    const Written w = t.write(pr);
+    const auto p = ids(w, PosMode::digits, 0, s);
+    const std::size_t c = std::size_t(M + N + 3);  // first digit of the sum
+    for (int k = 0; k < std::max(M, N); ++k) {
+      if (k < M) RC_ASSERT(p[std::size_t(1 + k)] == p[c + std::size_t(k)]);
+      if (k < N) RC_ASSERT(p[std::size_t(M + 2 + k)] == p[c + std::size_t(k)]);
+    }
+    RC_ASSERT(p[std::size_t(M + 1)] == 0 && p[c - 1] == 0);  // '+' and '='
+  }
+}
+
+// Every task: a written instance has the task's tokens and levels, its relative IDs within its spans,
+// the extent of its cell bounds it (and the cell's largest instance reaches it), and it reads back to
+// the reference answer with a consistent scratchpad; one changed response digit is caught.
+RC_GTEST_PROP(TasksProperty, EverySequenceReadsBackToTheAnswer, ()) {
+  const TaskKind k = *rc::gen::elementOf(all_tasks());
+  const Task& t = task(k);
+  Rng rng(*rc::gen::arbitrary<std::uint64_t>());
+  const int i = *rc::gen::inRange(t.axis(0).min_value, 13);
+  const int j = t.two_axes() ? *rc::gen::inRange(t.axis(1).min_value, 9) : 1;
+  const Problem p = t.sample_cell(rng, i, j);
+  const Written w = t.write(p);
+  RC_ASSERT(w.levels == t.levels());
+  for (auto tok : w.tokens) RC_ASSERT(int(tok) < t.vocab());
+  RC_ASSERT(w.tokens[0] == kDollar);
+  RC_ASSERT(w.eq >= 1 && w.tokens[std::size_t(w.eq)] == kEq);
+  RC_ASSERT(w.eq < w.answer_begin && w.answer_begin < w.answer_end && w.answer_end == w.T());
+  const Task::Extent e = t.extent(i, j);
+  RC_ASSERT(w.T() <= e.T);
+  for (int lv = 0; lv < w.levels; ++lv) {
+    RC_ASSERT(std::int64_t(w.rel[lv].size()) == w.T());
+    RC_ASSERT(w.rel[lv][0] == -1);  // BOS: ID 0
+    RC_ASSERT(*std::max_element(w.rel[lv].begin(), w.rel[lv].end()) <= w.span[std::size_t(lv)]);
+    RC_ASSERT(w.span[std::size_t(lv)] <= e.span[std::size_t(lv)]);
+  }
+  const Written big = t.write(t.largest(i, j));
+  RC_ASSERT(big.T() == e.T);
+  for (int lv = 0; lv < w.levels; ++lv) RC_ASSERT(big.span[std::size_t(lv)] == e.span[std::size_t(lv)]);
+  const Reading r = t.read(w.tokens);
+  RC_ASSERT(r.consistent);
+  RC_ASSERT(r.answer == t.reference_answer(p));
+  RC_ASSERT(t.to_string(t.parse(t.to_string(p))) == t.to_string(p));
+  // One response digit changed (to another digit of its alphabet): the reader notices.
+  std::vector<std::int64_t> digits;
+  const int base = k == TaskKind::parity || k == TaskKind::parity_noscratch ? 2 : 10;
+  for (std::int64_t q = w.eq + 1; q < w.T(); ++q)
+    if (w.tokens[std::size_t(q)] < base) digits.push_back(q);
+  RC_ASSERT(!digits.empty());
+  std::vector<std::uint8_t> bad = w.tokens;
+  const std::int64_t q = digits[std::size_t(*rc::gen::inRange<std::size_t>(0, digits.size()))];
+  bad[std::size_t(q)] = std::uint8_t((bad[std::size_t(q)] + *rc::gen::inRange(1, base)) % base);
+  const Reading rb = t.read(bad);
+  RC_ASSERT(!rb.consistent || rb.answer != t.reference_answer(p));
+}
+
+// Training examples: offsets drawn per level within [1, max_pos - span], every ID within the model's
+// tables, the answer span copied; at offsets 1 the IDs are the written ones plus one.
+RC_GTEST_PROP(TasksProperty, TrainingOffsetsFitTheTables, ()) {
+  const TaskKind k = *rc::gen::elementOf(all_tasks());
+  const Task& t = task(k);
+  Rng rng(*rc::gen::arbitrary<std::uint64_t>());
+  const int i = *rc::gen::inRange(t.axis(0).min_value, 8);
+  const int j = t.two_axes() ? *rc::gen::inRange(t.axis(1).min_value, 6) : 1;
+  const Problem p = t.sample_cell(rng, i, j);
+  const Written w = t.write(p);
+  ModelConfig c;
+  c.vocab = t.vocab();
+  c.pos_mode = *rc::gen::element(coupling(t), PosMode::digits, PosMode::absolute, PosMode::none);
+  c.max_pos1 = int(std::max<std::int64_t>(2, (c.pos_mode == PosMode::absolute ? w.T() - 2 : w.span[0]) + 1 +
+                                                 *rc::gen::inRange(0, 5)));
+  c.max_pos2 = int(std::max<std::int64_t>(2, w.span[1] + 1 + *rc::gen::inRange(0, 5)));
+  c.max_pos3 = int(std::max<std::int64_t>(2, w.span[2] + 1 + *rc::gen::inRange(0, 5)));
+  const Example ex = make_train_example(t, p, c, rng);
+  RC_ASSERT(ex.tokens == w.tokens);
+  RC_ASSERT(ex.answer_begin == w.answer_begin && ex.answer_end == w.answer_end);
+  for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv)
+    for (auto id : ex.pos[lv]) RC_ASSERT(id >= 0 && id <= c.max_pos(lv));
+  if (c.pos_mode == coupling(t) || c.pos_mode == PosMode::digits) {
+    const Example one = make_example(t, p, c, {1, 1, 1});
+    for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv)
+      for (std::size_t q = 0; q < one.pos[lv].size(); ++q) RC_ASSERT(one.pos[lv][q] == w.rel[lv][q] + 1);
+  }
+}
+
+// A model must read the task's coupling and cover its tokens; the messages name the fix.
+TEST(Tasks, ModelCompatibilityIsCheckedWithTheFix) {
+  auto msg = [](TaskKind k, const ModelConfig& c) {
+    try {
+      task(k).check_model(c);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  ModelConfig c;  // coupled, vocab 14
+  EXPECT_EQ(msg(TaskKind::addition, c), "");
+  EXPECT_NE(msg(TaskKind::parity, c).find("use pos_mode digits"), std::string::npos) << msg(TaskKind::parity, c);
+  c.vocab = kVocabTasks;
+  EXPECT_NE(msg(TaskKind::multiplication, c).find("use pos_mode coupled3"), std::string::npos);
+  c.vocab = kVocab;
+  c.pos_mode = PosMode::coupled3;
+  EXPECT_NE(msg(TaskKind::multiplication, c).find("set model.vocab 15"), std::string::npos);
+  EXPECT_NE(msg(TaskKind::addition, c).find("use pos_mode coupled"), std::string::npos);
+  for (PosMode m : {PosMode::digits, PosMode::absolute, PosMode::none}) {
+    c.pos_mode = m;
+    c.vocab = kVocabTasks;
+    for (TaskKind k : all_tasks()) EXPECT_EQ(msg(k, c), "") << task_name(k) << " " << pos_mode_name(m);
+  }
+  EXPECT_THROW(parse_task("division"), InputError);
+  for (TaskKind k : all_tasks()) EXPECT_EQ(parse_task(task_name(k)), k);
+}
+
+// The training sets: the sizes asked for, every instance inside the training region's extent.
+TEST(Tasks, TrainingSetsLieInTheirRegion) {
+  for (TaskKind k : all_tasks()) {
+    const Task& t = task(k);
+    TrainConfig tc;
+    tc.task = task_name(k);
+    tc.train_n = 4, tc.train_m = 3, tc.train_size = 300;
+    tc.validate();
+    Rng rng(7);
+    const auto data = t.sample_train(rng, tc);
+    ASSERT_EQ(std::int64_t(data.size()), tc.train_size) << t.name();
+    const Task::Extent e = t.extent(tc.train_n, tc.train_m);
+    std::map<std::int64_t, int> lengths;
+    for (const auto& p : data) {
+      const Written w = t.write(p);
+      EXPECT_LE(w.T(), e.T) << t.name() << " " << t.to_string(p);
+      for (int lv = 0; lv < w.levels; ++lv) EXPECT_LE(w.span[std::size_t(lv)], e.span[std::size_t(lv)]);
+      ++lengths[w.T()];
+    }
+    EXPECT_GT(lengths.size(), 2u) << t.name() << ": the training set should mix lengths";
+    EXPECT_EQ(t.training_cells(tc).size(), t.two_axes() ? (k == TaskKind::addition || k == TaskKind::addition_noscratch
+                                                               ? 4u * 2u
+                                                               : 4u * 3u)
+                                                        : 4u)
+        << t.name();
+  }
+  TrainConfig bad;
+  bad.train_m = 1;  // addition needs two operands
+  EXPECT_THROW(bad.validate(), InputError);
+  bad.task = "multiplication";
+  EXPECT_NO_THROW(bad.validate());
+}
