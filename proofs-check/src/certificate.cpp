@@ -275,24 +275,51 @@ struct FpModel {
 };
 
 template <class T>
-Box<T> head_box(std::int64_t vsum, std::int64_t x, std::int64_t u, int vmax, const FpModel& fp) {
-  const T V(vsum), X(x), U(u), eps(fp.eps), vm(vmax);
-  if (fp.exact) return {V / (X + U * eps), (V + U * vm * eps) / X};
+T big_value() { return T(1e300); }
+
+// The enclosure for every matched count x in [x1, x2] at once (a hull over a class group).
+// Real arithmetic is monotone in x. The floating-point model is not (its summation error grows
+// like r x^2, so the upper end starts to rise near x ~ 1/(5r), ~3e6 keys in float32): its ends
+// are bounded separately, each by the monotone pieces it is made of.
+template <class T>
+Box<T> head_box_range(std::int64_t vsum, std::int64_t x1, std::int64_t x2, std::int64_t u, int vmax, const FpModel& fp) {
+  const T V(vsum), U(u), eps(fp.eps), vm(vmax);
+  if (fp.exact) return {V / (T(x2) + U * eps), (V + U * vm * eps) / T(x1)};
   const T r(fp.r), wlo(fp.wlo), whi(fp.whi);
   const T one(1);
+  const Box<T> wide{T(0), big_value<T>()};  // when the lower bound of z is not positive
   // z = BOS + (x-1) matched + u unmatched terms, added in index order from 0 (the BOS term is
   // exact); each addition errs by at most min(r |partial sum|, |term|) (round to nearest: the
   // old partial sum is itself a candidate), so unmatched terms cost at most their size, matched
-  // ones r times a bound of the partial sums (twice the upper bound of the exact sum, safe while
-  // the errors stay below 100%).
-  const T zb = T(2) * (X * whi + U * eps);
-  const T Ez = U * eps + (X - one) * r * zb;
-  const T ab = T(2) * (whi * (one + r) * V + U * eps * vm * (one + r));
-  const T Ea = U * eps * vm * (one + r) + (X - one) * r * ab;
-  T zlo = X * wlo - Ez, zhi = X * whi + U * eps + Ez;
-  T alo = wlo * (one - r) * V - Ea, ahi = whi * (one + r) * V + U * eps * vm * (one + r) + Ea;
-  if (alo < 0) alo = T(0);
-  return {alo / zhi * (one - r), ahi / zlo * (one + r)};
+  // ones r times a bound of the partial sums. Since no addition errs by more than its term, every
+  // computed partial sum is at most twice the exact sum of the terms: zb (for z) and ab (for acc).
+  struct Ends {
+    T zlo, zhi, alo, ahi;
+    bool valid;
+  };
+  auto at = [&](std::int64_t x) {
+    const T X(x);
+    const T zb = T(2) * (X * whi + U * eps);
+    const T Ez = U * eps + (X - one) * r * zb;
+    const T ab = T(2) * (whi * (one + r) * V + U * eps * vm * (one + r));
+    const T Ea = U * eps * vm * (one + r) + (X - one) * r * ab;
+    Ends e{X * wlo - Ez, X * whi + U * eps + Ez, wlo * (one - r) * V - Ea, whi * (one + r) * V + U * eps * vm * (one + r) + Ea, true};
+    e.valid = e.zlo > 0;
+    if (e.alo < 0) e.alo = T(0);
+    return e;
+  };
+  const Ends a = at(x1), b = at(x2);
+  if (!a.valid || !b.valid) return wide;
+  // alo falls and zhi, ahi rise with x; zlo is concave in x (its minimum is at an end)
+  return {b.alo / b.zhi * (one - r), b.ahi / std::min(a.zlo, b.zlo) * (one + r)};
+}
+
+// Head-output enclosures. Real arithmetic: matched keys weight 1, unmatched in [0, eps]:
+//   [vsum / (x + u eps), (vsum + u vmax eps) / x].
+// Floating point: the dense engine's program, unit roundoff r (derivation in certify()).
+template <class T>
+Box<T> head_box(std::int64_t vsum, std::int64_t x, std::int64_t u, int vmax, const FpModel& fp) {
+  return head_box_range<T>(vsum, x, x, u, vmax, fp);
 }
 
 struct Worst {
@@ -311,9 +338,6 @@ struct DigitTables {
   std::array<std::array<std::array<T, kVocab>, kVocab>, kKinds> A;
   std::array<std::array<std::array<std::array<int, 3>, kVocab>, kVocab>, kKinds> Acfg{};
 };
-
-template <class T>
-T big_value() { return T(1e300); }
 
 template <class T>
 DigitTables<T> digit_tables(const ExactFFN<T>& E, const std::array<FpModel, 4>& fp, std::int64_t u1, std::int64_t u2) {
@@ -453,9 +477,9 @@ T class_margins(const Structure& st, const ExactFFN<T>& E, const std::array<FpMo
     std::vector<const std::pair<const ClassKey, ClassInfo>*> members;
   };
   std::map<std::pair<int, int>, Merged> merged;
-  // The hull of a merged group's boxes from the extreme counts: a head-3/4 enclosure is monotone in
-  // x (matched keys) and u (unmatched keys), so its lowest lo and highest hi sit at corners of the
-  // (x, u) ranges; this costs a few exact operations per group instead of two boxes per class.
+  // The hull of a merged group's boxes from the extreme counts: a head-3/4 enclosure widens as u
+  // (unmatched keys) grows, and head_box_range bounds it over the whole x range, so the hull costs
+  // a few exact operations per group instead of two boxes per class.
   for (const auto& kv : st.classes) {
     const auto& [key, info] = kv;
     auto it = merged.find({key.kind, key.expect});
@@ -476,12 +500,11 @@ T class_margins(const Structure& st, const ExactFFN<T>& E, const std::array<FpMo
   }
   auto hull = [&](std::int64_t xlo, std::int64_t xhi, std::int64_t ulo, std::int64_t uhi, const FpModel& f) {
     Box<T> b{big, -big};
-    for (std::int64_t x : {xlo, xhi})
-      for (std::int64_t u : {ulo, uhi}) {
-        const Box<T> c = head_box<T>(1, x, u, 0, f);
-        if (c.lo < b.lo) b.lo = c.lo;
-        if (c.hi > b.hi) b.hi = c.hi;
-      }
+    for (std::int64_t u : {ulo, uhi}) {
+      const Box<T> c = head_box_range<T>(1, xlo, xhi, u, 0, f);
+      if (c.lo < b.lo) b.lo = c.lo;
+      if (c.hi > b.hi) b.hi = c.hi;
+    }
     return b;
   };
   T best = big;
