@@ -3,8 +3,11 @@
 // also at a lambda just above lambda_min where the margins are thin; weakened models fail.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "manyadd/certificate.hpp"
 #include "manyadd/dense.hpp"
+#include "manyadd/structured.hpp"
 #include "manyadd/verify.hpp"
 
 using namespace manyadd;
@@ -100,4 +103,49 @@ TEST(Certificate, WeakenedModelsFail) {
   const auto M = build_model(dims_paper(t).P1, dims_paper(t).P2, 8.0);
   const auto seq = build_sequence(parse_problem("0+0+0"), t);
   EXPECT_FALSE(check_instance(seq, t, dense_forward<double>(M, embed(M, seq, position_ids(t, 1, 1))).logits).ok);
+}
+
+// The building blocks the whole claim joins: part 1's classes of one shape, and parts 2-3 on
+// class groups given directly, agree with the per-shape certifier's verdicts.
+TEST(Certificate, ClassCertifierAgreesWithCertifier) {
+  const auto s = Shape::make(4, 6);
+  const auto dm = dims_ours(s);
+  for (double lam : {10.0, 0.5}) {
+    const auto M = build_model(dm.P1, dm.P2, lam);
+    const auto R = response_structure(s, 2, 1, dm.P1, dm.P2);
+    ASSERT_FALSE(R.failure.has_value());
+    std::int64_t positions = 0;
+    ClassCertifier C(M, s.N());
+    bool all = true;
+    for (const auto& c : R.classes) {
+      positions += c.count;
+      const auto v = C.check(ClassGroup{c.kind, c.expect, c.x3, c.x3, 1, c.x4, "test"});
+      all = all && v.ok[0] && v.ok[1] && v.ok[2];
+      if (!v.ok[0]) {
+        EXPECT_EQ(v.failing_x3, c.x3);
+        EXPECT_FALSE(v.reason.empty());
+      }
+    }
+    EXPECT_EQ(positions, R.positions);
+    EXPECT_EQ(all, certify(M, s, 2, 1).proven) << "lambda " << lam;
+  }
+}
+
+// The exact enclosure contains the structured engine's finite-lambda interval (which uses the
+// unmatched keys' actual value sum instead of u vmax).
+TEST(Certificate, HeadEnclosureContainsTheStructuredInterval) {
+  const auto M = build_model(5, 4, 7.0);
+  const double eps = std::nextafter(std::exp(-14.0), 1.0) * (1 + 1e-15);
+  for (std::int64_t u : {0, 7, 1000, 1000000})
+    for (std::int64_t S : {0, 5, 18}) {
+      HeadMatch m;
+      m.x = 3;
+      m.u = u;
+      m.vsum = 3 * S;
+      m.usum = 27 * u / 2;
+      const auto iv = head_interval(m, eps);
+      const auto e = head_enclosure(M, 0, 0, m.vsum, m.x, u, 27);
+      EXPECT_LE(e.lo.convert_to<double>(), iv.lo * (1 + 1e-12));
+      EXPECT_GE(e.hi.convert_to<double>(), iv.hi * (1 - 1e-12));
+    }
 }

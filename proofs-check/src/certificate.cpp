@@ -556,20 +556,21 @@ T class_margins(const Structure& st, const ExactFFN<T>& E, const std::array<FpMo
 
 double gamma(int n, double r) { return n * r / (1 - n * r); }
 
-// The dense engine's floating-point model for head h (derivation in certify()).
-FpModel fp_model(const ConstructedModel& M, int h, double r) {
+// The dense engine's floating-point model for head h at scale lambda (derivation in certify()).
+FpModel fp_model_at(const ConstructedModel& M, int h, double r, double lambda) {
   FpModel f;
   f.exact = false;
   f.r = r;
   const Head& H = M.heads[std::size_t(h)];
   const int dqk = int(H.Q.rows());
   const double P = dqk - 1;
-  const double eta = (gamma(dqk, r) + 4 * r) * H.lambda * P * (1 + 1e-12);
+  const double eta = (gamma(dqk, r) + 4 * r) * lambda * P * (1 + 1e-12);
   f.wlo = exp_lower(-2 * eta * (1 + r)) * (1 - 2 * r) * (1 - 1e-15);
   f.whi = (1 + 2 * r) * (1 + 1e-15);
-  f.eps = exp_upper(-(2 * H.lambda - 2 * eta) * (1 - r)) * (1 + 2 * r) * (1 + 1e-15);
+  f.eps = exp_upper(-(2 * lambda - 2 * eta) * (1 - r)) * (1 + 2 * r) * (1 + 1e-15);
   return f;
 }
+FpModel fp_model(const ConstructedModel& M, int h, double r) { return fp_model_at(M, h, r, M.heads[std::size_t(h)].lambda); }
 
 // Bound of the rounding error of one logit in the FFN + readout of precision r (see certify()).
 double ffn_logit_error(const ConstructedModel& M, double r) {
@@ -763,6 +764,159 @@ CertResult Certifier::run(std::int64_t s1, std::int64_t s2) const { return impl_
 
 CertResult certify(const ConstructedModel& M, const Shape& shape, std::int64_t s1, std::int64_t s2, const CertOptions& opt) {
   return Certifier(M, shape, opt).run(s1, s2);
+}
+
+// ---- Building blocks for the whole claim ---------------------------------------------------------
+static_assert(int(kDigitT2) == kD2 && int(kDigitT1) == kD1 && int(kDigitSep) == kD0 && int(kDigitB0) == kZ &&
+                  int(kMsd) == kM && int(kPositionKinds) == kKinds,
+              "the public position kinds are the certificate's");
+
+const char* position_kind_name(int kind) {
+  static const char* names[] = {"digit (t >= 2)", "digit (t = 1)", "digit after a separator", "digit of B_0", "'>' or '$'"};
+  return kind >= 0 && kind < kKinds ? names[kind] : "?";
+}
+
+ResponseStructure response_structure(const Shape& shape, std::int64_t s1, std::int64_t s2, int P1, int P2) {
+  const Structure st = analyze(shape, s1, s2, P1, P2);
+  ResponseStructure R;
+  for (const auto& [k, c] : st.classes) R.classes.push_back({k.kind, k.expect, k.x3, k.x4, c.u3, c.u4, c.first, c.count});
+  R.u1 = st.u1;
+  R.u2 = st.u2;
+  R.positions = st.positions;
+  R.failure = st.failure;
+  return R;
+}
+
+namespace {
+constexpr double kRoundoff[3] = {0.0, 0x1p-53, 0x1p-24};  // real, float64, float32
+}  // namespace
+
+struct ClassCertifier::Impl {
+  const ConstructedModel& M;
+  std::int64_t ubound;
+  bool fp;
+  CompiledFFN F;
+  std::array<ExactFFN<Rational>, 3> E;  // real, float64 (the double weights), float32 (cast weights)
+  std::array<ExactFFN<double>, 3> Ed;
+  std::array<std::array<FpModel, 4>, 3> fpm{};
+  std::array<double, 3> logit_err{};
+  std::array<std::shared_ptr<const DigitTables<Rational>>, 3> D;
+  mutable std::mutex memo_mu;
+  mutable std::map<std::pair<double, int>, std::shared_ptr<const DigitTables<double>>> memo;
+
+  Impl(const ConstructedModel& model, std::int64_t u, bool floating_point)
+      : M(model), ubound(u), fp(floating_point), F(CompiledFFN::build(model)) {
+    std::string err;
+    E[0] = E[1] = exact_ffn<Rational>(M, F, false, err);
+    E[2] = exact_ffn<Rational>(M, F, true, err);
+    Ed[0] = Ed[1] = exact_ffn<double>(M, F, false, err);
+    Ed[2] = exact_ffn<double>(M, F, true, err);
+    if (!err.empty()) throw InputError("certificate: " + err);
+    for (int h = 0; h < 4; ++h) fpm[0][std::size_t(h)].eps = exp_neg2_upper(M.heads[std::size_t(h)].lambda);
+    for (int p = 1; p < 3; ++p) {
+      for (int h = 0; h < 4; ++h) fpm[std::size_t(p)][std::size_t(h)] = fp_model(M, h, kRoundoff[p]);
+      logit_err[std::size_t(p)] = ffn_logit_error(M, kRoundoff[p]);
+    }
+    const std::string fpr = ffn_fingerprint(M);
+    std::thread side;
+    if (fp)
+      side = std::thread([&] {
+        D[1] = cached_tables(fpr, false, E[1], fpm[1], ubound);
+        D[2] = cached_tables(fpr, true, E[2], fpm[2], ubound);
+      });
+    D[0] = cached_tables(fpr, false, E[0], fpm[0], ubound);
+    if (side.joinable()) side.join();
+  }
+
+  // The part-1 structure of a sub-range of a group: its two corner classes (the hull of a merged
+  // class covers every x3 between them, see class_margins).
+  Structure corners(const ClassGroup& g, std::int64_t lo, std::int64_t hi) const {
+    Structure st;
+    st.u1 = st.u2 = ubound;
+    for (std::int64_t x3 : {lo, hi}) st.classes[ClassKey{g.kind, g.expect, x3, g.x4}] = ClassInfo{ubound, ubound, -1, 1};
+    return st;
+  }
+  Rational margin(const Structure& st, int p, Worst& w) const {
+    Rational r = class_margins<Rational>(st, E[std::size_t(p)], fpm[std::size_t(p)], *D[std::size_t(p)], w, nullptr);
+    if (p > 0) r -= Rational(2 * logit_err[std::size_t(p)]);
+    return r;
+  }
+  // The smallest failing x3 of [lo, hi] (a progression of step g.x3_step), or -1 when none is
+  // found within `budget` hull evaluations (a hull may fail where no single class does).
+  std::int64_t first_failing(const ClassGroup& g, std::int64_t lo, std::int64_t hi, int p, std::string& why, int& budget) const {
+    Worst w;
+    if (--budget < 0 || margin(corners(g, lo, hi), p, w) > 0) return -1;
+    if (lo == hi) {
+      why = w.what;
+      return lo;
+    }
+    const std::int64_t k = (hi - lo) / g.x3_step, mid = lo + (k - 1) / 2 * g.x3_step;
+    const std::int64_t a = first_failing(g, lo, mid, p, why, budget);
+    return a >= 0 ? a : first_failing(g, mid + g.x3_step, hi, p, why, budget);
+  }
+
+  std::shared_ptr<const DigitTables<double>> tables_at(double lam, int p) const {
+    std::lock_guard<std::mutex> g(memo_mu);
+    auto it = memo.find({lam, p});
+    if (it != memo.end()) return it->second;
+    const auto fm = models_at(lam, p);
+    auto t = std::make_shared<const DigitTables<double>>(digit_tables<double>(Ed[std::size_t(p)], fm, ubound, ubound));
+    if (memo.size() > 256) memo.clear();
+    memo[{lam, p}] = t;
+    return t;
+  }
+  std::array<FpModel, 4> models_at(double lam, int p) const {
+    std::array<FpModel, 4> fm{};
+    for (int h = 0; h < 4; ++h)
+      fm[std::size_t(h)] = p == 0 ? FpModel{true, 0, 1, 1, exp_neg2_upper(lam)} : fp_model_at(M, h, kRoundoff[p], lam);
+    return fm;
+  }
+};
+
+ClassCertifier::ClassCertifier(const ConstructedModel& M, std::int64_t ubound, bool floating_point)
+    : impl_(std::make_unique<Impl>(M, ubound, floating_point)) {}
+ClassCertifier::~ClassCertifier() = default;
+
+ClassCertifier::Verdict ClassCertifier::check(const ClassGroup& g) const {
+  const Impl& I = *impl_;
+  if (g.size() < 1) throw InputError("ClassCertifier: an empty class group");
+  Verdict v;
+  const Structure st = I.corners(g, g.x3_lo, g.x3_hi);
+  for (int p = 0; p < (I.fp ? 3 : 1); ++p) {
+    Worst w;
+    const Rational r = I.margin(st, p, w);
+    v.margin[std::size_t(p)] = r.convert_to<double>();
+    v.ok[std::size_t(p)] = r > 0;
+    if (!(r > 0) && v.failing_x3 < 0) {
+      std::string why = "(only the hull of the group's classes fails)";
+      int budget = 4096;
+      v.failing_x3 = I.first_failing(g, g.x3_lo, g.x3_hi, p, why, budget);
+      v.reason = std::string(p == 0 ? "" : p == 1 ? "float64: " : "float32: ") + "margin not positive " + why;
+    }
+  }
+  return v;
+}
+
+bool ClassCertifier::holds(const std::vector<ClassGroup>& gs, double lambda, int p) const {
+  const Impl& I = *impl_;
+  const auto fm = I.models_at(lambda, p);
+  const auto T = I.tables_at(lambda, p);
+  for (const ClassGroup& g : gs) {
+    Worst w;
+    double m = class_margins<double>(I.corners(g, g.x3_lo, g.x3_hi), I.Ed[std::size_t(p)], fm, *T, w, nullptr);
+    if (p > 0) m -= 2 * I.logit_err[std::size_t(p)];
+    if (!(m > 0)) return false;
+  }
+  return true;
+}
+
+ExactInterval head_enclosure(const ConstructedModel& M, int head, int precision, std::int64_t vsum, std::int64_t x,
+                             std::int64_t u, int vmax, std::int64_t x_hi) {
+  if (head < 0 || head > 3 || precision < 0 || precision > 2) throw InputError("head_enclosure: head 0..3, precision 0..2");
+  const FpModel f = precision == 0 ? FpModel{true, 0, 1, 1, exp_neg2_upper(M.heads[std::size_t(head)].lambda)}
+                                   : fp_model(M, head, kRoundoff[precision]);
+  const Box<Rational> b = head_box_range<Rational>(vsum, x, std::max(x, x_hi), u, vmax, f);
+  return {b.lo, b.hi};
 }
 
 }  // namespace manyadd

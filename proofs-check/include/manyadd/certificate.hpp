@@ -19,11 +19,14 @@
 // and the CLI then searches for a concrete instance that the dense or row engine confirms.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <boost/multiprecision/cpp_int.hpp>
 
 #include "manyadd/model.hpp"
 
@@ -77,5 +80,76 @@ CertResult certify(const ConstructedModel& M, const Shape& shape, std::int64_t s
 
 // An upper bound of e^{-2 lambda} as a double (MPFR, rounded up).
 double exp_neg2_upper(double lambda);
+
+// ---- The certificate's parts as building blocks (the whole claim, whole_claim.hpp, joins them) ----
+
+// What a response position predicts: a digit of B_i (i >= 1) at significance t + 1 >= 3, = 2, = 1
+// (the query is the separator before B_i), a digit of B_0, or '>' / '$' (the query is a most
+// significant digit).
+enum PositionKind : int { kDigitT2 = 0, kDigitT1, kDigitSep, kDigitB0, kMsd, kPositionKinds };
+const char* position_kind_name(int kind);
+
+// Part 1's output for one shape and offset pair: its classes of response positions. A class is
+// (kind, expected token for kMsd, x3, x4) with x3, x4 the matched keys of heads 3 and 4, BOS
+// included, and the most unmatched keys of heads 3-4 over its positions.
+struct ResponseClass {
+  int kind = 0, expect = -1;
+  std::int64_t x3 = 0, x4 = 0, u3 = 0, u4 = 0;
+  std::int64_t first = -1, count = 0;  // first 0-based position, number of positions
+};
+struct ResponseStructure {
+  std::vector<ResponseClass> classes;  // sorted by (kind, expect, x3, x4)
+  std::int64_t u1 = 0, u2 = 0, positions = 0;
+  std::optional<CertFailure> failure;  // heads 1-2 do not match what part 2 needs
+};
+ResponseStructure response_structure(const Shape& shape, std::int64_t s1, std::int64_t s2, int P1, int P2);
+
+// A group of classes: one kind and expected token, one x4, and x3 over an arithmetic progression
+// x3_lo, x3_lo + x3_step, ..., x3_hi. Parts 2-3 check one enclosure valid for every x3 of the
+// group (head_enclosure with x_hi), then split the group when it fails.
+struct ClassGroup {
+  int kind = 0, expect = -1;
+  std::int64_t x3_lo = 1, x3_hi = 1, x3_step = 1, x4 = 1;
+  std::string origin;  // where in the closed form the group comes from
+  std::int64_t size() const { return x3_hi < x3_lo ? 0 : (x3_hi - x3_lo) / x3_step + 1; }
+};
+
+// Parts 2-3 for classes whose unmatched-key counts are all at most `ubound`, at the model's
+// lambda. Every head's enclosure only widens as u grows (head_enclosure), so one check at the
+// largest count covers every shape with fewer tokens.
+class ClassCertifier {
+ public:
+  ClassCertifier(const ConstructedModel& M, std::int64_t ubound, bool floating_point = true);
+  ~ClassCertifier();
+  struct Verdict {
+    std::array<double, 3> margin{};  // real, float64, float32: exact minimum margin, rounded to double
+    std::array<bool, 3> ok{};        // margin > 0 (floating point: after the FFN/readout rounding)
+    std::int64_t failing_x3 = -1;    // the smallest x3 of a failing class (real arithmetic first)
+    std::string reason;              // what fails there
+  };
+  // Exact (rational) margins of one group; failing groups are split down to single classes to
+  // name the first failing one.
+  Verdict check(const ClassGroup& g) const;
+  // Whether every group holds at scale lambda (every head) in precision p (0 real, 1 float64,
+  // 2 float32), in double with outward-rounded exponentials: for bisecting lambda windows (a
+  // report; the proof is check() at the model's lambda).
+  bool holds(const std::vector<ClassGroup>& gs, double lambda, int precision) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The enclosure of a head's output that parts 2-3 use, exactly: vsum = summed value of the x
+// matched keys (BOS included), u unmatched keys with values in [0, vmax]; precision 0 real, 1
+// float64, 2 float32 (the dense engine's program with the model's own lambda_h and d_qk). With
+// x_hi > x: one enclosure for every matched count in [x, x_hi] (what a class group's hull uses; in
+// floating point the enclosure is not monotone in x, so this is not the x and x_hi ends' hull).
+// Every enclosure widens as u grows: lo never rises, hi never falls.
+struct ExactInterval {
+  boost::multiprecision::cpp_rational lo, hi;
+};
+ExactInterval head_enclosure(const ConstructedModel& M, int head, int precision, std::int64_t vsum, std::int64_t x,
+                             std::int64_t u, int vmax, std::int64_t x_hi = 0);
 
 }  // namespace manyadd
