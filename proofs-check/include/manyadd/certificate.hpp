@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include <boost/multiprecision/cpp_int.hpp>
+#include <boost/multiprecision/gmp.hpp>
 
 #include "manyadd/model.hpp"
 
@@ -147,7 +147,7 @@ class ClassCertifier {
 // floating point the enclosure is not monotone in x, so this is not the x and x_hi ends' hull).
 // Every enclosure widens as u grows: lo never rises, hi never falls.
 struct ExactInterval {
-  boost::multiprecision::cpp_rational lo, hi;
+  boost::multiprecision::mpq_rational lo, hi;
 };
 ExactInterval head_enclosure(const ConstructedModel& M, int head, int precision, std::int64_t vsum, std::int64_t x,
                              std::int64_t u, int vmax, std::int64_t x_hi = 0);
