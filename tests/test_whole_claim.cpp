@@ -1,7 +1,9 @@
 // The whole claim's pieces against their independent twins: the token layout against format.cpp's
 // position IDs; the closed form against the structure pass at EVERY shape and offset for P1 = P2 <= 5
-// (P = 6: DISABLED_ test, run with --gtest_also_run_disabled_tests); the solver's proof and its
-// non-vacuity; the monotonicity of every enclosure in u (RapidCheck).
+// (P = 6: DISABLED_ test, run with --gtest_also_run_disabled_tests); the class union against the
+// union of the structure pass's classes; the solver's proof and its non-vacuity; the monotonicity
+// of every enclosure in u (RapidCheck); the whole-claim verdict against per-shape certificates at
+// every shape and offset and exhaustive enumeration where it fits, for P1 = P2 in {2, 3}.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
@@ -16,6 +18,8 @@
 #include "manyadd/closed_form_smt.hpp"
 #include "manyadd/structured.hpp"
 #include "manyadd/certificate.hpp"
+#include "manyadd/verify_cli.hpp"
+#include "manyadd/whole_claim.hpp"
 
 using namespace manyadd;
 namespace cf = manyadd::closed;
@@ -149,9 +153,37 @@ TEST(WholeClaimClosedForm, WrongFamiliesDisagreeWithTheStructurePass) {
   EXPECT_NE(cf::matched_keys(v, 0, fams), cf::matched_keys(v, 0));
 }
 
+TEST(WholeClaimClasses, UnionMatchesEnumeration) {
+  for (auto [P1, P2] : std::vector<std::pair<int, int>>{{2, 2}, {3, 3}, {4, 4}, {5, 5}, {2, 4}, {4, 2}, {3, 1}}) {
+    const std::int64_t C1 = std::int64_t(1) << P1, C2 = std::int64_t(1) << P2;
+    for (std::int64_t L : {C1 - 2, C1 - 1}) {
+      std::set<std::tuple<int, int, std::int64_t, std::int64_t>> enumerated, closed;
+      for (std::int64_t l = 1; l <= L; ++l)
+        for (std::int64_t m = 1; m <= C2 - 1; ++m)
+          for (std::int64_t s1 = 1; s1 <= C1 - l; ++s1)
+            for (std::int64_t s2 = 1; s2 <= C2 - m; ++s2) {
+              // every offset pair up to P = 4; the four extreme ones at P = 5 (its every offset is
+              // the closed-form twin's)
+              if (P1 + P2 >= 10 && !((s1 == 1 || s1 == C1 - l) && (s2 == 1 || s2 == C2 - m))) continue;
+              const auto R = response_structure(shape_lm(l, m), s1, s2, P1, P2);
+              ASSERT_FALSE(R.failure.has_value()) << "l=" << l << " m=" << m << ": " << R.failure->reason;
+              for (const auto& c : R.classes) enumerated.insert({c.kind, c.expect, c.x3, c.x4});
+            }
+      std::int64_t count = 0;
+      for (const auto& g : class_groups({1, L, 1, C2 - 1}, P1, P2)) {
+        count += g.size();
+        for (std::int64_t x3 = g.x3_lo; x3 <= g.x3_hi; x3 += g.x3_step) closed.insert({g.kind, g.expect, x3, g.x4});
+      }
+      EXPECT_EQ(std::int64_t(closed.size()), count) << "groups overlap";
+      EXPECT_EQ(closed, enumerated) << "P1=" << P1 << " P2=" << P2 << " l <= " << L;
+    }
+  }
+}
+
 TEST(WholeClaimSmt, ProvesTheClosedFormAndIsNotVacuous) {
   // (3, 1): one operand only, several families never occur (their witnesses must be unsat)
-  for (auto [P1, P2, mut] : std::vector<std::tuple<int, int, bool>>{{2, 2, true}, {5, 5, true}, {3, 1, false}}) {
+  // (the CLI runs the wrong key lists at every P it proves; here once, at P = 2)
+  for (auto [P1, P2, mut] : std::vector<std::tuple<int, int, bool>>{{2, 2, true}, {5, 5, false}, {3, 1, false}}) {
     const auto M = build_model(P1, P2, 10.0);
     const std::int64_t C1 = std::int64_t(1) << P1, C2 = std::int64_t(1) << P2;
     const auto rep = prove_closed_form(M, {P1, P2, 1, C1 - 1, 1, C2 - 1}, cf::families(), SmtOptions{true, mut, 2, 120000});
@@ -229,4 +261,101 @@ RC_GTEST_PROP(WholeClaimEnclosure, WidensWithUnmatchedAndCoversMatchedRanges, ()
     RC_ASSERT(g.lo <= c.lo);
     RC_ASSERT(g.hi >= c.hi);
   }
+}
+
+namespace {
+int cli(std::vector<std::string> args, std::string* out_text = nullptr) {
+  args.insert(args.begin(), "verify_construction");
+  std::vector<const char*> argv;
+  for (auto& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  const int code = verify_construction_main(int(argv.size()), argv.data(), out, err);
+  if (out_text) *out_text = out.str() + err.str();
+  return code;
+}
+}  // namespace
+
+// The whole claim at P1 = P2 in {2, 3} against its twins: the per-shape certificate at EVERY shape
+// (both padding rules) and offset pair on the same model (all three precisions at P = 2, real
+// arithmetic at P = 3, where the whole claim's own boundary samples run all three), and exhaustive
+// enumeration (dense attention, every digit string) at every offset pair wherever 10^(n m) <= 10^4.
+TEST(WholeClaimCrossCheck, EveryShapeAndOffsetAtSmallP) {
+  for (int P : {2, 3}) {
+    WholeClaimOptions o;
+    o.P1 = o.P2 = P;
+    o.sample_shapes = 0;
+    o.non_vacuity = false;  // the solver's witnesses and refutations are WholeClaimSmt's
+    const auto W = whole_claim(o);
+    const std::int64_t C = std::int64_t(1) << P;
+    ASSERT_TRUE(W.proven) << W.reason;
+    EXPECT_EQ(W.claimed.l_hi, C - 2);
+    EXPECT_EQ(W.claimed.m_hi, C - 1);
+    ASSERT_EQ(W.failing.size(), 2u);
+    for (const auto& f : W.failing) ASSERT_TRUE(f.counterexample.has_value()) << f.what;
+    EXPECT_EQ(W.failing[0].counterexample->l, C - 1);
+    EXPECT_EQ(W.failing[0].counterexample->engine, "dense");
+    const auto M = build_model(P, P, W.lambda);
+    std::set<std::pair<std::int64_t, std::int64_t>> seen;
+    for (Padding pad : {Padding::theorem, Padding::minimal})
+      for (std::int64_t n = 1; n <= C; ++n)
+        for (std::int64_t m = 1; m <= C - 1; ++m) {
+          const Shape s = Shape::make(n, m, pad);
+          if (s.l > C - 1 || !seen.insert({s.l, m}).second) continue;
+          const bool claimed = s.l <= W.claimed.l_hi;
+          Certifier cert(M, s, CertOptions{P == 2, false});
+          for (std::int64_t s1 = 1; s1 <= C - s.l; ++s1)
+            for (std::int64_t s2 = 1; s2 <= C - m; ++s2) {
+              const auto r = cert.run(s1, s2);
+              EXPECT_EQ(r.proven, claimed) << "P=" << P << " n=" << n << " m=" << m << " l=" << s.l << " s1=" << s1 << " s2=" << s2;
+              if (!r.proven) continue;
+              for (const auto& pm : r.margins) {
+                const int p = pm.precision == "real" ? 0 : pm.precision == "float64" ? 1 : 2;
+                EXPECT_GE(pm.min_margin, W.margin[std::size_t(p)]) << pm.precision;
+              }
+            }
+          double inst = 1;
+          for (std::int64_t k = 0; k < n * m; ++k) inst *= 10;
+          if (inst > 1e4) continue;
+          std::string text;
+          const int code = cli({"--n", std::to_string(n), "--m", std::to_string(m), "--padding", padding_name(pad), "--p1",
+                                std::to_string(P), "--p2", std::to_string(P), "--lambda", fmt::format("{}", W.lambda), "--offsets",
+                                "all", "--exhaustive", "--no-certify", "--samples", "1", "--cross-check", "0"},
+                               &text);
+          EXPECT_EQ(code, claimed ? 0 : 1) << text;
+        }
+  }
+}
+
+TEST(WholeClaim, ClassesAndRangesAreReportedAndBadLambdasFail) {
+  WholeClaimOptions o;
+  o.P1 = 4;
+  o.P2 = 3;
+  o.non_vacuity = false;
+  const auto W = whole_claim(o);
+  ASSERT_TRUE(W.proven) << W.reason;
+  std::int64_t classes = 0;
+  for (const auto& g : class_groups(W.claimed, 4, 3)) classes += g.size();
+  EXPECT_EQ(W.classes, classes);
+  EXPECT_EQ(W.n_tokens_max, (2 * 7 + 1) * (14 + 1));
+  // pairs: sum_{l=1}^{14} (16 - l) * sum_{m=1}^{7} (8 - m) = 119 * 28
+  EXPECT_EQ(W.pairs_covered, "3332");
+  EXPECT_GT(W.margin[2], 0.0);
+  EXPECT_FALSE(W.windows[2].empty);
+  EXPECT_LT(W.windows[0].lo, W.lambda);
+  EXPECT_GT(W.windows[2].hi, W.lambda);
+  for (const auto& x : W.samples) EXPECT_TRUE(x.skipped || x.agrees) << x.n << "x" << x.m;
+  EXPECT_GE(W.samples.size(), 8u);
+  // below lambda_min (real) and above the float32 window: FAILED with the reason
+  o.sample_shapes = 0;
+  o.lambda = W.lambda_min * 0.9;
+  auto lo = whole_claim(o);
+  EXPECT_FALSE(lo.proven);
+  EXPECT_NE(lo.reason.find("real window"), std::string::npos) << lo.reason;
+  o.lambda = W.windows[2].hi * 1.5;
+  auto hi = whole_claim(o);
+  EXPECT_FALSE(hi.proven);
+  EXPECT_NE(hi.reason.find("float32 window"), std::string::npos) << hi.reason;
+  // bad input before anything is built
+  for (auto [p1, p2, lam] : std::vector<std::tuple<int, int, double>>{{1, 3, 0}, {31, 3, 0}, {3, 0, 0}, {30, 31, 0}, {3, 3, -1}})
+    EXPECT_THROW(whole_claim(WholeClaimOptions{p1, p2, lam}), InputError);
 }
