@@ -890,22 +890,46 @@ ClassCertifier::ClassCertifier(const ConstructedModel& M, std::int64_t ubound, b
     : impl_(std::make_unique<Impl>(M, ubound, floating_point)) {}
 ClassCertifier::~ClassCertifier() = default;
 
-ClassCertifier::Verdict ClassCertifier::check(const ClassGroup& g) const {
+ClassCertifier::Verdict ClassCertifier::check(const ClassGroup& g) const { return check(std::vector<ClassGroup>{g}); }
+
+ClassCertifier::Verdict ClassCertifier::check(const std::vector<ClassGroup>& gs) const {
   const Impl& I = *impl_;
-  if (g.size() < 1) throw InputError("ClassCertifier: an empty class group");
+  // One structure holding every group's corners: class_margins merges the classes of one (kind,
+  // expected token) into one hull, exactly as the per-shape certifier merges a shape's classes, so
+  // every shape's margins are at least these (its hulls lie inside, its u is smaller).
+  Structure st;
+  st.u1 = st.u2 = I.ubound;
+  for (const ClassGroup& g : gs) {
+    if (g.size() < 1) throw InputError("ClassCertifier: an empty class group");
+    for (std::int64_t x3 : {g.x3_lo, g.x3_hi}) st.classes[ClassKey{g.kind, g.expect, x3, g.x4}] = ClassInfo{I.ubound, I.ubound, -1, 1};
+  }
   Verdict v;
-  const Structure st = I.corners(g, g.x3_lo, g.x3_hi);
   for (int p = 0; p < (I.fp ? 3 : 1); ++p) {
     Worst w;
-    const Rational r = I.margin(st, p, w);
-    v.margin[std::size_t(p)] = r.convert_to<double>();
-    v.ok[std::size_t(p)] = r > 0;
-    if (!(r > 0) && v.failing_x3 < 0) {
-      std::string why = "(only the hull of the group's classes fails)";
-      int budget = 4096;
-      v.failing_x3 = I.first_failing(g, g.x3_lo, g.x3_hi, p, why, budget);
-      v.reason = std::string(p == 0 ? "" : p == 1 ? "float64: " : "float32: ") + "margin not positive " + why;
+    Rational r = I.margin(st, p, w);
+    bool ok = r > 0;
+    if (!ok && gs.size() > 1) {  // the merged hull fails: decide group by group (finer hulls)
+      r = Rational(1e300);
+      for (const ClassGroup& g : gs) {
+        Worst wg;
+        r = std::min(r, I.margin(I.corners(g, g.x3_lo, g.x3_hi), p, wg));
+      }
+      ok = r > 0;
     }
+    v.margin[std::size_t(p)] = r.convert_to<double>();
+    v.ok[std::size_t(p)] = ok;
+    if (!ok && v.failing_x3 < 0)
+      for (const ClassGroup& g : gs) {
+        std::string why = "(only the hull of the group's classes fails)";
+        int budget = 4096;
+        const std::int64_t x3 = I.first_failing(g, g.x3_lo, g.x3_hi, p, why, budget);
+        Worst wg;
+        if (x3 < 0 && I.margin(I.corners(g, g.x3_lo, g.x3_hi), p, wg) > 0) continue;
+        v.failing_x3 = x3;
+        v.failing_group = int(&g - gs.data());
+        v.reason = std::string(p == 0 ? "" : p == 1 ? "float64: " : "float32: ") + "margin not positive " + why;
+        break;
+      }
   }
   return v;
 }
@@ -914,13 +938,19 @@ bool ClassCertifier::holds(const std::vector<ClassGroup>& gs, double lambda, int
   const Impl& I = *impl_;
   const auto fm = I.models_at(lambda, p);
   const auto T = I.tables_at(lambda, p);
-  for (const ClassGroup& g : gs) {
+  auto margin = [&](const Structure& st) {
     Worst w;
-    double m = class_margins<double>(I.corners(g, g.x3_lo, g.x3_hi), I.Ed[std::size_t(p)], fm, *T, w, nullptr);
-    if (p > 0) m -= 2 * I.logit_err[std::size_t(p)];
-    if (!(m > 0)) return false;
-  }
-  return true;
+    double m = class_margins<double>(st, I.Ed[std::size_t(p)], fm, *T, w, nullptr);
+    return p > 0 ? m - 2 * I.logit_err[std::size_t(p)] : m;
+  };
+  Structure st;  // merged as in check()
+  st.u1 = st.u2 = I.ubound;
+  for (const ClassGroup& g : gs)
+    for (std::int64_t x3 : {g.x3_lo, g.x3_hi}) st.classes[ClassKey{g.kind, g.expect, x3, g.x4}] = ClassInfo{I.ubound, I.ubound, -1, 1};
+  if (margin(st) > 0) return true;
+  for (const ClassGroup& g : gs)
+    if (!(margin(I.corners(g, g.x3_lo, g.x3_hi)) > 0)) return false;
+  return gs.size() > 1;
 }
 
 ExactInterval head_enclosure(const ConstructedModel& M, int head, int precision, std::int64_t vsum, std::int64_t x,

@@ -208,17 +208,13 @@ WholeClaimResult whole_claim(const WholeClaimOptions& o) {
   std::array<bool, 3> ok{true, true, true};
   std::string fail_reason;
   auto check_all = [&] {
-    for (auto& x : mm) x = std::numeric_limits<double>::infinity();
-    ok = {true, true, true};
+    const auto v = cert->check(groups);
+    mm = v.margin;
+    ok = v.ok;
     fail_reason.clear();
-    for (const auto& g : groups) {
-      const auto v = cert->check(g);
-      for (int p = 0; p < 3; ++p) {
-        mm[std::size_t(p)] = std::min(mm[std::size_t(p)], v.margin[std::size_t(p)]);
-        ok[std::size_t(p)] = ok[std::size_t(p)] && v.ok[std::size_t(p)];
-      }
-      if (fail_reason.empty() && v.failing_x3 >= 0)
-        fail_reason = fmt::format("{} (class x3 = {}, x4 = {}: {})", v.reason, v.failing_x3, g.x4, g.origin);
+    if (v.failing_group >= 0) {
+      const ClassGroup& g = groups[std::size_t(v.failing_group)];
+      fail_reason = fmt::format("{} (class x3 = {}, x4 = {}: {})", v.reason, v.failing_x3, g.x4, g.origin);
     }
   };
   check_all();

@@ -124,11 +124,15 @@ class ClassCertifier {
   struct Verdict {
     std::array<double, 3> margin{};  // real, float64, float32: exact minimum margin, rounded to double
     std::array<bool, 3> ok{};        // margin > 0 (floating point: after the FFN/readout rounding)
-    std::int64_t failing_x3 = -1;    // the smallest x3 of a failing class (real arithmetic first)
+    int failing_group = -1;          // which group fails (real arithmetic first)
+    std::int64_t failing_x3 = -1;    // its smallest failing x3 (-1: only a hull over several fails)
     std::string reason;              // what fails there
   };
-  // Exact (rational) margins of one group; failing groups are split down to single classes to
-  // name the first failing one.
+  // Exact (rational) margins of a set of groups, merged as the per-shape certifier merges a
+  // shape's classes (one hull per kind and expected token), so that every shape's certificate has
+  // margins at least these; when a merged hull fails, group by group. Failing groups are split
+  // down to single classes to name the first failing one.
+  Verdict check(const std::vector<ClassGroup>& gs) const;
   Verdict check(const ClassGroup& g) const;
   // Whether every group holds at scale lambda (every head) in precision p (0 real, 1 float64,
   // 2 float32), in double with outward-rounded exponentials: for bisecting lambda windows (a
