@@ -15,6 +15,7 @@ using namespace manyadd;
 namespace {
 // Every problem of m operands of at most n digits (operands 0 .. 10^n - 1), through the dense
 // engine; returns the number of failing instances.
+template <class T = double>
 int exhaustive_failures(const ConstructedModel& M, const Shape& s, std::int64_t s1, std::int64_t s2) {
   const auto ids = position_ids(s, s1, s2);
   int limit = 1;
@@ -25,7 +26,7 @@ int exhaustive_failures(const ConstructedModel& M, const Shape& s, std::int64_t 
     Problem p;
     for (int x : v) p.operands.push_back(std::to_string(x));
     const auto seq = build_sequence(p, s);
-    const auto R = dense_forward<double>(M, embed(M, seq, ids));
+    const auto R = dense_forward<T>(M, embed(M, seq, ids));
     const auto c = check_instance(seq, s, R.logits);
     fails += !(c.ok && c.answer == reference_sum(p).str());
     int i = 0;
@@ -148,4 +149,28 @@ TEST(Certificate, HeadEnclosureContainsTheStructuredInterval) {
       EXPECT_LE(e.lo.convert_to<double>(), iv.lo * (1 + 1e-12));
       EXPECT_GE(e.hi.convert_to<double>(), iv.hi * (1 - 1e-12));
     }
+}
+
+// The rounding model (part 3) must not lie either: wherever float64 / float32 is proven, the dense
+// engine in that precision passes every instance, across the lambda window's ends.
+TEST(Certificate, FloatProvenImpliesExhaustiveFloatPasses) {
+  for (auto [n, m] : std::vector<std::pair<int, int>>{{1, 2}, {2, 1}}) {
+    const auto s = Shape::make(n, m);
+    const auto dm = dims_ours(s);
+    const double lmin = certify(build_model(dm.P1, dm.P2, 10.0), s, 1, 1).lambda_min;
+    int proven = 0;
+    for (double lam : {lmin * 1.003, lmin * 1.05, 30.0, 60.0, 120.0}) {
+      const auto M = build_model(dm.P1, dm.P2, lam);
+      const auto r = certify(M, s, 1, 1, CertOptions{true, false});
+      ASSERT_EQ(r.margins.size(), 3u);
+      if (r.margins[1].proven) {
+        ++proven;
+        EXPECT_EQ(exhaustive_failures<double>(M, s, 1, 1), 0) << n << "x" << m << " lambda " << lam;
+      }
+      if (r.margins[2].proven) {
+        EXPECT_EQ(exhaustive_failures<float>(M, s, 1, 1), 0) << n << "x" << m << " lambda " << lam;
+      }
+    }
+    EXPECT_GE(proven, 3);
+  }
 }

@@ -302,10 +302,15 @@ Box<T> head_box_range(std::int64_t vsum, std::int64_t x1, std::int64_t x2, std::
   const T one(1);
   const Box<T> wide{T(0), big_value<T>()};  // when the lower bound of z is not positive
   // z = BOS + (x-1) matched + u unmatched terms, added in index order from 0 (the BOS term is
-  // exact); each addition errs by at most min(r |partial sum|, |term|) (round to nearest: the
-  // old partial sum is itself a candidate), so unmatched terms cost at most their size, matched
-  // ones r times a bound of the partial sums. Since no addition errs by more than its term, every
-  // computed partial sum is at most twice the exact sum of the terms: zb (for z) and ab (for acc).
+  // exact); acc likewise with the products fl(w v) = w v (1 +- r), values v >= 0. Round to
+  // nearest: an addition errs by at most min(r |partial sum + term|, |term|) (the old partial sum
+  // is itself a candidate), so no computed partial sum exceeds twice the exact sum of the terms
+  // (zb for z, ab for acc). What the arithmetic can lose, and no more:
+  //  * a matched addition errs by at most r zb (resp. r ab);
+  //  * an unmatched one by at most min(eps, r zb) (resp. min(eps vmax (1 + r), r ab)): in float64
+  //    near lambda_min that is r zb, ~1e-15, not the whole weight eps ~1e-8;
+  //  * and an unmatched addition never lowers a partial sum (fl(s + w) >= s for w >= 0, s a
+  //    float), so the lower ends lose only the matched additions' errors.
   struct Ends {
     T zlo, zhi, alo, ahi;
     bool valid;
@@ -313,10 +318,10 @@ Box<T> head_box_range(std::int64_t vsum, std::int64_t x1, std::int64_t x2, std::
   auto at = [&](std::int64_t x) {
     const T X(x);
     const T zb = T(2) * (X * whi + U * eps);
-    const T Ez = U * eps + (X - one) * r * zb;
-    const T ab = T(2) * (whi * (one + r) * V + U * eps * vm * (one + r));
-    const T Ea = U * eps * vm * (one + r) + (X - one) * r * ab;
-    Ends e{X * wlo - Ez, X * whi + U * eps + Ez, wlo * (one - r) * V - Ea, whi * (one + r) * V + U * eps * vm * (one + r) + Ea, true};
+    const T Ezm = (X - one) * r * zb, Ezu = U * std::min(eps, T(r * zb));
+    const T A = whi * (one + r) * V + U * eps * vm * (one + r), ab = T(2) * A;
+    const T Eam = (X - one) * r * ab, Eau = U * std::min(T(eps * vm * (one + r)), T(r * ab));
+    Ends e{X * wlo - Ezm, X * whi + U * eps + Ezm + Ezu, wlo * (one - r) * V - Eam, A + Eam + Eau, true};
     e.valid = e.zlo > 0;
     if (e.alo < 0) e.alo = T(0);
     return e;
