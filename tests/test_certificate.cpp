@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "manyadd/certificate.hpp"
 #include "manyadd/dense.hpp"
@@ -172,5 +173,29 @@ TEST(Certificate, FloatProvenImpliesExhaustiveFloatPasses) {
       }
     }
     EXPECT_GE(proven, 3);
+  }
+}
+
+// --offsets all shares one structure pass per wrap case; sharing changes no result.
+TEST(Certificate, SharedOffsetsGiveTheSameResults) {
+  for (auto [n, m, P1] : std::vector<std::tuple<int, int, int>>{{3, 4, 3}, {2, 3, 0}, {5, 2, 0}}) {
+    const auto s = Shape::make(n, m);
+    const auto dm = dims_ours(s);
+    const int p1 = P1 ? P1 : dm.P1;  // {3, 4, 3}: l = 5 < 2^3 - 1, several offsets, no wrap
+    const auto M = build_model(p1, dm.P2 + 1, 8.0);
+    Certifier shared(M, s, CertOptions{true, false, true}), each(M, s, CertOptions{true, false, false});
+    std::int64_t pairs = 0;
+    for (std::int64_t s1 = 1; s1 <= max_s1(s, p1); ++s1)
+      for (std::int64_t s2 = 1; s2 <= max_s2(s, dm.P2 + 1); ++s2) {
+        const auto a = shared.run(s1, s2), b = each.run(s1, s2);
+        ++pairs;
+        EXPECT_EQ(a.proven, b.proven);
+        EXPECT_EQ(a.classes, b.classes);
+        ASSERT_EQ(a.margins.size(), b.margins.size());
+        for (std::size_t k = 0; k < a.margins.size(); ++k) EXPECT_EQ(a.margins[k].min_margin, b.margins[k].min_margin);
+      }
+    EXPECT_EQ(each.structure_passes(), pairs);
+    EXPECT_LE(shared.structure_passes(), 4);
+    EXPECT_GE(pairs, 4);
   }
 }

@@ -302,7 +302,7 @@ TEST(WholeClaimCrossCheck, EveryShapeAndOffsetAtSmallP) {
           const Shape s = Shape::make(n, m, pad);
           if (s.l > C - 1 || !seen.insert({s.l, m}).second) continue;
           const bool claimed = s.l <= W.claimed.l_hi;
-          Certifier cert(M, s, CertOptions{P == 2, false});
+          Certifier cert(M, s, CertOptions{P == 2, false, false});  // a structure pass per offset pair
           for (std::int64_t s1 = 1; s1 <= C - s.l; ++s1)
             for (std::int64_t s2 = 1; s2 <= C - m; ++s2) {
               const auto r = cert.run(s1, s2);

@@ -60,6 +60,7 @@ struct CertResult {
 struct CertOptions {
   bool floating_point = true;  // part 3 (float64 and float32)
   bool lambda_min = true;      // compute lambda_min
+  bool share_offsets = true;   // one structure pass per wrap case, not per offset pair (see run())
 };
 
 // Certifies one shape at many offsets: the configuration tables (which depend on the model and
@@ -68,7 +69,10 @@ class Certifier {
  public:
   Certifier(const ConstructedModel& M, const Shape& shape, const CertOptions& opt = {});
   ~Certifier();
+  // The certificate at (s1, s2). Offset pairs of one wrap case share one structure pass and its
+  // result (CertOptions::share_offsets; certificate.cpp says why that is sound).
   CertResult run(std::int64_t s1, std::int64_t s2) const;
+  std::int64_t structure_passes() const;  // structure passes run so far
 
  private:
   struct Impl;
