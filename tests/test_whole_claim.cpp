@@ -8,14 +8,19 @@
 #include <rapidcheck/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
 #include <set>
 #include <sstream>
 #include <tuple>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "manyadd/closed_form.hpp"
 #include "manyadd/closed_form_smt.hpp"
+#include "manyadd/dense.hpp"
+#include "manyadd/offset_cases.hpp"
 #include "manyadd/structured.hpp"
 #include "manyadd/certificate.hpp"
 #include "manyadd/verify_cli.hpp"
@@ -358,4 +363,61 @@ TEST(WholeClaim, ClassesAndRangesAreReportedAndBadLambdasFail) {
   // bad input before anything is built
   for (auto [p1, p2, lam] : std::vector<std::tuple<int, int, double>>{{1, 3, 0}, {31, 3, 0}, {3, 0, 0}, {30, 31, 0}, {3, 3, -1}})
     EXPECT_THROW(whole_claim(WholeClaimOptions{p1, p2, lam}), InputError);
+}
+
+// --exhaustive enumerates one offset pair per wrap case and lets the others inherit its verdict
+// only when their attention cannot move any instance's margin that far (margin_shift_bound); the
+// bound must hold for real instances, and a failing case is enumerated everywhere.
+RC_GTEST_PROP(WholeClaimExhaustive, MarginShiftBoundHoldsBetweenOffsetsOfACase, ()) {
+  const int n = *rc::gen::inRange(1, 4), m = *rc::gen::inRange(1, 4);
+  const Shape s = Shape::make(n, m);
+  const Dims dm = dims_ours(s);
+  const int P1 = dm.P1 + *rc::gen::inRange(0, 2), P2 = dm.P2 + *rc::gen::inRange(0, 2);
+  const double lambda = *rc::gen::element(0.7, 2.0, 4.0, 9.0);
+  const auto M = build_model(P1, P2, lambda);
+  const auto F = CompiledFFN::build(M);
+  const std::int64_t a1 = *rc::gen::inRange<std::int64_t>(1, max_s1(s, P1) + 1), a2 = *rc::gen::inRange<std::int64_t>(1, max_s2(s, P2) + 1);
+  const std::int64_t b1 = *rc::gen::inRange<std::int64_t>(1, max_s1(s, P1) + 1), b2 = *rc::gen::inRange<std::int64_t>(1, max_s2(s, P2) + 1);
+  RC_PRE(wrap_case(s, P1, P2, a1, a2) == wrap_case(s, P1, P2, b1, b2));
+  Rng rng(*rc::gen::arbitrary<std::uint32_t>());
+  Problem p;
+  for (int k = 0; k < m; ++k) p.operands.push_back(random_operand(rng, n));
+  const auto seq = build_sequence(p, s);
+  DenseOptions keep;
+  keep.keep_attention = true;
+  const auto A = dense_forward<double>(M, embed(M, seq, position_ids(s, a1, a2)), keep);
+  const auto B = dense_forward<double>(M, embed(M, seq, position_ids(s, b1, b2)), keep);
+  const auto shift = margin_shift_bound(F, A.attention, B.attention, s.eq_index());
+  for (std::int64_t j = s.eq_index(); j < s.N(); ++j) {
+    const int e = j + 1 < s.N() ? seq[std::size_t(j + 1)] : int(kDollar);
+    auto margin = [&](const Eigen::MatrixXd& L) {
+      double o = -1e300;
+      for (int t = 0; t < kVocab; ++t)
+        if (t != e) o = std::max(o, L(t, j));
+      return L(e, j) - o;
+    };
+    RC_ASSERT(std::abs(margin(A.logits) - margin(B.logits)) <= shift[std::size_t(j - s.eq_index())] + 1e-9);
+  }
+}
+
+TEST(WholeClaimExhaustive, InheritsWithinAWrapCaseAndNeverHidesAFailure) {
+  const std::string path = ::testing::TempDir() + "/exhaustive.json";
+  auto run_json = [&](std::vector<std::string> args, int expect) {
+    std::remove(path.c_str());
+    args.insert(args.end(), {"--json", path});
+    std::string text;
+    EXPECT_EQ(cli(args, &text), expect) << text;
+    std::ifstream f(path);
+    return nlohmann::json::parse(f);
+  };
+  // n = 2, m = 2, P1 = 3, P2 = 3: 5 x 6 offset pairs, one wrap case
+  auto j = run_json({"--n", "2", "--m", "2", "--p1", "3", "--p2", "3", "--offsets", "all", "--exhaustive", "--samples", "1"}, 0);
+  EXPECT_EQ(j["exhaustive"]["failures"], 0);
+  EXPECT_EQ(j["exhaustive"]["instances"], 30 * 10000);
+  EXPECT_GE(j["exhaustive"]["offset_pairs_inherited"].get<int>(), 1);
+  EXPECT_EQ(j["exhaustive"]["offset_pairs_enumerated"].get<int>() + j["exhaustive"]["offset_pairs_inherited"].get<int>(), 30);
+  // lambda far too small: the first pair fails, so every pair is enumerated and fails
+  j = run_json({"--n", "2", "--m", "2", "--p1", "3", "--p2", "3", "--offsets", "all", "--exhaustive", "--samples", "1", "--lambda", "0.3"}, 1);
+  EXPECT_EQ(j["exhaustive"]["offset_pairs_inherited"], 0);
+  EXPECT_GT(j["exhaustive"]["failures"].get<int>(), 0);
 }

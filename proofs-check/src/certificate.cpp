@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <mpfr.h>
 
+#include "manyadd/offset_cases.hpp"
 #include "manyadd/structured.hpp"
 
 namespace manyadd {
@@ -719,16 +720,14 @@ struct Certifier::Impl {
     return t;
   }
 
-  // Offsets enter part 1 only through the wrap of a "next" vector (closed_form.hpp; proven for every
-  // shape and offset pair whose IDs stay within [1, 2^P] by the whole claim's solver run, and
+  // Offsets enter part 1 only through the wrap of a "next" vector (offset_cases.hpp; proven for
+  // every shape and offset pair whose IDs stay within [1, 2^P] by the whole claim's solver run, and
   // compared with the structure pass at every offset for P1 = P2 <= 5 by the tests), and parts
   // 2-3 read only part 1's classes: so one structure pass serves every offset pair of a wrap case.
-  // The case is keyed conservatively by both levels' wraps (an ID at 2^P and a key at ID 1);
-  // offsets whose IDs exceed 2^P (aliasing) get their own pass.
+  // Offsets whose IDs exceed 2^P (aliasing) get their own pass.
   CertResult run(std::int64_t s1, std::int64_t s2) {
-    const std::int64_t C1v = std::int64_t(1) << M.layout.P1, C2v = std::int64_t(1) << M.layout.P2;
-    if (!opt.share_offsets || s1 < 1 || s2 < 1 || s1 + shape.l > C1v || s2 + shape.m > C2v) return run_one(s1, s2);
-    const std::pair<bool, bool> key{s1 == 1 && s1 + shape.l == C1v, s2 == 1 && s2 + shape.m == C2v};
+    if (!opt.share_offsets || !ids_in_range(shape, M.layout.P1, M.layout.P2, s1, s2)) return run_one(s1, s2);
+    const std::pair<bool, bool> key = wrap_case(shape, M.layout.P1, M.layout.P2, s1, s2);
     std::promise<CertResult> mine;
     std::shared_future<CertResult> fut;
     bool first = false;
