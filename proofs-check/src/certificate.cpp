@@ -858,7 +858,8 @@ struct ClassCertifier::Impl {
   std::array<ExactFFN<double>, 3> Ed;
   std::array<std::array<FpModel, 4>, 3> fpm{};
   std::array<double, 3> logit_err{};
-  std::array<std::shared_ptr<const DigitTables<Rational>>, 3> D;
+  mutable std::array<std::shared_ptr<const DigitTables<Rational>>, 3> D;  // built by the first check()
+  mutable std::once_flag exact_once;
   mutable std::mutex memo_mu;
   mutable std::map<std::pair<double, int>, std::shared_ptr<const DigitTables<double>>> memo;
 
@@ -875,15 +876,20 @@ struct ClassCertifier::Impl {
       for (int h = 0; h < 4; ++h) fpm[std::size_t(p)][std::size_t(h)] = fp_model(M, h, kRoundoff[p]);
       logit_err[std::size_t(p)] = ffn_logit_error(M, kRoundoff[p]);
     }
-    const std::string fpr = ffn_fingerprint(M);
-    std::thread side;
-    if (fp)
-      side = std::thread([&] {
-        D[1] = cached_tables(fpr, false, E[1], fpm[1], ubound);
-        D[2] = cached_tables(fpr, true, E[2], fpm[2], ubound);
-      });
-    D[0] = cached_tables(fpr, false, E[0], fpm[0], ubound);
-    if (side.joinable()) side.join();
+  }
+  // The exact tables at the model's lambda, built once (holds() needs only the double ones).
+  void exact_tables() const {
+    std::call_once(exact_once, [&] {
+      const std::string fpr = ffn_fingerprint(M);
+      std::thread side;
+      if (fp)
+        side = std::thread([&] {
+          D[1] = cached_tables(fpr, false, E[1], fpm[1], ubound);
+          D[2] = cached_tables(fpr, true, E[2], fpm[2], ubound);
+        });
+      D[0] = cached_tables(fpr, false, E[0], fpm[0], ubound);
+      if (side.joinable()) side.join();
+    });
   }
 
   // The part-1 structure of a sub-range of a group: its two corner classes (the hull of a merged
@@ -939,6 +945,7 @@ ClassCertifier::Verdict ClassCertifier::check(const ClassGroup& g) const { retur
 
 ClassCertifier::Verdict ClassCertifier::check(const std::vector<ClassGroup>& gs) const {
   const Impl& I = *impl_;
+  I.exact_tables();
   // One structure holding every group's corners: class_margins merges the classes of one (kind,
   // expected token) into one hull, exactly as the per-shape certifier merges a shape's classes, so
   // every shape's margins are at least these (its hulls lie inside, its u is smaller).

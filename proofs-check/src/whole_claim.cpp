@@ -5,8 +5,12 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <limits>
 #include <memory>
+#include <thread>
+#include <atomic>
 #include <ostream>
 
 #include <boost/multiprecision/cpp_int.hpp>
@@ -160,6 +164,66 @@ double bisect(double bad, double good, F&& holds) {
   return good;
 }
 
+// lambda_min (real) and the window of each precision for the classes `gs`, by bisection in double
+// (relative 1e-3). Real margins only grow with lambda (every enclosure narrows), so its window is
+// [lambda_min, inf); rounding adds error that grows with lambda (eta ~ lambda P r), so the
+// floating-point windows close above; each is searched from a point inside it.
+void lambda_windows(const ClassCertifier& cert, const std::vector<ClassGroup>& gs, double& lambda_min,
+                    std::array<LambdaWindow, 3>& windows) {
+  auto holds = [&](int p) { return [&, p](double lam) { return cert.holds(gs, lam, p); }; };
+  const double top = 1e12;
+  lambda_min = 0;
+  windows = {};
+  double good = 1;
+  while (!holds(0)(good) && good < top) good *= 2;
+  if (!holds(0)(good)) return;
+  lambda_min = bisect(good / 2 < 1 ? 0 : good / 2, good, holds(0));
+  windows[0] = {false, lambda_min, std::numeric_limits<double>::infinity()};
+  for (int p = 1; p < 3; ++p) {
+    double in = -1;  // a point inside: rounding only adds to the real model's needs, so look above lambda_min
+    for (double f : {1.001, 1.01, 1.03, 1.1, 1.3, 2.0, 4.0, 16.0, 256.0})
+      if (holds(p)(lambda_min * f)) {
+        in = lambda_min * f;
+        break;
+      }
+    if (in < 0) continue;  // empty
+    double bad = lambda_min;
+    while (holds(p)(bad) && bad > 1e-3) bad /= 1.5;
+    LambdaWindow w{false, bisect(bad, in, holds(p)), 0};
+    double hi = in;
+    while (hi < top && holds(p)(hi * 2)) hi *= 2;
+    w.hi = hi >= top ? std::numeric_limits<double>::infinity() : bisect(hi * 2, hi, holds(p));
+    windows[std::size_t(p)] = w;
+  }
+}
+
+}  // namespace
+
+std::vector<WindowRow> lambda_window_table(int P_lo, int P_hi, int threads) {
+  if (P_lo < 2 || P_hi > 30 || P_lo > P_hi) throw InputError("--windows-table A:B needs 2 <= A <= B <= 30");
+  if (threads < 1 || threads > 256) throw InputError("--threads must be in [1, 256]");
+  std::vector<WindowRow> rows(std::size_t(P_hi - P_lo + 1));
+  std::atomic<int> next{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&] {
+      for (int k; (k = next++) < int(rows.size());) {
+        const int P = P_lo + k;
+        WindowRow& r = rows[std::size_t(k)];
+        r.P = P;
+        const ShapeRange claimed{1, pow2(P) - 2, 1, pow2(P) - 1};
+        r.n_tokens_max = max_tokens(claimed);
+        const auto groups = class_groups(claimed, P, P);
+        const ConstructedModel M = build_model(P, P, default_lambda(r.n_tokens_max));
+        const ClassCertifier cert(M, r.n_tokens_max);
+        lambda_windows(cert, groups, r.lambda_min, r.windows);
+      }
+    });
+  for (auto& th : pool) th.join();
+  return rows;
+}
+
+namespace {
 }  // namespace
 
 WholeClaimResult whole_claim(const WholeClaimOptions& o) {
@@ -247,32 +311,7 @@ WholeClaimResult whole_claim(const WholeClaimOptions& o) {
   // ---- lambda_min and the windows (bisection in double; the verdict above is exact)
   if (o.windows) {
     const auto tw = Clock::now();
-    auto holds = [&](int p) { return [&, p](double lam) { return cert->holds(groups, lam, p); }; };
-    const double top = 1e12;
-    // real: margins grow with lambda (the enclosure of every head narrows), one end
-    double good = 1;
-    while (!holds(0)(good) && good < top) good *= 2;
-    if (holds(0)(good)) {
-      R.lambda_min = bisect(good / 2 < 1 ? 0 : good / 2, good, holds(0));
-      R.windows[0] = {false, R.lambda_min, std::numeric_limits<double>::infinity()};
-      for (int p = 1; p < 3; ++p) {
-        // a point inside: rounding only adds to the real model's needs, so look above lambda_min
-        double in = -1;
-        for (double f : {1.001, 1.01, 1.03, 1.1, 1.3, 2.0, 4.0, 16.0, 256.0})
-          if (holds(p)(R.lambda_min * f)) {
-            in = R.lambda_min * f;
-            break;
-          }
-        if (in < 0) continue;  // empty
-        double bad = R.lambda_min;
-        while (holds(p)(bad) && bad > 1e-3) bad /= 1.5;
-        LambdaWindow w{false, bisect(bad, in, holds(p)), 0};
-        double hi = in;
-        while (hi < top && holds(p)(hi * 2)) hi *= 2;
-        w.hi = hi >= top ? std::numeric_limits<double>::infinity() : bisect(hi * 2, hi, holds(p));
-        R.windows[std::size_t(p)] = w;
-      }
-    }
+    lambda_windows(*cert, groups, R.lambda_min, R.windows);
     R.seconds_windows = since(tw);
   }
 
@@ -285,7 +324,8 @@ WholeClaimResult whole_claim(const WholeClaimOptions& o) {
     fr.range = {C1v - 1, C1v - 1, 1, C2v - 1};
     fr.reason = fmt::format(
         "the only offset is s1 = 1; the most significant digit's ID s1 + l = 2^P1 has POS_1_NEXT = v_(2^P1 + 1) = v_1, the "
-        "separators' ID, so head 3 matches every separator so far and PRE_ARROW = 1/(1 + m + i) < 1/2: {}",
+        "separators' ID, so head 3 matches every separator so far: PRE_ARROW = 1/(1 + m + i) <= 1/2 and ARROW = 2 relu(PRE_ARROW - 1/2) "
+        "= 0 where '>' or '$' is due: {}",
         v.reason);
     // the smallest m whose shape holds the failing class, and a position of it
     for (std::int64_t m = 1; m <= std::min<std::int64_t>(C2v - 1, 64) && !fr.counterexample; ++m) {
@@ -534,6 +574,53 @@ void print_whole_claim(std::ostream& out, const WholeClaimResult& r) {
                        r.seconds_samples);
   if (!r.proven) out << fmt::format("  reason      {}\n", r.reason);
   out << fmt::format("  result      {}  ({:.2f} s)\n", r.proven ? "VERIFIED for the claimed range" : "FAILED", r.seconds);
+}
+
+int whole_claim_cli(const WholeClaimCli& c, std::ostream& out) {
+  const auto t0 = Clock::now();
+  nlohmann::json report;
+  int code = 0;
+  if (!c.windows_table.empty()) {
+    int a = 0, b = 0;
+    char extra = 0;
+    if (std::sscanf(c.windows_table.c_str(), "%d:%d%c", &a, &b, &extra) != 2)
+      throw InputError(fmt::format("--windows-table '{}': expected A:B (P1 = P2 from A to B)", c.windows_table));
+    if (c.p1_given || c.p2_given || c.opt.lambda > 0) throw InputError("--windows-table takes no --p1, --p2 or --lambda (it scans P1 = P2)");
+    const auto rows = lambda_window_table(a, b, c.opt.threads);
+    auto win = [](const LambdaWindow& w) {
+      if (w.empty) return std::string("empty");
+      return std::isfinite(w.hi) ? fmt::format("[{:.4g}, {:.4g}]", w.lo, w.hi) : fmt::format("[{:.4g}, inf)", w.lo);
+    };
+    out << fmt::format("lambda windows of the whole claim, P1 = P2 = P (claimed range l <= 2^P - 2, m <= 2^P - 1; bisection, rel. 1e-3)\n");
+    out << fmt::format("{:>3} {:>10} {:>10} {:>26} {:>22}\n", "P", "N_max", "lambda_min", "float64", "float32");
+    nlohmann::json table = nlohmann::json::array();
+    const char* names[] = {"real", "float64", "float32"};
+    for (const auto& r : rows) {
+      out << fmt::format("{:>3} {:>10.3e} {:>10.4g} {:>26} {:>22}\n", r.P, double(r.n_tokens_max), r.lambda_min, win(r.windows[1]),
+                         win(r.windows[2]));
+      nlohmann::json row = {{"P", r.P}, {"N_max", r.n_tokens_max}, {"lambda_min", r.lambda_min}};
+      for (int p = 0; p < 3; ++p) {
+        const auto& w = r.windows[std::size_t(p)];
+        row[names[p]] = {{"empty", w.empty}, {"lo", w.empty ? nlohmann::json(nullptr) : nlohmann::json(w.lo)},
+                         {"hi", w.empty || !std::isfinite(w.hi) ? nlohmann::json(nullptr) : nlohmann::json(w.hi)}};
+      }
+      table.push_back(row);
+    }
+    report["lambda_windows_table"] = table;
+  } else {
+    if (!c.p1_given || !c.p2_given) throw InputError("--whole-claim needs --p1 P1 --p2 P2 (the model's hypercube dimensions)");
+    const WholeClaimResult r = whole_claim(c.opt);
+    print_whole_claim(out, r);
+    report["whole_claim"] = whole_claim_json(r);
+    code = r.proven ? 0 : 1;
+  }
+  report["seconds"] = since(t0);
+  if (!c.json_path.empty()) {
+    std::ofstream f(c.json_path);
+    if (!f) throw InputError(fmt::format("cannot write --json file '{}'", c.json_path));
+    f << report.dump(2) << '\n';
+  }
+  return code;
 }
 
 }  // namespace manyadd

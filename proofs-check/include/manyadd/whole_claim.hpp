@@ -112,6 +112,28 @@ struct WholeClaimResult {
 // Validates (InputError on P1 outside [2, 30], P2 outside [1, 30], P1 + P2 > 60, lambda <= 0 or
 // not finite, threads outside [1, 256], sample_shapes < 0) before building anything.
 WholeClaimResult whole_claim(const WholeClaimOptions& opt);
+
+// How far the theorem holds in floating point: for P1 = P2 = P in [P_lo, P_hi], the claimed range's
+// largest N, lambda_min and the lambda window of each precision (parts 2-3 only; part 1 is
+// independent of lambda and proven by whole_claim).
+struct WindowRow {
+  int P = 0;
+  std::int64_t n_tokens_max = 0;
+  double lambda_min = 0;
+  std::array<LambdaWindow, 3> windows;
+};
+std::vector<WindowRow> lambda_window_table(int P_lo, int P_hi, int threads = 2);
+
+// verify_construction --whole-claim: runs whole_claim (or, with windows_table "A:B", the window
+// table), prints it, writes {"whole_claim": ...} (or {"lambda_windows_table": [...]}) to json_path.
+// Returns the exit code (0 proven for the claimed range, 1 failed); bad input throws InputError.
+struct WholeClaimCli {
+  WholeClaimOptions opt;
+  bool p1_given = false, p2_given = false;
+  std::string windows_table;  // "A:B" or empty
+  std::string json_path;
+};
+int whole_claim_cli(const WholeClaimCli& cli, std::ostream& out);
 nlohmann::json whole_claim_json(const WholeClaimResult& r);
 void print_whole_claim(std::ostream& out, const WholeClaimResult& r);
 
