@@ -421,3 +421,54 @@ TEST(WholeClaimExhaustive, InheritsWithinAWrapCaseAndNeverHidesAFailure) {
   EXPECT_EQ(j["exhaustive"]["offset_pairs_inherited"], 0);
   EXPECT_GT(j["exhaustive"]["failures"].get<int>(), 0);
 }
+
+TEST(WholeClaimCli, ReportsTheClaimAndRefusesBadInput) {
+  const std::string path = ::testing::TempDir() + "/whole_claim.json";
+  std::remove(path.c_str());
+  std::string text;
+  ASSERT_EQ(cli({"--whole-claim", "--p1", "3", "--p2", "2", "--no-non-vacuity", "--json", path}, &text), 0) << text;
+  std::ifstream f(path);
+  const auto j = nlohmann::json::parse(f)["whole_claim"];
+  for (const char* k : {"P1", "P2", "lambda", "l_range", "m_range", "n_ranges", "pairs_covered", "classes", "margins", "lambda_min",
+                        "lambda_windows", "seconds", "failing", "part1", "per_shape_samples"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_EQ(j["status"], "proven");
+  EXPECT_EQ(j["l_range"], nlohmann::json::array({1, 6}));
+  EXPECT_EQ(j["m_range"], nlohmann::json::array({1, 3}));
+  for (const char* p : {"real", "float64", "float32"}) {
+    EXPECT_GT(j["margins"][p]["min_margin"].get<double>(), 0) << p;
+    EXPECT_FALSE(j["lambda_windows"][p]["empty"].get<bool>()) << p;
+  }
+  EXPECT_TRUE(j["lambda_windows"]["real"]["hi"].is_null());  // +infinity
+  ASSERT_EQ(j["failing"].size(), 2u);
+  EXPECT_EQ(j["failing"][0]["counterexample"]["confirmed_by"], "dense");
+  EXPECT_NE(text.find("VERIFIED for the claimed range"), std::string::npos);
+  // a lambda outside the float32 window: FAILED with the reason, exit 1
+  EXPECT_EQ(cli({"--whole-claim", "--p1", "3", "--p2", "2", "--no-non-vacuity", "--sample-shapes", "0", "--lambda", "5000"}, &text), 1);
+  EXPECT_NE(text.find("outside the float32 window"), std::string::npos) << text;
+  // the window table
+  std::remove(path.c_str());
+  ASSERT_EQ(cli({"--whole-claim", "--windows-table", "2:4", "--json", path}, &text), 0) << text;
+  std::ifstream g(path);
+  EXPECT_EQ(nlohmann::json::parse(g)["lambda_windows_table"].size(), 3u);
+  // bad input: exit 2 with a message, before anything is built
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--whole-claim", "--p1", "1", "--p2", "3"}, "--p1 1 outside [2, 30]"},
+      {{"--whole-claim", "--p1", "31", "--p2", "3"}, "--p1 31 outside"},
+      {{"--whole-claim", "--p1", "3", "--p2", "0"}, "--p2 0 outside"},
+      {{"--whole-claim", "--p1", "30", "--p2", "31"}, "--p2 31 outside"},
+      {{"--whole-claim", "--p1", "30", "--p2", "30", "--lambda", "-1"}, "--lambda must be > 0"},
+      {{"--whole-claim", "--p1", "3", "--p2", "3", "--lambda", "0"}, "--lambda must be > 0"},
+      {{"--whole-claim", "--p1", "3"}, "--whole-claim needs --p1 P1 --p2 P2"},
+      {{"--whole-claim", "--p1", "3", "--p2", "3", "--n", "4"}, "--n does not apply"},
+      {{"--whole-claim", "--p1", "3", "--p2", "3", "--offsets", "all"}, "--offsets does not apply"},
+      {{"--whole-claim", "--windows-table", "5:2"}, "2 <= A <= B <= 30"},
+      {{"--whole-claim", "--windows-table", "2-5"}, "expected A:B"},
+      {{"--whole-claim", "--p1", "3", "--p2", "3", "--sample-shapes", "-1"}, "--sample-shapes"},
+      {{"--n", "3", "--m", "3", "--windows-table", "2:3"}, "go with --whole-claim"},
+  };
+  for (const auto& [args, msg] : bad) {
+    EXPECT_EQ(cli(args, &text), 2) << args[1];
+    EXPECT_NE(text.find(msg), std::string::npos) << text;
+  }
+}

@@ -31,6 +31,7 @@
 #include "manyadd/model.hpp"
 #include "manyadd/offset_cases.hpp"
 #include "manyadd/verify.hpp"
+#include "manyadd/whole_claim.hpp"
 
 namespace manyadd {
 namespace {
@@ -58,6 +59,10 @@ struct Options {
   std::int64_t n_max = 0, m_max = 0;
   int threads = 2;
   std::string json_path;
+  // --whole-claim (whole_claim.hpp)
+  bool whole_claim = false, no_non_vacuity = false;
+  int sample_shapes = 2;
+  std::string windows_table;
 };
 
 // Print a value as a small fraction when it is one (the paper's tables write 1/4, 1/3, ...).
@@ -989,6 +994,14 @@ int verify_construction_main(int argc, const char* const* argv, std::ostream& ou
   app.add_flag("--force", o.force, "run even when the estimated time is above an hour");
   app.add_option("--json", o.json_path, "write the machine-readable report to FILE");
   app.add_option("--export", o.export_dir, "also write the built model to DIR (model.safetensors + config.json)");
+  // ---- --whole-claim: one model (--p1, --p2, --lambda), every shape, offset pair and input ----
+  auto* wc = app.add_option_group("whole claim", "Theorem 4.1's whole claim for the model with --p1, --p2 (and --lambda)");
+  wc->add_flag("--whole-claim", o.whole_claim,
+               "prove every shape the model serves, at every offset pair, for every input (part 1 by z3), and report the "
+               "admitted shapes that fail");
+  wc->add_option("--sample-shapes", o.sample_shapes, "--whole-claim: random per-shape certificates besides the boundary ones (default 2)");
+  wc->add_flag("--no-non-vacuity", o.no_non_vacuity, "--whole-claim: skip the solver's witnesses and wrong key lists");
+  wc->add_option("--windows-table", o.windows_table, "--whole-claim: lambda_min and the lambda windows for P1 = P2 = A..B (A:B)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -999,6 +1012,29 @@ int verify_construction_main(int argc, const char* const* argv, std::ostream& ou
     return 2;
   }
   try {
+    if (o.whole_claim) {  // ---- --whole-claim (whole_claim.hpp): every other shape option is refused
+      for (const CLI::Option* op : app.get_options())
+        if (op->count() > 0 && op->get_group() != "whole claim" &&
+            !std::set<std::string>{"--p1", "--p2", "--lambda", "--threads", "--json", "--seed"}.count(op->get_name()))
+          throw InputError(fmt::format("--whole-claim covers every shape and offset: {} does not apply", op->get_name()));
+      if (app.count("--lambda") && !(o.lambda > 0 && std::isfinite(o.lambda)))
+        throw InputError(fmt::format("--lambda must be > 0 (got {})", o.lambda));
+      WholeClaimCli c;
+      c.opt.P1 = o.p1;
+      c.opt.P2 = o.p2;
+      c.opt.lambda = app.count("--lambda") ? o.lambda : 0;
+      c.opt.threads = o.threads;
+      c.opt.seed = o.seed;
+      c.opt.sample_shapes = o.sample_shapes;
+      c.opt.non_vacuity = !o.no_non_vacuity;
+      c.p1_given = app.count("--p1") > 0;
+      c.p2_given = app.count("--p2") > 0;
+      c.windows_table = o.windows_table;
+      c.json_path = o.json_path;
+      return whole_claim_cli(c, out);
+    }
+    if (!o.windows_table.empty() || app.count("--sample-shapes") || o.no_non_vacuity)
+      throw InputError("--windows-table, --sample-shapes and --no-non-vacuity go with --whole-claim");
     if (o.dims_table) return run_dims_table(o, app, out);
     return run(o, app, out, err);
   } catch (const InputError& e) {
