@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
 #include <fmt/format.h>
 
 namespace manyadd {
@@ -197,9 +199,8 @@ StructuredResult structured_forward(const ConstructedModel& M, const CompiledFFN
 
 RowEngine::RowEngine(const ConstructedModel& M, const Shape& shape, std::int64_t s1, std::int64_t s2,
                      const std::vector<std::uint8_t>& tokens)
-    : M_(M), shape_(shape), s1_(s1), s2_(s2), tokens_(tokens), num_(tokens.size()) {
+    : M_(M), shape_(shape), s1_(s1), s2_(s2), tokens_(tokens) {
   if (std::int64_t(tokens.size()) != shape.N()) throw InputError("RowEngine: token count differs from the shape's N");
-  for (std::size_t k = 0; k < tokens.size(); ++k) num_[k] = tokens[k] < 10 ? tokens[k] : 0;
   const int d = M.d();
   pe1_ = Eigen::MatrixXd::Zero(shape.l + 1, d);
   pe2_ = Eigen::MatrixXd::Zero(shape.m + 1, d);
@@ -223,86 +224,134 @@ RowResult RowEngine::row(std::int64_t j, const CompiledFFN& F) const {
   if (j < 0 || j >= N) throw InputError("RowEngine: query index outside the sequence");
   std::int32_t qp1, qp2;
   position_id_at(shape_, s1_, s2_, j, qp1, qp2);
+  auto num = [&](std::int64_t k) { return tokens_[std::size_t(k)] < 10 ? double(tokens_[std::size_t(k)]) : 0.0; };
   // Key k's index range: BOS 0; A_i (i = 1..m) digits at (i-1)LL + 1 + r (r = 0..l-1, level-1
   // offset l - r), its separator at i LL; B_b (b = 0..m) separator at (m+b) LL (b >= 1; b = 0 is
   // the '=' already counted as A_m's separator), digits at (m+b) LL + t (offset t = 1..l).
+  // The keys, as (level-1 offset o, level-2 offset b, index k), visited by blocks: a whole digit
+  // block at once, the rest (separators, the query's own partial block) one key at a time.
+  auto visit_blocks = [&](auto&& block, auto&& single) {
+    // query blocks A_1 .. A_m
+    for (std::int64_t i = 1; i <= m; ++i) {
+      const std::int64_t k0 = (i - 1) * LL + 1, sep = i * LL;
+      if (k0 > j) return;
+      const std::int64_t b = i - 1;
+      if (sep <= j) block(k0, b, true);
+      else
+        for (std::int64_t k = k0; k <= j; ++k) single(k, l - (k - k0), b);
+      if (sep <= j) single(sep, 0, i < m ? b : 0);
+    }
+    for (std::int64_t bb = 0; bb <= m; ++bb) {
+      const std::int64_t base = (m + bb) * LL;
+      if (bb > 0) {
+        if (base > j) return;
+        single(base, 0, bb);
+      }
+      const std::int64_t k0 = base + 1;
+      if (k0 > j) return;
+      if (base + l <= j) block(k0, bb, false);
+      else
+        for (std::int64_t k = k0; k <= j; ++k) single(k, k - base, bb);
+    }
+  };
   RowResult R;
   Eigen::VectorXd xq = Eigen::VectorXd::Zero(d);
   xq(Layout::FULL_ONES) = 1;
   write_position(L, qp1, qp2, xq.data());
+  // Per head: weight = exp(a1[o] - A1max) * exp(a2[b] + tokpart + A1max - top) (both factors <= 1,
+  // max-subtracted as the dense engine); z and the value sum without the digit blocks' NUM part.
+  struct PerHead {
+    std::vector<double> e1, e1rev, e2;
+    double z = 0, acc = 0, vnum = 0;
+  };
+  std::array<PerHead, 4> H;
   for (int h = 0; h < 4; ++h) {
-    const Head& H = M_.heads[std::size_t(h)];
-    const Eigen::VectorXd q = H.Q * xq;
+    const Head& Hd = M_.heads[std::size_t(h)];
+    PerHead& P = H[std::size_t(h)];
+    const Eigen::VectorXd q = Hd.Q * xq;
     // K is linear: a key's score = level-1 part + level-2 part + token part, each from the weights:
     // part = (K x_part) . q = x_part . (K^T q).
-    const Eigen::VectorXd kq = H.K.transpose() * q;
+    const Eigen::VectorXd kq = Hd.K.transpose() * q;
     const Eigen::VectorXd a1v = pe1_ * kq, a2v = pe2_ * kq;
     const std::vector<double> a1(a1v.data(), a1v.data() + a1v.size()), a2(a2v.data(), a2v.data() + a2v.size());
     Eigen::VectorXd xt = Eigen::VectorXd::Zero(d);
     xt(Layout::FULL_ONES) = 1;
-    const double tokpart = (H.K * xt).dot(q);
+    const double tokpart = (Hd.K * xt).dot(q);
     xt(Layout::IS_BOS) = 1;
-    const double bos = (H.K * xt).dot(q);
-    const double vnum = H.V(0, Layout::NUM), vone = H.V(0, Layout::FULL_ONES), vbos = H.V(0, Layout::IS_BOS);
-
-    // The keys, as (level-1 offset o, level-2 offset b, index k), visited by blocks; the first
-    // pass finds the top score (max-subtracted softmax, as the dense engine), the second sums.
+    const double bos = (Hd.K * xt).dot(q);
+    P.vnum = Hd.V(0, Layout::NUM);
+    const double vone = Hd.V(0, Layout::FULL_ONES), vbos = Hd.V(0, Layout::IS_BOS);
+    // the first pass finds the top score, the second sums
     const double A1max = *std::max_element(a1.begin(), a1.end());
     double top = bos;
-    auto visit_blocks = [&](auto&& block, auto&& single) {
-      // query blocks A_1 .. A_m
-      for (std::int64_t i = 1; i <= m; ++i) {
-        const std::int64_t k0 = (i - 1) * LL + 1, sep = i * LL;
-        if (k0 > j) return;
-        const std::int64_t b = i - 1;
-        if (sep <= j) block(k0, l, b, true);
-        else
-          for (std::int64_t k = k0; k <= j; ++k) single(k, l - (k - k0), b);
-        if (sep <= j) single(sep, 0, i < m ? b : 0);
-      }
-      for (std::int64_t bb = 0; bb <= m; ++bb) {
-        const std::int64_t base = (m + bb) * LL;
-        if (bb > 0) {
-          if (base > j) return;
-          single(base, 0, bb);
-        }
-        const std::int64_t k0 = base + 1;
-        if (k0 > j) return;
-        if (base + l <= j) block(k0, l, bb, false);
-        else
-          for (std::int64_t k = k0; k <= j; ++k) single(k, k - base, bb);
-      }
-    };
-    visit_blocks([&](std::int64_t, std::int64_t, std::int64_t b, bool) { top = std::max(top, A1max + a2[std::size_t(b)] + tokpart); },
+    visit_blocks([&](std::int64_t, std::int64_t b, bool) { top = std::max(top, A1max + a2[std::size_t(b)] + tokpart); },
                  [&](std::int64_t, std::int64_t o, std::int64_t b) { top = std::max(top, a1[std::size_t(o)] + a2[std::size_t(b)] + tokpart); });
-    // weight = exp(a1[o] - A1max) * exp(a2[b] + tokpart + A1max - top): both factors <= 1.
-    std::vector<double> e1(a1.size()), e1rev(a1.size()), e2(a2.size());
-    for (std::size_t o = 0; o < a1.size(); ++o) e1[o] = std::exp(a1[o] - A1max);
-    for (std::int64_t r = 0; r < l; ++r) e1rev[std::size_t(r)] = e1[std::size_t(l - r)];  // A blocks: offsets l .. 1
-    for (std::size_t o = 0; o < a2.size(); ++o) e2[o] = std::exp(std::min(0.0, a2[o] + tokpart + A1max - top));
+    P.e1.resize(a1.size());
+    P.e1rev.resize(a1.size());
+    P.e2.resize(a2.size());
+    for (std::size_t o = 0; o < a1.size(); ++o) P.e1[o] = std::exp(a1[o] - A1max);
+    for (std::int64_t r = 0; r < l; ++r) P.e1rev[std::size_t(r)] = P.e1[std::size_t(l - r)];  // A blocks: offsets l .. 1
+    for (std::size_t o = 0; o < a2.size(); ++o) P.e2[o] = std::exp(std::min(0.0, a2[o] + tokpart + A1max - top));
     double sumDigits = 0;
-    for (std::int64_t o = 1; o <= l; ++o) sumDigits += e1[std::size_t(o)];
+    for (std::int64_t o = 1; o <= l; ++o) sumDigits += P.e1[std::size_t(o)];
     const double wb = std::exp(bos - top);
-    double z = wb, acc = wb * (vbos + vone);
+    P.z = wb;
+    P.acc = wb * (vbos + vone);
     visit_blocks(
-        [&](std::int64_t k0, std::int64_t len, std::int64_t b, bool isA) {
-          const double* v = num_.data() + k0;
-          const double* e = isA ? e1rev.data() : e1.data() + 1;
-          double dot = 0;
-          if (vnum != 0)
-            for (std::int64_t r = 0; r < len; ++r) dot += e[r] * v[r];
-          z += e2[std::size_t(b)] * sumDigits;
-          acc += e2[std::size_t(b)] * (vnum * dot + vone * sumDigits);
+        [&](std::int64_t, std::int64_t b, bool) {
+          P.z += P.e2[std::size_t(b)] * sumDigits;
+          P.acc += P.e2[std::size_t(b)] * vone * sumDigits;
         },
         [&](std::int64_t k, std::int64_t o, std::int64_t b) {
-          const double w = e1[std::size_t(o)] * e2[std::size_t(b)];
-          z += w;
-          acc += w * (vnum * num_[std::size_t(k)] + vone);
+          const double w = P.e1[std::size_t(o)] * P.e2[std::size_t(b)];
+          P.z += w;
+          P.acc += w * (P.vnum * num(k) + vone);
         });
-    R.out[std::size_t(h)] = acc / z;
   }
+  // The digit blocks' NUM part of the heads that read NUM: sum_b e2[b] sum_r e[r] digit(b, r). A
+  // block's level-2 weights take one value per hypercube distance (<= P2 + 1 values), so the blocks
+  // are grouped by them and the digits of a group summed exactly as integers, one pass over the
+  // digits for all such heads: O(N) bytes per row instead of O(N) multiply-adds per head.
+  std::vector<int> reads;
+  for (int h = 0; h < 4; ++h)
+    if (H[std::size_t(h)].vnum != 0) reads.push_back(h);
+  if (!reads.empty()) {
+    std::map<std::vector<double>, int> group_of;
+    std::vector<std::vector<double>> group_e2;
+    std::vector<std::tuple<std::int64_t, bool, int>> blocks;  // (first index, A block?, group)
+    visit_blocks(
+        [&](std::int64_t k0, std::int64_t b, bool isA) {
+          std::vector<double> key;
+          for (int h : reads) key.push_back(H[std::size_t(h)].e2[std::size_t(b)]);
+          auto it = group_of.find(key);
+          if (it == group_of.end()) {
+            it = group_of.emplace(key, int(group_e2.size())).first;
+            group_e2.push_back(key);
+          }
+          blocks.emplace_back(k0, isA, it->second);
+        },
+        [](std::int64_t, std::int64_t, std::int64_t) {});
+    const std::size_t G = group_e2.size();
+    std::vector<std::int32_t> sums(2 * G * std::size_t(l), 0);  // [A/B][group][r]; at most 9 (m + 1) each
+    for (const auto& [k0, isA, g] : blocks) {
+      std::int32_t* s = sums.data() + (std::size_t(isA ? 0 : 1) * G + std::size_t(g)) * std::size_t(l);
+      const std::uint8_t* t = tokens_.data() + k0;
+      for (std::int64_t r = 0; r < l; ++r) s[r] += t[r];  // full blocks hold digits only
+    }
+    for (std::size_t hi = 0; hi < reads.size(); ++hi) {
+      PerHead& P = H[std::size_t(reads[hi])];
+      for (std::size_t g = 0; g < G; ++g) {
+        const std::int32_t* sa = sums.data() + g * std::size_t(l);
+        const std::int32_t* sb = sums.data() + (G + g) * std::size_t(l);
+        double dot = 0;
+        for (std::int64_t r = 0; r < l; ++r) dot += P.e1rev[std::size_t(r)] * sa[r] + P.e1[std::size_t(r + 1)] * sb[r];
+        P.acc += P.vnum * group_e2[g][hi] * dot;
+      }
+    }
+  }
+  for (int h = 0; h < 4; ++h) R.out[std::size_t(h)] = H[std::size_t(h)].acc / H[std::size_t(h)].z;
   std::array<double, 7> y{};
-  y[Layout::NUM] = num_[std::size_t(j)];
+  y[Layout::NUM] = num(j);
   y[Layout::FULL_ONES] = 1;
   for (int h = 0; h < 4; ++h) y[std::size_t(3 + h)] = R.out[std::size_t(h)];
   R.logits = F.logits(y);

@@ -124,7 +124,7 @@ struct RowResult {
 };
 class RowEngine {
  public:
-  // Keeps a reference to the model; the tokens are copied as per-position values.
+  // Keeps a reference to the model; the tokens are copied (N bytes).
   RowEngine(const ConstructedModel& M, const Shape& shape, std::int64_t s1, std::int64_t s2,
             const std::vector<std::uint8_t>& tokens);
   RowResult row(std::int64_t j, const CompiledFFN& F) const;
@@ -133,8 +133,7 @@ class RowEngine {
   const ConstructedModel& M_;
   Shape shape_;
   std::int64_t s1_, s2_;
-  std::vector<std::uint8_t> tokens_;
-  std::vector<double> num_;  // NUM of every position (0 for non-digits)
+  std::vector<std::uint8_t> tokens_;  // NUM of a digit token is the token itself
   // Position parts of a residual column per real ID: level 1 (l+1, d) and level 2 (m+1, d).
   Eigen::MatrixXd pe1_, pe2_;
 };
