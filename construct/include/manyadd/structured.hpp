@@ -155,10 +155,12 @@ void for_each_id(const Shape& s, std::int64_t s1, std::int64_t s2, F&& f) {
 
 template <class Visit>
 void StructuredStream::run(const std::uint8_t* tokens, Visit&& visit) const {
-  const std::int64_t W = shape_.m + 1;  // row width of the pair table (p1 - s1, p2 - s2)
+  // The pair table is indexed (p2 - s2) * W + (p1 - s1): consecutive tokens of a number share p2
+  // and step p1 by one, so both the keys inserted and the cells queried walk it sequentially.
+  const std::int64_t W = shape_.l + 1;
   // Per real ID pair, the keys seen so far: at most 2 share a pair (A_{i+1} and B_i digits of one
   // significance; '+' after A_{i+1} and the separator before B_i), so bytes suffice.
-  std::vector<std::uint8_t> cnt(std::size_t((shape_.l + 1) * W), 0), val(std::size_t((shape_.l + 1) * W), 0);
+  std::vector<std::uint8_t> cnt(std::size_t((shape_.m + 1) * W), 0), val(std::size_t((shape_.m + 1) * W), 0);
   std::vector<std::int64_t> cnt1(std::size_t(shape_.l + 1), 0);
   std::int64_t prefix_value = 0;
   const std::int64_t eq = shape_.eq_index();
@@ -174,7 +176,7 @@ void StructuredStream::run(const std::uint8_t* tokens, Visit&& visit) const {
     h.only_separators = true;
     for (std::int32_t a = s1v[std::size_t(c1)]; a < s1v[std::size_t(c1 + 1)]; ++a)
       for (std::int32_t b = s2v[std::size_t(c2)]; b < s2v[std::size_t(c2 + 1)]; ++b) {
-        const std::size_t cell = std::size_t(std::int64_t(i1[std::size_t(a)]) * W + i2[std::size_t(b)]);
+        const std::size_t cell = std::size_t(std::int64_t(i2[std::size_t(b)]) * W + i1[std::size_t(a)]);
         if (!cnt[cell]) continue;
         h.x += cnt[cell];
         h.vsum += val[cell];
@@ -189,7 +191,7 @@ void StructuredStream::run(const std::uint8_t* tokens, Visit&& visit) const {
     const int tok = tokens ? tokens[k] : 0;
     const int v = tok < 10 ? 3 * tok : 0;  // V1 = V2 = 3 e_NUM (Eqs. 9, 13)
     if (k > 0) {  // insert key k (causal: a query sees itself)
-      const std::size_t cell = std::size_t((p1 - s1_) * W + (p2 - s2_));
+      const std::size_t cell = std::size_t((p2 - s2_) * W + (p1 - s1_));
       ++cnt[cell];
       val[cell] = std::uint8_t(val[cell] + v);
       ++cnt1[std::size_t(p1 - s1_)];
