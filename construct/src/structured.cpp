@@ -143,6 +143,8 @@ StructuredResult structured_forward(const ConstructedModel& M, const CompiledFFN
   R.min_margin = 1e300;
   std::vector<std::uint64_t> cache_key(4096, 0);
   std::vector<std::array<double, kVocab>> cache_val(4096);
+  std::int64_t other_x3 = -1, other_x4 = -1;
+  std::array<double, kVocab> other_lg{};
   stream.run(tokens.data(), [&](const QueryMatch& q) {
     std::array<double, 7> y{};
     const int tok = tokens[std::size_t(q.j)];
@@ -170,7 +172,15 @@ StructuredResult structured_forward(const ConstructedModel& M, const CompiledFFN
       lg = F.c0;
       F.add_groups(y, true, lg);
     }
-    F.add_groups(y, false, lg);
+    // The other groups read PRE_ARROW, PRE_EOS, which in limit mode are 1/x3, 1/x4 and change only
+    // between numbers: their contribution is kept for the last (x3, x4).
+    if (q.h[2].x != other_x3 || q.h[3].x != other_x4) {
+      other_x3 = q.h[2].x;
+      other_x4 = q.h[3].x;
+      other_lg.fill(0);
+      F.add_groups(y, false, other_lg);
+    }
+    for (int t = 0; t < kVocab; ++t) lg[std::size_t(t)] += other_lg[std::size_t(t)];
     const std::size_t r = std::size_t(q.j - eq);
     const int expected = q.j + 1 < N ? tokens[std::size_t(q.j + 1)] : int(kDollar);
     // The best rival by two independent running maxima (no loop-carried reload of lg[best]: that
@@ -282,7 +292,9 @@ RowResult RowEngine::row(std::int64_t j, const CompiledFFN& F) const {
     // K is linear: a key's score = level-1 part + level-2 part + token part, each from the weights:
     // part = (K x_part) . q = x_part . (K^T q).
     const Eigen::VectorXd kq = Hd.K.transpose() * q;
-    const Eigen::VectorXd a1v = pe1_ * kq, a2v = pe2_ * kq;
+    // (the position rows of pe1_/pe2_ are zero outside their level's blocks)
+    const Eigen::VectorXd a1v = pe1_.middleCols(L.POS_1(), 2 * L.P1) * kq.segment(L.POS_1(), 2 * L.P1);
+    const Eigen::VectorXd a2v = pe2_.middleCols(L.POS_2(), 2 * L.P2) * kq.segment(L.POS_2(), 2 * L.P2);
     const std::vector<double> a1(a1v.data(), a1v.data() + a1v.size()), a2(a2v.data(), a2v.data() + a2v.size());
     Eigen::VectorXd xt = Eigen::VectorXd::Zero(d);
     xt(Layout::FULL_ONES) = 1;
