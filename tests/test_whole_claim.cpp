@@ -472,3 +472,41 @@ TEST(WholeClaimCli, ReportsTheClaimAndRefusesBadInput) {
     EXPECT_NE(text.find(msg), std::string::npos) << text;
   }
 }
+
+// Parts 2-3 check boxes: every shape's classes of one kind lie in class_box(kind, expect, m, m),
+// halves of an m range in the range's box, and a box's margin is never above a box inside it (a
+// failing hull must not be answered by its corners: at P = 18, lambda = 16 the box of B_0's
+// classes over every m fails in float32 while its two corner classes pass).
+TEST(WholeClaimBoxes, HoldEveryShapesClassesAndAreMonotone) {
+  for (int P : {3, 4}) {
+    const std::int64_t C = std::int64_t(1) << P;
+    for (std::int64_t l = 1; l <= C - 2; ++l)
+      for (std::int64_t m = 1; m <= C - 1; ++m) {
+        const auto R = response_structure(shape_lm(l, m), 1, 1, P, P);
+        for (const auto& c : R.classes) {
+          const ClassBox b = class_box(c.kind, c.expect, m, m), w = class_box(c.kind, c.expect, 1, C - 1);
+          for (const ClassBox& x : {b, w}) {
+            EXPECT_TRUE(c.x3 >= x.x3_lo && c.x3 <= x.x3_hi && c.x4 >= x.x4_lo && c.x4 <= x.x4_hi)
+                << "l=" << l << " m=" << m << " kind " << c.kind << " x3=" << c.x3 << " x4=" << c.x4;
+          }
+          const auto kinds = claimed_kinds(l);
+          EXPECT_NE(std::find(kinds.begin(), kinds.end(), std::make_pair(c.kind, c.expect)), kinds.end());
+        }
+      }
+  }
+  const int P = 18;
+  const auto M = build_model(P, P, 16.0);
+  const ShapeRange r{1, (1 << P) - 2, 1, (1 << P) - 1};
+  ClassCertifier C(M, max_tokens(r));
+  std::array<bool, 3> ok_all{}, ok_one{};
+  const auto all = C.box_margins(class_box(kDigitB0, -1, 1, r.m_hi), ok_all);
+  const auto one = C.box_margins(class_box(kDigitB0, -1, 1, 1), ok_one);
+  for (int p = 0; p < 3; ++p) EXPECT_LE(all[std::size_t(p)], one[std::size_t(p)]) << p;
+  EXPECT_FALSE(ok_all[2]);
+  EXPECT_TRUE(ok_one[2]);
+  // one group (x4 = 2, x3 over 2 .. m_hi + 1): its hull fails in float32 though each class of it
+  // passes alone, its two ends included; the group must not pass
+  const auto v = C.check(ClassGroup{kDigitB0, -1, 2, r.m_hi + 1, 1, 2, "x3 over every m"});
+  EXPECT_FALSE(v.ok[2]);
+  for (std::int64_t x3 : {std::int64_t(2), std::int64_t(3), r.m_hi + 1}) EXPECT_TRUE(C.check(ClassGroup{kDigitB0, -1, x3, x3, 1, 2, ""}).ok[2]);
+}

@@ -437,7 +437,7 @@ DigitTables<T> digit_tables(const ExactFFN<T>& E, const std::array<FpModel, 4>& 
 // The minimum margin over all classes for one precision.
 template <class T>
 T class_margins(const Structure& st, const ExactFFN<T>& E, const std::array<FpModel, 4>& fp, const DigitTables<T>& D,
-                Worst& worst, std::vector<std::int64_t>* risky) {
+                Worst& worst, std::vector<std::int64_t>* risky, bool hull_only = false) {
   const T big = big_value<T>();
   const auto& A = D.A;
   const auto& Acfg = D.Acfg;
@@ -560,8 +560,10 @@ T class_margins(const Structure& st, const ExactFFN<T>& E, const std::array<FpMo
                              hull(mg.x4lo, mg.x4hi, mg.u4lo, mg.u4hi, fp[3]), arge, argk);
     std::int64_t first = -1;
     for (auto* kv : mg.members) first = first < 0 ? kv->second.first : std::min(first, kv->second.first);
-    if (cls > 0) {
-      record(cls, mk.first, arge, argk, first, 0, 0);
+    // hull_only: the members stand for a range of classes (a class group's corners), so only the
+    // hull speaks for them; else the members are every class and each may be checked alone.
+    if (cls > 0 || hull_only) {
+      record(cls, mk.first, arge, argk, first, mg.x3lo, mg.x4lo);
       continue;
     }
     for (auto* kv : mg.members) {  // locate: class by class
@@ -901,7 +903,7 @@ struct ClassCertifier::Impl {
     return st;
   }
   Rational margin(const Structure& st, int p, Worst& w) const {
-    Rational r = class_margins<Rational>(st, E[std::size_t(p)], fpm[std::size_t(p)], *D[std::size_t(p)], w, nullptr);
+    Rational r = class_margins<Rational>(st, E[std::size_t(p)], fpm[std::size_t(p)], *D[std::size_t(p)], w, nullptr, true);
     if (p > 0) r -= Rational(2 * logit_err[std::size_t(p)]);
     return r;
   }
@@ -992,7 +994,7 @@ bool ClassCertifier::holds(const std::vector<ClassGroup>& gs, double lambda, int
   const auto T = I.tables_at(lambda, p);
   auto margin = [&](const Structure& st) {
     Worst w;
-    double m = class_margins<double>(st, I.Ed[std::size_t(p)], fm, *T, w, nullptr);
+    double m = class_margins<double>(st, I.Ed[std::size_t(p)], fm, *T, w, nullptr, true);
     return p > 0 ? m - 2 * I.logit_err[std::size_t(p)] : m;
   };
   Structure st;  // merged as in check()
@@ -1003,6 +1005,41 @@ bool ClassCertifier::holds(const std::vector<ClassGroup>& gs, double lambda, int
   for (const ClassGroup& g : gs)
     if (!(margin(I.corners(g, g.x3_lo, g.x3_hi)) > 0)) return false;
   return gs.size() > 1;
+}
+
+namespace {
+// A box as part 1's structure: its two corners, which class_margins merges into one hull.
+Structure box_structure(const ClassBox& b, std::int64_t ubound) {
+  Structure st;
+  st.u1 = st.u2 = ubound;
+  st.classes[ClassKey{b.kind, b.expect, b.x3_lo, b.x4_lo}] = ClassInfo{ubound, ubound, -1, 1};
+  st.classes[ClassKey{b.kind, b.expect, b.x3_hi, b.x4_hi}] = ClassInfo{ubound, ubound, -1, 1};
+  return st;
+}
+}  // namespace
+
+std::array<double, 3> ClassCertifier::box_margins(const ClassBox& b, std::array<bool, 3>& ok) const {
+  const Impl& I = *impl_;
+  I.exact_tables();
+  const Structure st = box_structure(b, I.ubound);
+  std::array<double, 3> m{};
+  ok = {false, false, false};
+  for (int p = 0; p < (I.fp ? 3 : 1); ++p) {
+    Worst w;
+    const Rational r = I.margin(st, p, w);
+    m[std::size_t(p)] = r.convert_to<double>();
+    ok[std::size_t(p)] = r > 0;
+  }
+  return m;
+}
+
+double ClassCertifier::box_margin_at(const ClassBox& b, double lambda, int p) const {
+  const Impl& I = *impl_;
+  const auto fm = I.models_at(lambda, p);
+  const auto T = I.tables_at(lambda, p);
+  Worst w;
+  const double m = class_margins<double>(box_structure(b, I.ubound), I.Ed[std::size_t(p)], fm, *T, w, nullptr, true);
+  return p > 0 ? m - 2 * I.logit_err[std::size_t(p)] : m;
 }
 
 ExactInterval head_enclosure(const ConstructedModel& M, int head, int precision, std::int64_t vsum, std::int64_t x,

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <atomic>
@@ -69,9 +70,93 @@ std::vector<ClassGroup> class_groups(const ShapeRange& r, int P1, int P2) {
   return G;
 }
 
+ClassBox class_box(int kind, int expect, std::int64_t a, std::int64_t b) {
+  // hulls of the closed-form counts over m in [a, b], 1 <= i <= m (digits), 0 <= i (B_0, MSD):
+  switch (kind) {
+    case kDigitB0:  // x3 = 1 + m; x4 = 2 only at '=' with m = 1
+      return {kind, expect, 1 + a, 1 + b, a == 1 ? 2 : 3, 3};
+    case kDigitSep:  // x3 = 1 + m + i; x4 = 2 + [i <= m - 2]
+      return {kind, expect, a + 2, 2 * b + 1, 2, b >= 3 ? 3 : 2};
+    case kDigitT1:
+    case kDigitT2:  // x3 = 1 + m + i; x4 = 2 + [i < m]
+      return {kind, expect, a + 2, 2 * b + 1, 2, b >= 2 ? 3 : 2};
+    default:  // the MSD without the wrap: x3 = 1; x4 = 3 before '>', 2 before '$'
+      return {kind, expect, 1, 1, expect == kArrow ? 3 : 2, expect == kArrow ? 3 : 2};
+  }
+}
+
+std::vector<std::pair<int, int>> claimed_kinds(std::int64_t l_hi) {
+  std::vector<std::pair<int, int>> k = {{kDigitB0, -1}, {kDigitSep, -1}, {kMsd, kArrow}, {kMsd, kDollar}};
+  if (l_hi >= 2) k.push_back({kDigitT1, -1});  // t = 1 < l
+  if (l_hi >= 3) k.push_back({kDigitT2, -1});  // 2 <= t < l
+  return k;
+}
+
 namespace {
 
 bool is_wrap(const ClassGroup& g) { return g.origin.rfind("wrap", 0) == 0; }
+
+bool same_box(const ClassBox& x, const ClassBox& y) {
+  return x.x3_lo == y.x3_lo && x.x3_hi == y.x3_hi && x.x4_lo == y.x4_lo && x.x4_hi == y.x4_hi;
+}
+
+// Parts 2-3 over the claimed range (no wrap) by boxes: for each kind and expected token, the hull
+// of its classes over every shape with m in [a, b] (class_box), halved in m while it fails, so that
+// every shape's own hull (one per kind, as the per-shape certificate takes it) lies inside an
+// accepted box and its margins are at least the whole claim's. `margin_of(box, ok)` returns a
+// box's margins and which precisions hold.
+struct BoxCheck {
+  std::array<double, 3> margin{};
+  std::array<bool, 3> ok{true, true, true};
+  std::int64_t boxes = 0;
+  std::string failing;  // the first failing box
+};
+// With fail_fast the search stops at the first box that fails and cannot be split (a yes/no answer
+// for bisection); splitting stops after 4096 boxes either way (the remaining boxes are taken whole).
+template <class MarginOf>
+BoxCheck check_boxes(std::int64_t l_hi, std::int64_t m_hi, int precisions, bool fail_fast, MarginOf&& margin_of) {
+  BoxCheck R;
+  R.margin.fill(std::numeric_limits<double>::infinity());
+  std::int64_t evaluated = 0;
+  for (const auto& [kind, expect] : claimed_kinds(l_hi)) {
+    std::function<void(std::int64_t, std::int64_t)> rec = [&](std::int64_t a, std::int64_t b) {
+      if (fail_fast && !R.failing.empty()) return;
+      ++evaluated;
+      const ClassBox box = class_box(kind, expect, a, b);
+      std::array<bool, 3> ok{};
+      const std::array<double, 3> m = margin_of(box, ok);
+      bool all = true;
+      for (int p = 0; p < precisions; ++p) all = all && ok[std::size_t(p)];
+      const std::int64_t mid = a + (b - a) / 2;
+      if (!all && a < b && evaluated < 4096 && !same_box(class_box(kind, expect, a, mid), box)) {
+        rec(a, mid);
+        rec(mid + 1, b);
+        return;
+      }
+      ++R.boxes;
+      for (int p = 0; p < precisions; ++p) {
+        R.margin[std::size_t(p)] = std::min(R.margin[std::size_t(p)], m[std::size_t(p)]);
+        R.ok[std::size_t(p)] = R.ok[std::size_t(p)] && ok[std::size_t(p)];
+      }
+      if (!all && R.failing.empty())
+        R.failing = fmt::format("{} (m in [{}, {}]: x3 in [{}, {}], x4 in [{}, {}])", position_kind_name(kind), a, b, box.x3_lo,
+                                box.x3_hi, box.x4_lo, box.x4_hi);
+    };
+    rec(1, m_hi);
+  }
+  return R;
+}
+
+// Whether the claimed range's boxes hold at lambda in precision p (double, for bisection).
+std::function<bool(double, int)> boxes_hold(const ClassCertifier& cert, const ShapeRange& r) {
+  return [&cert, r](double lam, int p) {
+    return check_boxes(r.l_hi, r.m_hi, 1, true, [&](const ClassBox& b, std::array<bool, 3>& ok) {
+             const double m = cert.box_margin_at(b, lam, p);
+             ok = {m > 0, true, true};
+             return std::array<double, 3>{m, 0, 0};
+           }).ok[0];
+  };
+}
 
 // (kind, expect, x3, x4) of response position j, from the closed form (certificate.cpp's analyze
 // assigns the same from the structure pass).
@@ -168,9 +253,8 @@ double bisect(double bad, double good, F&& holds) {
 // (relative 1e-3). Real margins only grow with lambda (every enclosure narrows), so its window is
 // [lambda_min, inf); rounding adds error that grows with lambda (eta ~ lambda P r), so the
 // floating-point windows close above; each is searched from a point inside it.
-void lambda_windows(const ClassCertifier& cert, const std::vector<ClassGroup>& gs, double& lambda_min,
-                    std::array<LambdaWindow, 3>& windows) {
-  auto holds = [&](int p) { return [&, p](double lam) { return cert.holds(gs, lam, p); }; };
+void lambda_windows(const std::function<bool(double, int)>& holds_at, double& lambda_min, std::array<LambdaWindow, 3>& windows) {
+  auto holds = [&](int p) { return [&, p](double lam) { return holds_at(lam, p); }; };
   const double top = 1e12;
   lambda_min = 0;
   windows = {};
@@ -213,10 +297,9 @@ std::vector<WindowRow> lambda_window_table(int P_lo, int P_hi, int threads) {
         r.P = P;
         const ShapeRange claimed{1, pow2(P) - 2, 1, pow2(P) - 1};
         r.n_tokens_max = max_tokens(claimed);
-        const auto groups = class_groups(claimed, P, P);
         const ConstructedModel M = build_model(P, P, default_lambda(r.n_tokens_max));
         const ClassCertifier cert(M, r.n_tokens_max);
-        lambda_windows(cert, groups, r.lambda_min, r.windows);
+        lambda_windows(boxes_hold(cert, claimed), r.lambda_min, r.windows);
       }
     });
   for (auto& th : pool) th.join();
@@ -281,7 +364,20 @@ WholeClaimResult whole_claim(const WholeClaimOptions& o) {
       fail_reason = fmt::format("{} (class x3 = {}, x4 = {}: {})", v.reason, v.failing_x3, g.x4, g.origin);
     }
   };
-  check_all();
+  // the claimed range (no wrap) by boxes that hold every shape's hull
+  const auto box_check = [&] {
+    const BoxCheck bc = check_boxes(claimed.l_hi, claimed.m_hi, 3, false, [&](const ClassBox& b, std::array<bool, 3>& okb) {
+      return cert->box_margins(b, okb);
+    });
+    mm = bc.margin;
+    ok = bc.ok;
+    R.boxes = bc.boxes;
+    if (!(ok[0] && ok[1] && ok[2])) {
+      check_all();  // name the first failing class
+      fail_reason = fmt::format("{}; box {}", fail_reason.empty() ? std::string("a box's hull fails") : fail_reason, bc.failing);
+    }
+  };
+  box_check();
   // The wrap groups: a failure at a smaller u is a failure at every larger u (the enclosures only
   // widen), so they are checked with the same tables; a pass must be re-checked at their own N.
   std::vector<std::pair<ClassGroup, ClassCertifier::Verdict>> wrap_fails;
@@ -305,13 +401,17 @@ WholeClaimResult whole_claim(const WholeClaimOptions& o) {
   R.margin = mm;
   R.precision_ok = ok;
   R.groups = std::int64_t(groups.size());
+  if (wrap_fails.empty()) R.boxes = R.groups;  // the claimed range holds the wrap: checked by groups
   for (const auto& g : groups) R.classes += g.size();
   R.n_tokens_max = max_tokens(claimed);
 
   // ---- lambda_min and the windows (bisection in double; the verdict above is exact)
   if (o.windows) {
     const auto tw = Clock::now();
-    lambda_windows(*cert, groups, R.lambda_min, R.windows);
+    if (wrap_fails.empty())
+      lambda_windows([&](double lam, int p) { return cert->holds(groups, lam, p); }, R.lambda_min, R.windows);
+    else
+      lambda_windows(boxes_hold(*cert, claimed), R.lambda_min, R.windows);
     R.seconds_windows = since(tw);
   }
 
@@ -513,6 +613,7 @@ nlohmann::json whole_claim_json(const WholeClaimResult& r) {
           {"N_max", r.n_tokens_max},
           {"classes", r.classes},
           {"class_groups", r.groups},
+          {"boxes", r.boxes},
           {"margins", margins},
           {"lambda_min", r.lambda_min > 0 ? json(r.lambda_min) : json(nullptr)},
           {"lambda_windows", windows},
@@ -536,8 +637,9 @@ void print_whole_claim(std::ostream& out, const WholeClaimResult& r) {
                      "obligations; non-vacuity {} ({} witnesses, {} wrong key lists / models refuted) ({:.2f} s)\n",
                      r.smt.proven ? "PROVEN" : "NOT PROVEN", r.smt.solver, r.smt.proofs, r.smt.non_vacuous ? "ok" : "FAILED",
                      r.smt.witnesses, r.smt.mutants, r.seconds_part1);
-  out << fmt::format("  classes     {} classes in {} groups (closed form), every response position of every claimed shape\n", r.classes,
-                     r.groups);
+  out << fmt::format("  classes     {} classes in {} groups (closed form), every response position of every claimed shape; "
+                     "parts 2-3 check {} boxes holding each shape's hulls\n",
+                     r.classes, r.groups, r.boxes);
   out << fmt::format("  parts 2-3   at u = N_max = {}: min margin real {:.4g}, float64 {:.4g}, float32 {:.4g} ({}) ({:.2f} s)\n",
                      r.n_tokens_max, r.margin[0], r.margin[1], r.margin[2],
                      r.precision_ok[0] && r.precision_ok[1] && r.precision_ok[2] ? "all positive" : "NOT all positive",

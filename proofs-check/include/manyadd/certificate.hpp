@@ -118,6 +118,14 @@ struct ClassGroup {
   std::int64_t size() const { return x3_hi < x3_lo ? 0 : (x3_hi - x3_lo) / x3_step + 1; }
 };
 
+// A box of classes: one kind and expected token, x3 in [x3_lo, x3_hi], x4 in [x4_lo, x4_hi]. Its
+// enclosures hold every class inside it, so a per-shape certificate, which takes one hull over a
+// shape's classes of one kind, has margins at least a box's that holds them.
+struct ClassBox {
+  int kind = 0, expect = -1;
+  std::int64_t x3_lo = 1, x3_hi = 1, x4_lo = 1, x4_hi = 1;
+};
+
 // Parts 2-3 for classes whose unmatched-key counts are all at most `ubound`, at the model's
 // lambda. Every head's enclosure only widens as u grows (head_enclosure), so one check at the
 // largest count covers every shape with fewer tokens.
@@ -142,6 +150,10 @@ class ClassCertifier {
   // 2 float32), in double with outward-rounded exponentials: for bisecting lambda windows (a
   // report; the proof is check() at the model's lambda).
   bool holds(const std::vector<ClassGroup>& gs, double lambda, int precision) const;
+  // One box: exact margins at the model's lambda (real, float64, float32), or the margin in double
+  // at scale lambda in one precision (for bisection).
+  std::array<double, 3> box_margins(const ClassBox& b, std::array<bool, 3>& ok) const;
+  double box_margin_at(const ClassBox& b, double lambda, int precision) const;
 
  private:
   struct Impl;

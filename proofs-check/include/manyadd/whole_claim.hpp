@@ -39,6 +39,11 @@ struct ShapeRange {
 // l = 2^P1 - 1. A group's `origin` names the shapes it comes from; groups with origin starting
 // "wrap" exist only at l = 2^P1 - 1.
 std::vector<ClassGroup> class_groups(const ShapeRange& r, int P1, int P2);
+// The hull of the classes of one kind and expected token over every shape with m in [a, b] (any
+// width, no wrap): parts 2-3 check these boxes, halving m while one fails, so that each shape's own
+// hull (the per-shape certificate's) lies in a checked box. The kinds present when l <= l_hi.
+ClassBox class_box(int kind, int expect, std::int64_t a, std::int64_t b);
+std::vector<std::pair<int, int>> claimed_kinds(std::int64_t l_hi);
 // Largest N = (2m + 1)(l + 1) over the range.
 std::int64_t max_tokens(const ShapeRange& r);
 
@@ -94,7 +99,8 @@ struct WholeClaimResult {
   std::string pairs_covered;              // (shape, offset) pairs of the claimed range, exact
   double pairs_covered_approx = 0;
   std::int64_t n_tokens_max = 0;          // N of the largest claimed shape (the u bound of parts 2-3)
-  std::int64_t classes = 0, groups = 0;
+  std::int64_t classes = 0, groups = 0;   // the class union in closed form (class_groups)
+  std::int64_t boxes = 0;                 // the boxes parts 2-3 checked (class_box, split in m)
   std::array<double, 3> margin{};         // real, float64, float32: exact minimum over the claimed range
   std::array<bool, 3> precision_ok{};
   double lambda_min = 0;                  // real arithmetic (bisection)
