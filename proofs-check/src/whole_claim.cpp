@@ -16,6 +16,7 @@
 
 #include <boost/multiprecision/cpp_int.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "manyadd/closed_form.hpp"
 #include "manyadd/dense.hpp"
@@ -219,7 +220,11 @@ std::optional<ConfirmedCounterexample> confirm(const ConstructedModel& M, const 
 }
 
 // A shape of width l with m operands: the theorem's padding when it gives l, else the minimal one.
+// (None either when the shape is beyond what format.hpp builds, or than the engines run here:
+// N <= kConfirmTokens.)
+constexpr std::int64_t kConfirmTokens = 100'000'000;
 std::optional<Shape> shape_of_width(std::int64_t l, std::int64_t m) {
+  if ((2 * m + 1) * (l + 1) > kConfirmTokens) return std::nullopt;
   for (Padding pad : {Padding::theorem, Padding::minimal})
     for (std::int64_t n = std::max<std::int64_t>(1, l - 25); n <= l; ++n)
       if (width(pad, n, m) == l) return Shape::make(n, m, pad);
@@ -493,7 +498,9 @@ WholeClaimResult whole_claim(const WholeClaimOptions& o) {
       if (!sh) continue;  // no n gives this width (l = 1 with m >= 2): not a shape of either padding
       smp.n = sh->n;
       smp.padding = padding_name(sh->padding);
-      if (sh->N() > o.sample_max_tokens) {
+      // the structure pass's code tables take 4 (2^P1 + 2 * 2^P2) bytes whatever the shape
+      const double table_bytes = 4.0 * (double(C1v) + 2.0 * double(C2v));
+      if (sh->N() > o.sample_max_tokens || table_bytes > 1e9) {
         smp.skipped = true;
       } else {
         const auto tq = Clock::now();
@@ -660,7 +667,8 @@ void print_whole_claim(std::ostream& out, const WholeClaimResult& r) {
                          c.problem.size() > 40 ? c.problem.substr(0, 37) + "..." : c.problem, c.n, c.m, c.l, c.padding, c.s1, c.s2,
                          c.position, c.got, c.expected, c.engine);
     } else {
-      out << "              (no concrete counterexample confirmed)\n";
+      out << fmt::format("              (no concrete counterexample confirmed{})\n",
+                         f.range.l_lo * 3 > 100'000'000 ? ": its smallest shape has more than 1e8 tokens, beyond the engines run here" : "");
     }
   }
   int run = 0, agree = 0, skipped = 0;
@@ -672,10 +680,19 @@ void print_whole_claim(std::ostream& out, const WholeClaimResult& r) {
   if (!r.samples.empty())
     out << fmt::format("  per-shape   {} of {} certificates on the same model (boundary and random shapes, extreme offsets) proven with "
                        "margins >= the whole claim's{} ({:.2f} s)\n",
-                       agree, run, skipped ? fmt::format("; {} skipped (N above the sample limit)", skipped) : std::string(),
+                       agree, run,
+                       skipped ? fmt::format("; {} skipped (N above the sample limit, or 2^P code tables above 1 GB)", skipped) : std::string(),
                        r.seconds_samples);
   if (!r.proven) out << fmt::format("  reason      {}\n", r.reason);
-  out << fmt::format("  result      {}  ({:.2f} s)\n", r.proven ? "VERIFIED for the claimed range" : "FAILED", r.seconds);
+  std::string verdict = r.proven ? "VERIFIED for the claimed range" : "FAILED";
+  if (!r.proven && r.smt.proven && r.smt.non_vacuous && r.samples_agree) {
+    std::vector<std::string> held, failed;
+    const char* names[] = {"real", "float64", "float32"};
+    for (int p = 0; p < 3; ++p) (r.precision_ok[std::size_t(p)] ? held : failed).push_back(names[p]);
+    if (!held.empty())
+      verdict = fmt::format("FAILED in {} (proven in {} for the claimed range)", fmt::join(failed, ", "), fmt::join(held, ", "));
+  }
+  out << fmt::format("  result      {}  ({:.2f} s)\n", verdict, r.seconds);
 }
 
 int whole_claim_cli(const WholeClaimCli& c, std::ostream& out) {
