@@ -36,6 +36,22 @@ StructuredStream::StructuredStream(const Shape& shape, std::int64_t s1, std::int
   build_lists(s1, shape.l + 1, 0, P1, l1_start_, l1_ids_);
   build_lists(s2, shape.m + 1, 0, P2, l2_start_, l2_ids_);
   build_lists(s2, shape.m + 1, 1, P2, l2n_start_, l2n_ids_);
+  // the targets of each query offset, when every code holds at most one real ID
+  auto one = [](const std::vector<std::int32_t>& start, const std::vector<std::int32_t>& ids, std::int64_t c, bool& ok) {
+    const std::int32_t a = start[std::size_t(c)], b = start[std::size_t(c + 1)];
+    ok = ok && b - a <= 1;
+    return b > a ? ids[std::size_t(a)] : -1;
+  };
+  bool ok = true;
+  for (std::int64_t o = 0; o <= shape.l; ++o) {
+    same1_.push_back(one(l1_start_, l1_ids_, code(s1 + o, P1), ok));
+    next1_.push_back(one(l1_start_, l1_ids_, code(s1 + o + 1, P1), ok));
+  }
+  for (std::int64_t j = 0; j <= shape.m; ++j) {
+    same2_.push_back(one(l2_start_, l2_ids_, code(s2 + j, P2), ok));
+    prev2_.push_back(one(l2n_start_, l2n_ids_, code(s2 + j, P2), ok));
+  }
+  single_ = ok;
 }
 
 double StructuredStream::estimate_bytes(const Shape& s) {

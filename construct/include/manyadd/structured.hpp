@@ -61,6 +61,11 @@ class StructuredStream {
   std::vector<std::int32_t> l1_start_, l1_ids_;    // level 1: code(p1) == c
   std::vector<std::int32_t> l2_start_, l2_ids_;    // level 2: code(p2) == c
   std::vector<std::int32_t> l2n_start_, l2n_ids_;  // level 2: code(p2 + 1) == c
+  // When no code holds two real IDs (no aliasing), each query's target is at most one real ID per
+  // level: the ID offsets a query at level-1 offset o / level-2 offset j looks for, -1 for none.
+  bool single_ = false;
+  std::vector<std::int32_t> same1_, next1_;  // code(s1 + a) == code(s1 + o), == code(s1 + o + 1)
+  std::vector<std::int32_t> same2_, prev2_;  // code(s2 + b) == code(s2 + j), code(s2 + b + 1) == code(s2 + j)
 };
 
 // The feed-forward layer and readout compiled for evaluation at one token from its 7 input
@@ -187,6 +192,24 @@ void StructuredStream::run(const std::uint8_t* tokens, Visit&& visit) const {
       }
   };
 
+  // the same for at most one matching ID pair (single_): one cell, no list walks
+  auto pair1 = [&](std::int32_t a, std::int32_t b, HeadMatch& h) {
+    h.x = 1;
+    h.vsum = 0;
+    h.pairs = 0;
+    h.pair_t = h.pair_j = -1;
+    h.only_separators = true;
+    if (a < 0 || b < 0) return;
+    const std::size_t cell = std::size_t(std::int64_t(b) * W + a);
+    if (!cnt[cell]) return;
+    h.x += cnt[cell];
+    h.vsum += val[cell];
+    h.pairs = 1;
+    h.pair_t = a;
+    h.pair_j = b;
+    h.only_separators = a == 0;
+  };
+
   for_each_id(shape_, s1_, s2_, [&](std::int64_t k, std::int64_t p1, std::int64_t p2) {
     const int tok = tokens ? tokens[k] : 0;
     const int v = tok < 10 ? 3 * tok : 0;  // V1 = V2 = 3 e_NUM (Eqs. 9, 13)
@@ -199,6 +222,13 @@ void StructuredStream::run(const std::uint8_t* tokens, Visit&& visit) const {
     }
     if (k < eq) return;
     q.j = k;
+    if (single_) {
+      const std::size_t o = std::size_t(p1 - s1_), j = std::size_t(p2 - s2_);
+      pair1(next1_[o], prev2_[j], q.h[0]);  // head 1 (Eqs. 7-8)
+      pair1(same1_[o], prev2_[j], q.h[1]);  // head 2 (Eqs. 11-12)
+      pair1(same1_[o], same2_[j], q.h[3]);  // head 4 (Eqs. 19-20)
+      q.h[2].x = 1 + (next1_[o] >= 0 ? cnt1[std::size_t(next1_[o])] : 0);  // head 3 (Eqs. 15-16)
+    } else {
     const std::int64_t c1 = stream_code(p1, P1_), c1n = stream_code(p1 + 1, P1_), c2 = stream_code(p2, P2_);
     // head 1: key (POS_1, POS_2_NEXT) = query (POS_1_NEXT, POS_2)   (Eqs. 7-8)
     pairs(l1_start_, l1_ids_, c1n, l2n_start_, l2n_ids_, c2, q.h[0]);
@@ -211,6 +241,7 @@ void StructuredStream::run(const std::uint8_t* tokens, Visit&& visit) const {
     h3.x = 1;
     for (std::int32_t a = l1_start_[std::size_t(c1n)]; a < l1_start_[std::size_t(c1n + 1)]; ++a)
       h3.x += cnt1[std::size_t(l1_ids_[std::size_t(a)])];
+    }
     for (int h = 0; h < 4; ++h) q.h[std::size_t(h)].u = k + 1 - q.h[std::size_t(h)].x;
     for (int h : {0, 1}) q.h[std::size_t(h)].usum = prefix_value - q.h[std::size_t(h)].vsum;
     // heads 3-4 carry IS_BOS: value 1 on BOS (always matched), 0 elsewhere
