@@ -237,6 +237,14 @@ RowEngine::RowEngine(const ConstructedModel& M, const Shape& shape, std::int64_t
                      const std::vector<std::uint8_t>& tokens)
     : M_(M), shape_(shape), s1_(s1), s2_(s2), tokens_(tokens) {
   if (std::int64_t(tokens.size()) != shape.N()) throw InputError("RowEngine: token count differs from the shape's N");
+  // A_{b+1} and B_b share their level-2 ID (s2 + b), so every row weighs them alike: their digit
+  // sums by significance t, B's order (values <= 18), for the rows that see both whole.
+  const std::int64_t l = shape.l, LL = l + 1, m = shape.m;
+  pair_sum_.resize(std::size_t(m * l));
+  for (std::int64_t b = 0; b < m; ++b)
+    for (std::int64_t t = 1; t <= l; ++t)
+      pair_sum_[std::size_t(b * l + t - 1)] =
+          std::uint8_t(tokens[std::size_t(b * LL + 1 + (l - t))] + tokens[std::size_t((m + b) * LL + t)]);
   const int d = M.d();
   pe1_ = Eigen::MatrixXd::Zero(shape.l + 1, d);
   pe2_ = Eigen::MatrixXd::Zero(shape.m + 1, d);
@@ -356,9 +364,10 @@ RowResult RowEngine::row(std::int64_t j, const CompiledFFN& F) const {
   if (!reads.empty()) {
     std::map<std::vector<double>, int> group_of;
     std::vector<std::vector<double>> group_e2;
-    std::vector<std::tuple<std::int64_t, bool, int>> blocks;  // (first index, A block?, group)
+    // full blocks by level-2 offset b: A_{b+1} (index b) and B_b share it, so share a group
+    std::vector<int> groupA(std::size_t(m + 1), -1), groupB(std::size_t(m + 1), -1);
     visit_blocks(
-        [&](std::int64_t k0, std::int64_t b, bool isA) {
+        [&](std::int64_t, std::int64_t b, bool isA) {
           std::vector<double> key;
           for (int h : reads) key.push_back(H[std::size_t(h)].e2[std::size_t(b)]);
           auto it = group_of.find(key);
@@ -366,15 +375,23 @@ RowResult RowEngine::row(std::int64_t j, const CompiledFFN& F) const {
             it = group_of.emplace(key, int(group_e2.size())).first;
             group_e2.push_back(key);
           }
-          blocks.emplace_back(k0, isA, it->second);
+          (isA ? groupA : groupB)[std::size_t(b)] = it->second;
         },
         [](std::int64_t, std::int64_t, std::int64_t) {});
     const std::size_t G = group_e2.size();
     std::vector<std::int32_t> sums(2 * G * std::size_t(l), 0);  // [A/B][group][r]; at most 9 (m + 1) each
-    for (const auto& [k0, isA, g] : blocks) {
+    auto add = [&](const std::uint8_t* t, bool isA, int g) {
       std::int32_t* s = sums.data() + (std::size_t(isA ? 0 : 1) * G + std::size_t(g)) * std::size_t(l);
-      const std::uint8_t* t = tokens_.data() + k0;
       for (std::int64_t r = 0; r < l; ++r) s[r] += t[r];  // full blocks hold digits only
+    };
+    for (std::int64_t b = 0; b <= m; ++b) {
+      const int ga = groupA[std::size_t(b)], gb = groupB[std::size_t(b)];
+      if (ga >= 0 && gb >= 0 && b < m) {
+        add(pair_sum_.data() + b * l, false, gb);  // A_{b+1} + B_b by significance: one pass for both
+      } else {
+        if (ga >= 0) add(tokens_.data() + b * LL + 1, true, ga);
+        if (gb >= 0) add(tokens_.data() + (m + b) * LL + 1, false, gb);
+      }
     }
     for (std::size_t hi = 0; hi < reads.size(); ++hi) {
       PerHead& P = H[std::size_t(reads[hi])];

@@ -129,7 +129,8 @@ struct RowResult {
 };
 class RowEngine {
  public:
-  // Keeps a reference to the model; the tokens are copied (N bytes).
+  // Keeps a reference to the model; the tokens are copied (N bytes), and the digit sums of the
+  // block pairs that share a level-2 ID are kept (N/2 bytes).
   RowEngine(const ConstructedModel& M, const Shape& shape, std::int64_t s1, std::int64_t s2,
             const std::vector<std::uint8_t>& tokens);
   RowResult row(std::int64_t j, const CompiledFFN& F) const;
@@ -138,7 +139,8 @@ class RowEngine {
   const ConstructedModel& M_;
   Shape shape_;
   std::int64_t s1_, s2_;
-  std::vector<std::uint8_t> tokens_;  // NUM of a digit token is the token itself
+  std::vector<std::uint8_t> tokens_;    // NUM of a digit token is the token itself
+  std::vector<std::uint8_t> pair_sum_;  // (m, l): A_{b+1} + B_b digits by significance
   // Position parts of a residual column per real ID: level 1 (l+1, d) and level 2 (m+1, d).
   Eigen::MatrixXd pe1_, pe2_;
 };
