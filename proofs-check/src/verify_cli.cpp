@@ -1018,7 +1018,7 @@ int verify_construction_main(int argc, const char* const* argv, std::ostream& ou
             !std::set<std::string>{"--p1", "--p2", "--lambda", "--threads", "--json", "--seed"}.count(op->get_name()))
           throw InputError(fmt::format("--whole-claim covers every shape and offset: {} does not apply", op->get_name()));
       if (app.count("--lambda") && !(o.lambda > 0 && std::isfinite(o.lambda)))
-        throw InputError(fmt::format("--lambda must be > 0 (got {})", o.lambda));
+        throw InputError(fmt::format("--lambda must be > 0 and finite (got {})", o.lambda));
       WholeClaimCli c;
       c.opt.P1 = o.p1;
       c.opt.P2 = o.p2;

@@ -541,9 +541,9 @@ WholeClaimResult whole_claim(const WholeClaimOptions& o) {
     for (int p = 0; p < 3 && R.reason.empty(); ++p) {
       if (ok[std::size_t(p)]) continue;
       const auto& w = R.windows[std::size_t(p)];
+      const std::string hi = std::isfinite(w.hi) ? fmt::format("{:.4g}]", w.hi) : std::string("inf)");
       R.reason = w.empty ? fmt::format("{}: no lambda holds at this N (empty window); {}", names[p], fail_reason)
-                         : fmt::format("lambda = {} is outside the {} window [{:.4g}, {:.4g}]: {}", R.lambda, names[p], w.lo, w.hi,
-                                       fail_reason);
+                         : fmt::format("lambda = {} is outside the {} window [{:.4g}, {}: {}", R.lambda, names[p], w.lo, hi, fail_reason);
       if (!o.windows) R.reason = fmt::format("{} margin not positive at lambda = {}: {}", names[p], R.lambda, fail_reason);
     }
   }
