@@ -293,6 +293,12 @@ Box<Rational> outward(const Box<Rational>& b) {
   return {Rational(lo), Rational(hi)};
 }
 
+// Monotone in u, which lets one check at the largest token count cover every smaller shape: in
+// real arithmetic lo = V / (x + u eps) falls and hi = (V + u vmax eps) / x rises with u; in floating
+// point zb, ab, the unmatched additions' errors (u min(.)) and zhi, ahi rise with u, so zlo and alo
+// fall, hence lo = alo / zhi (1 - r) falls and hi = ahi / zlo (1 + r) rises (and the [0, big] box
+// taken once zlo <= 0 stays taken for larger u). tests/test_whole_claim.cpp checks it (RapidCheck).
+//
 // The enclosure for every matched count x in [x1, x2] at once (a hull over a class group).
 // Real arithmetic is monotone in x. The floating-point model is not (its summation error grows
 // like r x^2, so the upper end starts to rise near x ~ 1/(5r), ~3e6 keys in float32): its ends
