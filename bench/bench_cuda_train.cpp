@@ -1,12 +1,12 @@
 // CUDA training throughput of the learned transformer: one optimizer step (host sampling + packing,
-// upload, forward, backward, norm, AdamW) of the models on SA(10, 10) with batch 400, as
+// upload, forward, backward, norm, AdamW) of the three GPU model shapes (below) on SA(10, 10) with batch 400, as
 // tokens/s (every real input token of every sequence counts; padding does not). Skips without a
-// device. Compare with bench/torch_twin.py on the same machine in the same session.
+// device. Compare with bench/torch_twin.py on the same machine, one run after the other.
 #include <benchmark/benchmark.h>
 
 #include <string>
 
-#include "manyadd/cuda_train.hpp"
+#include "manyadd/learn/cuda_device.hpp"
 #include "manyadd/learn/train.hpp"
 
 using namespace manyadd;

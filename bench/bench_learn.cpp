@@ -1,4 +1,4 @@
-// CPU training throughput of the learned transformer (learn/): one optimizer step of the issue's
+// CPU training throughput of the learned transformer (learn/): one optimizer step of the CPU
 // target configuration (1 layer, 4 heads, d_model 64, SA(5, 5), batch 64), with 1 and 2 threads,
 // reported as tokens/s (every input token of every sequence counts), plus one sequence's
 // forward+backward and the teacher-forced evaluation forward.
@@ -43,11 +43,13 @@ static void BM_ForwardBackwardTA55(benchmark::State& st) {
   std::vector<float> G(P.size(), 0.f);
   Rng rng(3);
   const Example ex = make_example(sample_TA(rng, 5, 5), c, 1, 1);
+  const ModelView<float> m{c, lay, P.data()};
+  const BatchView x = batch_of(ex);
   Acts<float> a;
   GradScratch<float> g;
   for (auto _ : st) {
-    benchmark::DoNotOptimize(model_forward(a, c, lay, P.data(), ex));
-    model_backward(G.data(), g, a, c, lay, P.data(), ex, 1.f);
+    benchmark::DoNotOptimize(model_forward(a, m, x));
+    model_backward(G.data(), g, a, m, x, 1.f);
   }
   st.counters["tokens/s"] = benchmark::Counter(double(st.iterations() * ex.T()), benchmark::Counter::kIsRate);
 }

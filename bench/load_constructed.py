@@ -1,155 +1,40 @@
 #!/usr/bin/env python3
-"""Load the constructed Theorem 4.1 model exported by manyadd's export_model (model.safetensors +
-config.json) into PyTorch and run it on one addition problem, using nothing from this project:
-only the two files, PyTorch, and (if installed) the safetensors package.
-
-Tested torch version: not run here: no torch on the dev machine (no torch, no pip registry there).
-The script uses only long-standing torch APIs (torch.frombuffer needs torch >= 1.10). What was
-checked without torch: the sequence, width and position-ID builders against the C++ ones
-(build_sequence, width_theorem/minimal, position_ids) on 32 shapes; and a whole run (fallback
-reader, teacher-forced pass, --greedy) on the exported worked example 57+48+96, s1=4, s2=2, with a
-pure-Python stand-in for the dozen torch calls used (not committed; it checks shapes and
-orientation, not torch itself), giving 000>750>501>102$. The forward pass is the one
-tests/test_export.cpp runs in C++ on the exported tensors and checks against dense_forward.
+"""Run the constructed Theorem 4.1 model written by `verify_construction --export DIR` (model.safetensors
++ config.json) in PyTorch on one addition problem: a command line over python/manyadd's
+load_constructed (the module, its hooks and the format are there; see python/README.md). Needs PyTorch
+(Debian: apt-get install python3-torch; tested with Debian's 1.13) and the package (imported by path).
+tests/test_python_models.py runs it on the paper's worked example.
 
 Usage:
   python3 bench/load_constructed.py DIR 57+48+96 [--s1 4 --s2 2] [--greedy]
   python3 bench/load_constructed.py DIR '$057+048+096=000>750>501>102' --s1 4 --s2 2
-The input is a problem ("57+48+96") or a token sequence starting with '$' (then its operands are
-read from the query and its width l from their zero padding). The script builds the correct
-teacher-forced sequence, runs one forward pass, prints the prediction at every response position
-beside the correct next token, and with --greedy also decodes greedily from the query. Exit code 0
-when every prediction is right, 1 otherwise, 2 on bad input.
+The input is a problem ("57+48+96") or a token sequence starting with '$' (then its operands are read
+from the query and its width l from their zero padding). The script builds the correct teacher-forced
+sequence, runs one forward pass, prints the prediction at every response position beside the correct
+next token, and with --greedy also decodes greedily from the query. Exit code 0 when every prediction
+is right, 1 otherwise, 2 on bad input.
 """
 
 import argparse
-import json
 import os
-import struct
 import sys
 
-try:
-    import torch
-except ImportError:  # the pure-Python helpers below stay usable (and testable) without torch
-    torch = None
-
-VOCAB_DEFAULT = list("0123456789+=>$")
-
-
-# ---- weights -------------------------------------------------------------------------------------
-
-def read_safetensors_fallback(path):
-    """Minimal safetensors reader: u64 little-endian header length, JSON header, raw data."""
-    dtypes = {"F64": torch.float64, "F32": torch.float32}
-    if sys.byteorder != "little":
-        raise SystemExit("fallback reader: the file is little-endian and torch.frombuffer uses native order")
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    if 8 + n > len(raw):
-        raise SystemExit(f"{path}: header length {n} runs past the end of the file")
-    header = json.loads(raw[8:8 + n].decode("utf-8"))
-    data = raw[8 + n:]
-    tensors = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = info["data_offsets"]
-        if not (0 <= begin <= end <= len(data)):
-            raise SystemExit(f"{path}: tensor {name} has offsets [{begin}, {end}) outside the data")
-        dt = dtypes[info["dtype"]]
-        shape = info["shape"]
-        if end == begin:
-            tensors[name] = torch.zeros(shape, dtype=dt)
-        else:
-            # bytearray: frombuffer shares memory and warns on read-only buffers.
-            tensors[name] = torch.frombuffer(bytearray(data[begin:end]), dtype=dt).reshape(shape)
-    return tensors
-
-
-def load_weights(model_dir):
-    path = os.path.join(model_dir, "model.safetensors")
-    try:
-        from safetensors.torch import load_file
-    except ImportError:
-        return read_safetensors_fallback(path)
-    return load_file(path)
-
-
-# ---- sequence and position IDs (config.json "sequence", "position_ids") ---------------------------
-
-def width(rule, n, m):
-    """Padding width l; floor(log10 m) as len(str(m)) - 1 to stay exact for any m."""
-    if rule == "minimal":
-        return len(str(m * (10 ** n - 1)))
-    return n + 1 + len(str(m)) - 1
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from manyadd import format as fmt  # noqa: E402  (the project's package, by path: nothing to install)
+from manyadd.files import InputError  # noqa: E402
 
 
 def parse_input(text):
-    """Operands (as digit strings) and the padded width if the input was a '$...' sequence."""
+    """Operands and the padded width l if the input was a '$...' sequence (else None)."""
     padded = text.startswith("$")
-    query = text[1:] if padded else text
-    query = query.split("=", 1)[0]
-    operands = query.split("+")
-    if len(operands) < 1 or any(not a.isdigit() for a in operands):
-        raise ValueError(f"cannot read operands from {text!r}: expected digits separated by '+'")
+    query = (text[1:] if padded else text).split("=", 1)[0]
+    operands = fmt.parse_problem(query)
     if padded:
-        if len({len(a) for a in operands}) != 1:
-            raise ValueError(f"operands of {text!r} are not all padded to one width")
-        return operands, len(operands[0])
+        widths = {len(a) for a in query.split("+")}
+        if len(widths) != 1:
+            raise InputError("operands of %r are not all padded to one width" % text)
+        return operands, widths.pop()
     return operands, None
-
-
-def build_sequence(operands, l):
-    """'$ A_1 + ... + A_m = B_0 > B_1 > ... > B_m' (A_i most significant first, B_j reversed)."""
-    if any(len(a.lstrip("0")) > l for a in operands):
-        raise ValueError(f"an operand has more than l = {l} digits")
-    partial = [0]
-    for a in operands:
-        partial.append(partial[-1] + int(a))
-    if len(str(partial[-1])) > l:
-        raise ValueError(f"the sum {partial[-1]} does not fit in l = {l} digits")
-    query = "$" + "+".join(a.lstrip("0").zfill(l) for a in operands)
-    response = "=" + ">".join(str(b).zfill(l)[::-1] for b in partial)
-    return query + response
-
-
-def position_ids(m, l, s1, s2):
-    """Bi-level coupled IDs for the whole sequence of N = (2m+1)(l+1) tokens (0-based index k)."""
-    p1, p2 = [0], [0]  # BOS
-    for i in range(m):  # A_{i+1}, then '+' (or '=' after the last operand)
-        for q in range(l):
-            p1.append(s1 + (l - q))  # most significant digit first: significance l - q
-            p2.append(s2 + i)
-        p1.append(s1)
-        p2.append(s2 + i if i < m - 1 else s2)  # '+' after A_{i+1}: s2 + i; '=': s2
-    for j in range(m + 1):  # B_j (reversed: significance q + 1), then '>' before B_{j+1}
-        for q in range(l):
-            p1.append(s1 + q + 1)
-            p2.append(s2 + j)
-        if j < m:
-            p1.append(s1)
-            p2.append(s2 + j + 1)
-    return p1, p2
-
-
-# ---- the forward pass (config.json "architecture") ------------------------------------------------
-
-def forward(W, tokens, p1, p2):
-    """Logits (N, 14) for token ids `tokens`; rows of every activation are tokens."""
-    idx = lambda v: torch.tensor(v, dtype=torch.long)
-    X = W["embed.token"][idx(tokens)] + W["embed.pos1"][idx(p1)] + W["embed.pos2"][idx(p2)]  # (N, d)
-    N = X.shape[0]
-    causal = torch.tril(torch.ones(N, N)).bool()  # query j sees keys i <= j (tril of float: any torch)
-    Y = X.clone()
-    for h in range(1, 5):
-        Q, K, V, U = (W[f"heads.{h}.{t}"] for t in "QKVU")  # (dqk,d) (dqk,d) (1,d) (d,1)
-        S = (X @ Q.T) @ (X @ K.T).T  # S[j, i] = (Q x_j).(K x_i); lambda is folded into Q and K
-        A = torch.softmax(S.masked_fill(~causal, float("-inf")), dim=-1)  # (N, N)
-        Y = Y + (A @ (X @ V.T)) @ U.T  # Y = X + sum_h U V X A^T, in row form
-    Hid = torch.relu(Y @ W["ffn.W1"].T + W["ffn.b1"])  # (N, 82)
-    X1 = Y + Hid @ W["ffn.W2"].T + W["ffn.b2"]
-    return X1 @ W["readout.Wout"].T  # (N, 14)
 
 
 def main(argv=None):
@@ -161,69 +46,41 @@ def main(argv=None):
     ap.add_argument("--width", type=int, default=None, help="padding width l (default: from the input/config)")
     ap.add_argument("--greedy", action="store_true", help="also decode greedily from the query")
     args = ap.parse_args(argv)
-    if torch is None:
-        print("load_constructed.py: PyTorch is not installed (pip install torch)", file=sys.stderr)
+    try:
+        import torch
+    except ImportError:
+        print("load_constructed.py: PyTorch is not installed (Debian: apt-get install python3-torch)", file=sys.stderr)
         return 2
-
-    with open(os.path.join(args.model_dir, "config.json")) as f:
-        cfg = json.load(f)
-    vocab = cfg.get("vocab", VOCAB_DEFAULT)
-    W = {k: v.to(torch.float64) for k, v in load_weights(args.model_dir).items()}
+    from manyadd.constructed import load_constructed
 
     try:
+        model = load_constructed(args.model_dir)
         operands, l = parse_input(args.input)
-        m = len(operands)
-        n = max(len(a.lstrip("0")) or 1 for a in operands)
-        if args.width is not None:
-            l = args.width
-        elif l is None:
-            shape = cfg.get("shape")
-            if shape and shape["m"] == m and n <= shape["n"]:
-                l = shape["l"]
-            else:
-                l = width((cfg.get("padding") or {}).get("rule") or "theorem", n, m)
-        seq = build_sequence(operands, l)
-    except ValueError as e:
-        print(f"load_constructed.py: {e}", file=sys.stderr)
+        ex = model.example(operands, args.s1, args.s2, args.width if args.width is not None else l)
+    except InputError as e:
+        print("load_constructed.py: %s" % e, file=sys.stderr)
         return 2
-    pos = cfg["position_ids"]
-    if not (1 <= args.s1 <= pos["max_pos1"] - l and 1 <= args.s2 <= pos["max_pos2"] - m):
-        print(f"load_constructed.py: offsets need s1 in [1, {pos['max_pos1'] - l}] and s2 in "
-              f"[1, {pos['max_pos2'] - m}] for l = {l}, m = {m}", file=sys.stderr)
-        return 2
-
+    seq = fmt.decode(ex.tokens[0])
     if args.input.startswith("$") and not seq.startswith(args.input):
         print("note: the given response is not the correct one; running on the correct sequence")
-    tokens = [vocab.index(c) for c in seq]
-    p1, p2 = position_ids(m, l, args.s1, args.s2)
-    assert len(p1) == len(tokens) == (2 * m + 1) * (l + 1)
-    eq = m * (l + 1)  # index of '=': predictions from here on are the response
-    target = tokens[1:] + [cfg["eos_token_id"]]
-
+    shape, eq = ex.shape, ex.shape.eq_index
     with torch.no_grad():
-        pred = forward(W, tokens, p1, p2).argmax(dim=-1).tolist()
-    print(f"sequence  {seq}   (m = {m}, l = {l}, N = {len(tokens)}, s1 = {args.s1}, s2 = {args.s2})")
+        pred = model(ex.tokens, ex.pos)[0].argmax(dim=-1).tolist()
+    p1, p2 = (p[0].tolist() for p in ex.pos)
+    print("sequence  %s   (m = %d, l = %d, N = %d, s1 = %d, s2 = %d)" % (seq, shape.m, shape.l, shape.N, args.s1,
+                                                                      args.s2))
     print("pos  token  p1  p2  predicted  correct")
     wrong = 0
-    for k in range(eq, len(tokens)):
-        ok = pred[k] == target[k]
+    for k in range(eq, shape.N):
+        ok = pred[k] == ex.targets[k]
         wrong += not ok
-        print(f"{k:4d}  {vocab[tokens[k]]:>4}  {p1[k]:3d} {p2[k]:3d}  {vocab[pred[k]]:>8}  {vocab[target[k]]:>6}"
-              + ("" if ok else "   <-- wrong"))
-    print(f"teacher-forced response: {''.join(vocab[t] for t in pred[eq:])} "
-          f"({'exact' if wrong == 0 else f'{wrong} wrong'})")
-
+        print("%4d  %4s  %3d %3d  %8s  %6s%s" % (k, seq[k], p1[k], p2[k], fmt.VOCAB[pred[k]], fmt.VOCAB[ex.targets[k]],
+                                                "" if ok else "   <-- wrong"))
+    print("teacher-forced response: %s (%s)" % (fmt.decode(pred[eq:]), "exact" if wrong == 0 else "%d wrong" % wrong))
     if args.greedy:
-        # From the query and '=', one token per step; the last step (k = N) predicts EOS after B_m.
-        # The IDs of every position are known in advance: they depend on (m, l, s1, s2) only.
-        out = tokens[: eq + 1]
-        with torch.no_grad():
-            while len(out) <= len(tokens):
-                k = len(out)
-                out.append(int(forward(W, out, p1[:k], p2[:k])[-1].argmax()))
-        got = "".join(vocab[t] for t in out[eq + 1:])
-        want = seq[eq + 1:] + vocab[cfg["eos_token_id"]]
-        print(f"greedy: {got}   ({'exact' if got == want else 'expected ' + want})")
+        got = model.generate(operands, args.s1, args.s2, ex.shape.l)
+        want = seq[eq + 1:] + fmt.VOCAB[fmt.EOS]
+        print("greedy: %s   (%s)" % (got, "exact" if got == want else "expected " + want))
         wrong += got != want
     return 0 if wrong == 0 else 1
 

@@ -5,10 +5,10 @@
 
 #include <gtest/gtest.h>
 
-#include "manyadd/cuda_train.hpp"
+#include "manyadd/learn/cuda_device.hpp"
 
 #define REQUIRE_DEVICE()                                                              \
   do {                                                                                \
     std::string why_;                                                                 \
-    if (!cuda_training_available(&why_)) GTEST_SKIP() << "no CUDA device: " << why_; \
+    if (!manyadd::learn::cuda_training_available(&why_)) GTEST_SKIP() << "no CUDA device: " << why_; \
   } while (0)

@@ -41,7 +41,7 @@ Case make_case(int n, int m, std::uint64_t seed) {
 // Lowest-index argmax ties: the logit gap below which two engines may legitimately pick differently.
 bool tie(const Eigen::VectorXd& logits, int a, int b) { return std::abs(logits(a) - logits(b)) < 1e-6; }
 
-TEST(CudaEngine, NoDeviceIsExitTwo) {
+TEST(CudaEngineNoDevice, NoDeviceIsExitTwo) {
   std::string why;
   if (cuda_available(&why)) GTEST_SKIP() << "a CUDA device is present; the no-device path is not reachable";
   const char* argv[] = {"verify_construction", "--n", "2", "--m", "2", "--engine", "cuda"};
@@ -51,7 +51,7 @@ TEST(CudaEngine, NoDeviceIsExitTwo) {
   EXPECT_NE(err.str().find("--engine cuda: no CUDA device"), std::string::npos) << err.str();
 }
 
-TEST(CudaEngine, AllWithoutDeviceLeavesCudaOut) {
+TEST(CudaEngineNoDevice, AllWithoutDeviceLeavesCudaOut) {
   std::string why;
   if (cuda_available(&why)) GTEST_SKIP() << "a CUDA device is present";
   const char* argv[] = {"verify_construction", "--n", "2", "--m", "2", "--engine", "all", "--samples", "2"};
@@ -93,7 +93,7 @@ void check_against_dense(bool on_device) {
     }
 }
 
-TEST(CudaEngine, MatchesDenseOnSmallShapes) {
+TEST(CudaEngineGpu, MatchesDenseOnSmallShapes) {
   REQUIRE_DEVICE();
   check_against_dense(true);
 }
@@ -104,8 +104,8 @@ TEST(CudaEngine, CpuTwinMatchesDenseOnSmallShapes) { check_against_dense(false);
 
 // Full size, n = m = 1000 (N = 2,011,005): predictions equal the structured engine's; sampled rows'
 // head outputs agree with the exact double row engine within float32's worst-case N r (attention.cu).
-// The structured finite-lambda intervals (S.iv) are the tighter check; the GPU session should add it.
-TEST(CudaEngine, MatchesStructuredAtFullSize) {
+// The structured finite-lambda intervals (S.iv) are the tighter check; a GPU run should add it.
+TEST(CudaEngineGpu, MatchesStructuredAtFullSize) {
   REQUIRE_DEVICE();
   const Case c = make_case(1000, 1000, 7);
   const CompiledFFN F = CompiledFFN::build(c.M);

@@ -10,11 +10,10 @@
 #include <functional>
 #include <string>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include "manyadd/cuda_train.hpp"
+#include "test_util.hpp"
 #include "cuda_train_test_util.hpp"
+#include "learn_fixtures.hpp"
+#include "manyadd/learn/cuda_device.hpp"
 #include "manyadd/learn/batch.hpp"
 #include "manyadd/learn/eval.hpp"
 #include "manyadd/learn/io.hpp"
@@ -25,26 +24,9 @@ using namespace manyadd::learn;
 
 namespace {
 
-std::string tmpdir(const std::string& name) {
-  auto p = std::filesystem::temp_directory_path() / ("manyadd_test_cuda_train_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(p);
-  return p.string();
-}
-struct CliRun {
-  int code;
-  std::string err;
-};
-CliRun run(const std::string& cmd) {
-  const std::string errfile = tmpdir("stderr") + ".txt";
-  const int rc = std::system((cmd + " 2>" + errfile + " >/dev/null").c_str());
-  CliRun r{WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, ""};
-  try {
-    r.err = read_file(errfile);
-  } catch (const std::exception&) {
-  }
-  std::filesystem::remove(errfile);
-  return r;
-}
+using fixtures::scratch;
+using manyadd::testing::CmdResult;
+using manyadd::testing::run_cmd;
 ModelConfig model(int layers, int heads, int d_model) {
   ModelConfig c;
   c.n_layers = layers;
@@ -85,20 +67,20 @@ TEST(CudaTrainNoDevice, LibraryRefusesWithTheReason) {
 TEST(CudaTrainNoDevice, CliExitsTwoAndWritesNothing) {
   std::string why;
   if (cuda_training_available(&why)) GTEST_SKIP() << "a CUDA device is present; the no-device path is not reachable";
-  const std::string out = tmpdir("cli");
+  const std::string out = scratch("cli");
   const std::string args = " --out " + out + " --train-n 2 --train-m 2 --max-pos1 6 --max-pos2 6 --steps 3 --batch 4 "
                            "--d-model 16 --d-head 4 --d-ff 32 --train-size 50";
-  const CliRun t = run(std::string(TRAIN_EXE) + args + " --device cuda");
-  EXPECT_EQ(t.code, 2);
+  const CmdResult t = run_cmd(std::string(TRAIN_EXE) + args + " --device cuda");
+  EXPECT_EQ(t.rc, 2);
   EXPECT_NE(t.err.find("no CUDA device: "), std::string::npos) << t.err;
   EXPECT_FALSE(std::filesystem::exists(out)) << "nothing may be written on a refused run";
-  const CliRun bad = run(std::string(TRAIN_EXE) + args + " --device tpu");
-  EXPECT_EQ(bad.code, 2);
+  const CmdResult bad = run_cmd(std::string(TRAIN_EXE) + args + " --device tpu");
+  EXPECT_EQ(bad.rc, 2);
   EXPECT_NE(bad.err.find("--device 'tpu' unknown"), std::string::npos) << bad.err;
   // evaluate: a real (CPU-trained) model directory, then --device cuda.
-  ASSERT_EQ(run(std::string(TRAIN_EXE) + args + " --eval-every 0").code, 0);
-  const CliRun e = run(std::string(EVALUATE_EXE) + " --model " + out + " --n-max 2 --m-max 2 --samples 2 --device cuda");
-  EXPECT_EQ(e.code, 2);
+  ASSERT_EQ(run_cmd(std::string(TRAIN_EXE) + args + " --eval-every 0").rc, 0);
+  const CmdResult e = run_cmd(std::string(EVALUATE_EXE) + " --model " + out + " --n-max 2 --m-max 2 --samples 2 --device cuda");
+  EXPECT_EQ(e.rc, 2);
   EXPECT_NE(e.err.find("no CUDA device: "), std::string::npos) << e.err;
   std::filesystem::remove_all(out);
 }
@@ -107,14 +89,14 @@ TEST(CudaTrainNoDevice, CliExitsTwoAndWritesNothing) {
 // loss and gradient norm differ only by fp32 summation order (cuBLAS GEMM blocking, warp-tree sums,
 // expf/tanhf within 2 ulp): 1e-5 relative for the loss, 1e-4 for the norm (the argument of
 // test_learn_batch's DevicePath test). Weights after the step: within 1% of a full step (lr 3e-3).
-TEST(CudaTrain, StepMatchesPackedCpuTwin) {
+TEST(CudaTrainGpu, StepMatchesPackedCpuTwin) {
   REQUIRE_DEVICE();
   for (auto mc : {model(1, 4, 64), model(2, 2, 64), model(1, 4, 256)}) {
     SCOPED_TRACE("layers " + std::to_string(mc.n_layers) + " d_model " + std::to_string(mc.d_model));
     const TrainConfig tc = train_cfg();
     Trainer warm(mc, tc);
     for (int s = 0; s < 10; ++s) warm.step();  // nonzero moments, a state that tells batches apart
-    const std::string dir = tmpdir("step");
+    const std::string dir = scratch("step");
     warm.save(dir);
     Trainer cpu(mc, tc), gpu(mc, tc);
     cpu.load_checkpoint(dir), gpu.load_checkpoint(dir);
@@ -136,7 +118,7 @@ TEST(CudaTrain, StepMatchesPackedCpuTwin) {
 // of products that themselves passed ~10 fp32 reductions of length <= max(d_model, d_ff, T); in
 // different orders on the two sides: errors ~1e-6 of the tensor's largest entry are expected, 1e-4 is
 // the bound (a wrong pass, mask or index gives O(1)).
-TEST(CudaTrain, EveryGradientMatchesPackedCpuTwin) {
+TEST(CudaTrainGpu, EveryGradientMatchesPackedCpuTwin) {
   REQUIRE_DEVICE();
   for (auto mc : {model(1, 4, 32), model(2, 2, 128), model(1, 4, 384), model(1, 4, 512)}) {
     SCOPED_TRACE("layers " + std::to_string(mc.n_layers) + " d_model " + std::to_string(mc.d_model));
@@ -169,7 +151,7 @@ TEST(CudaTrain, EveryGradientMatchesPackedCpuTwin) {
 // any predictions; the committed trained model (models/cpu-sa1010-1l4h-d64, 100% teacher-forced on these
 // cells on the CPU) makes the counts meaningful, and row by row the GPU's argmax must equal the packed
 // CPU twin's on every row whose top-2 logit gap exceeds fp32 order noise (mixed lengths: padding).
-TEST(CudaTrain, EvaluationMatchesCpu) {
+TEST(CudaTrainGpu, EvaluationMatchesCpu) {
   REQUIRE_DEVICE();
   {
     const ModelConfig mc = model(1, 4, 64);
@@ -184,21 +166,22 @@ TEST(CudaTrain, EvaluationMatchesCpu) {
     gpu->set_state(P, zeros, zeros);
     const Layout lay = Layout::make(mc);
     for (auto [n, m] : {std::pair{2, 3}, std::pair{3, 4}, std::pair{4, 6}}) {
-      const auto c1 = eval_cell(mc, lay, P.data(), n, m, 200, 5, 2, EvalMode::teacher);
-      const auto c2 = eval_cell(mc, lay, P.data(), n, m, 200, 5, 2, EvalMode::teacher, gpu.get());
+      const ModelView<float> model{mc, lay, P.data()};
+      const auto c1 = eval_cell(model, n, m, 200, 5, 2, EvalMode::teacher);
+      const auto c2 = eval_cell(model, n, m, 200, 5, 2, EvalMode::teacher, gpu.get());
       EXPECT_EQ(c1.fits, c2.fits);
       EXPECT_EQ(c1.exact, c2.exact) << n << "x" << m;
     }
   }
-  const LoadedModel lm = load_model_dir(std::string(MANYADD_SOURCE_DIR) + "/models/cpu-sa1010-1l4h-d64");
+  const LoadedModel lm = load_model_dir(manyadd::testing::source_path("models/cpu-sa1010-1l4h-d64"));
   auto gpu = make_cuda_device(lm.cfg);
   auto cpu = make_packed_cpu_device(lm.cfg);
   const std::vector<float> zeros(lm.params.size(), 0.f);
   gpu->set_state(lm.params, zeros, zeros);
   cpu->set_state(lm.params, zeros, zeros);
   for (auto [n, m] : {std::pair{3, 3}, std::pair{10, 10}, std::pair{13, 13}}) {
-    const auto c1 = eval_cell(lm.cfg, lm.lay, lm.params.data(), n, m, 100, 9, 2, EvalMode::teacher);
-    const auto c2 = eval_cell(lm.cfg, lm.lay, lm.params.data(), n, m, 100, 9, 2, EvalMode::teacher, gpu.get());
+    const auto c1 = eval_cell(lm.view(), n, m, 100, 9, 2, EvalMode::teacher);
+    const auto c2 = eval_cell(lm.view(), n, m, 100, 9, 2, EvalMode::teacher, gpu.get());
     EXPECT_EQ(c1.exact, 100) << n << "x" << m << ": the committed model no longer scores 100% here";
     EXPECT_EQ(c2.exact, c1.exact) << n << "x" << m;
   }
@@ -209,8 +192,8 @@ TEST(CudaTrain, EvaluationMatchesCpu) {
   std::vector<std::uint8_t> ag, ac;
   gpu->predict(pb, ag);
   cpu->predict(pb, ac);
-  PackedActs<float> acts;
-  packed_forward(acts, lm.cfg, lm.lay, lm.params.data(), pb);
+  Acts<float> acts;
+  model_forward(acts, lm.view(), batch_of(pb));
   ASSERT_EQ(ag.size(), std::size_t(pb.rows()));
   ASSERT_EQ(ac.size(), std::size_t(pb.rows()));
   const int V = lm.cfg.vocab;
@@ -230,12 +213,12 @@ TEST(CudaTrain, EvaluationMatchesCpu) {
 
 // No atomics, fixed-order reductions, cuBLAS reproducible on one device: two runs and a resumed run
 // give the same checkpoint bytes.
-TEST(CudaTrain, DeterministicAndResumeIsBitIdentical) {
+TEST(CudaTrainGpu, DeterministicAndResumeIsBitIdentical) {
   REQUIRE_DEVICE();
   const ModelConfig mc = model(1, 4, 64);
   TrainConfig tc = train_cfg();
   tc.steps = 40;
-  const std::string a = tmpdir("a"), b = tmpdir("b"), c = tmpdir("c");
+  const std::string a = scratch("a"), b = scratch("b"), c = scratch("c");
   auto quiet = [](const std::string&) {};
   run_training(mc, tc, a, false, 0, quiet, make_cuda_device(mc));
   run_training(mc, tc, b, false, 0, quiet, make_cuda_device(mc));

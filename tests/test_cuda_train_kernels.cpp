@@ -1,42 +1,81 @@
-// Every CUDA training kernel (kernels/src/train_kernels.cu) against its CPU twin in learn/layers.hpp
-// or learn/batch.hpp, on random inputs. Built only with nvcc; each test skips (with the reason)
-// without a device. Tolerances: see each test; errors are measured relative to the largest entry of
-// the CPU result (max |gpu - cpu| / max |cpu|), the scale at which fp32 rounding acts.
+// Every CUDA training kernel (kernels/src/train.cu, blas.cpp, attention_gemm.cpp) against its CPU twin
+// in learn/layers.hpp or learn/batch.hpp, on random inputs. Suites named *Gpu need a device and skip
+// (with the reason) without one. The other suites run everywhere: host replays of the attention
+// kernels (kernels/src/attention_rows.cuh executed lane by lane on the CPU; the tensor-core path's
+// steps, kernels/src/attention_gemm_steps.hpp, with a reference GEMM of cuBLAS's conventions) against
+// the reference, and controls showing that the bf16 tolerances below accept an fp32 CPU evaluation of
+// each kernel and reject wrong results.
+//
+// fp32 kernels (the suites before "bf16"): errors relative to the largest entry of the CPU result
+// (max |gpu - cpu| / max |cpu|), the scale at which fp32 rounding acts; each test says why.
+//
+// bf16 kernels: the CPU twin is the layers.hpp function evaluated in double on the very values the
+// kernel reads (bf16 inputs are exact bf16 values, so the twin and the kernel start from the same
+// numbers) -- "ref" below. Why the tolerances are what they are:
+//  * A product of two bf16 numbers is exact in fp32 (8 + 8 significant bits <= 24), so a GEMM or a dot
+//    product over bf16 inputs differs from the exact one only by its fp32 accumulation: at most
+//    (K + 2) u sum |terms| for K terms summed in any order, u the unit roundoff. u = 2^-24 for
+//    round-to-nearest fp32 arithmetic (our kernels); u = 2^-23 for tensor-core GEMMs, whose
+//    accumulation is not documented as round-to-nearest (published measurements of earlier generations
+//    found truncation).
+//  * Element-wise math (exp, tanh, sqrt, division) adds the stated ulps of the CUDA functions; each
+//    kernel's bound below is the first-order sum of its roundings, derived from its operations, and is
+//    doubled (margin for second-order terms and for a rounding the count missed). Worst-case bounds
+//    are far above typical errors (~ sqrt(K) u), but far below what a bug gives (wrong index, transpose,
+//    scale, mask: O(1) relative, or 1e-3 for a 0.1% scale error; the controls show such failures).
+//  * A bf16 output is the kernel's fp32 value y rounded once: |out - ref| <= tol + half a bf16 ulp of
+//    |ref| + tol (every element). And out != bf16(ref) (a "flip") only where y and ref straddle a
+//    rounding boundary, with probability ~ |y - ref| / ulp. Flips are counted over the "conditioned"
+//    elements, whose bound is below a quarter of a bf16 ulp: there typical fp32 errors (~ sqrt(K) u of
+//    sum |terms|, ~1e-6 relative) give ~1e-6 / 4e-3: expect < 1%, test < 2% over the test's conditioned
+//    elements. Elsewhere the fp32 value itself is uncertain at the bf16 scale (cancellation: gelu(x) at
+//    x < -3, an attention output or gradient far smaller than its terms) and flips are expected; the
+//    per-element bound is the check there. A rounding bug (truncation, a double rounding through a
+//    narrower type) flips ~half of the conditioned elements.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
+#include <iostream>
 #include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
-#include "manyadd/cuda_train.hpp"
+#include "attention_rows.cuh"  // kernels/src: the attention kernels' row arithmetic, replayed below
 #include "cuda_train_test_util.hpp"
+#include "attention_gemm_steps.hpp"  // kernels/src: the tensor-core attention's steps, replayed below
+#include "manyadd/core/safetensors.hpp"
+#include "manyadd/kernels/attention_gemm.hpp"
+#include "manyadd/kernels/bf16.hpp"
+#include "manyadd/kernels/blas.hpp"
+#include "manyadd/kernels/device.hpp"
+#include "manyadd/kernels/train.hpp"
 #include "manyadd/learn/batch.hpp"
 #include "manyadd/learn/layers.hpp"
 #include "manyadd/learn/train.hpp"
-#include "train_kernels.hpp"
 
 using namespace manyadd;
 using namespace manyadd::learn;
-namespace K = manyadd::cuda::train;
+namespace K = manyadd::kernels::train;
+namespace AR = manyadd::kernels::attention_rows;
+namespace AG = manyadd::kernels::attention_gemm_steps;
+using kernels::bf16;
 
 namespace {
 
 template <class T>
 struct Dev {  // device copy of a host vector
+  kernels::DeviceBuffer<T> buf;
   T* p = nullptr;
   std::size_t n = 0;
-  explicit Dev(const std::vector<T>& h) : n(h.size()) {
-    p = static_cast<T*>(K::dev_alloc(n * sizeof(T)));
-    K::to_device(p, h.data(), n * sizeof(T));
-  }
-  explicit Dev(std::size_t count) : n(count) {
-    p = static_cast<T*>(K::dev_alloc(n * sizeof(T)));
-    K::dev_zero(p, n * sizeof(T));
-  }
-  ~Dev() { K::dev_free(p); }
+  explicit Dev(const std::vector<T>& h) : buf(h.size()), p(buf.get()), n(h.size()) { buf.upload(h.data(), n); }
+  explicit Dev(std::size_t count) : buf(count), p(buf.get()), n(count) { buf.zero(); }
   std::vector<T> get() const {
     std::vector<T> h(n);
-    K::to_host(h.data(), p, n * sizeof(T));
+    buf.download(h.data(), n);
     return h;
   }
 };
@@ -55,10 +94,658 @@ double rel_err(const std::vector<float>& gpu, const std::vector<float>& cpu) {
   }
   return m > 0 ? e / m : e;
 }
+
+// ---- bf16 on the host (core's rounding) ----------------------------------------------------------------
+float rbf(float x) { return bf16_to_float(float_to_bf16(x)); }  // x rounded to the nearest bf16
+std::vector<float> rounded(std::vector<float> v) {
+  for (auto& x : v) x = rbf(x);
+  return v;
+}
+std::vector<float> randn_bf16(std::size_t n, std::uint32_t seed, float sd = 1.f) { return rounded(randn(n, seed, sd)); }
+float widen(float x) { return x; }
+float widen(bf16 x) { return bf16_to_float(x.bits); }
+template <class IO>
+IO round_to(float x);
+template <>
+float round_to<float>(float x) {
+  return x;
+}
+template <>
+bf16 round_to<bf16>(float x) {
+  return bf16{float_to_bf16(x)};
+}
+template <class IO>
+std::vector<IO> to_io(const std::vector<float>& v) {
+  std::vector<IO> o(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) o[i] = round_to<IO>(v[i]);
+  return o;
+}
+template <class IO>
+std::vector<float> to_float(const std::vector<IO>& v) {
+  std::vector<float> o(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) o[i] = widen(v[i]);
+  return o;
+}
+std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+std::vector<double> slice(const std::vector<float>& v, std::size_t at, std::size_t n) {
+  return {v.begin() + long(at), v.begin() + long(at + n)};
+}
+// v with its largest-magnitude element moved away from zero by 2 bf16 ulps (the controls' wrong result).
+void move_2ulp(std::vector<float>& v) {
+  std::size_t m = 0;
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (std::abs(v[i]) > std::abs(v[m])) m = i;
+  v[m] = bf16_to_float(std::uint16_t(float_to_bf16(v[m]) + 2));
+}
+std::vector<double> absd(const std::vector<float>& v) {
+  std::vector<double> o(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) o[i] = std::abs(double(v[i]));
+  return o;
+}
+
+constexpr double kU = 0x1p-24;    // fp32 unit roundoff, round to nearest
+constexpr double kUTc = 0x1p-23;  // tensor-core accumulation (see the top of the file)
+constexpr double kUBf = 0x1p-8;   // a rounding to bf16, relative: half an ulp, 2^-8 of a value in [1, 2)
+
+// Half the spacing of bf16 numbers at magnitude x (normal range; the subnormal spacing below it).
+double bf16_half_ulp(double x) {
+  if (x < 0x1p-126) return 0x1p-134;
+  int e = 0;
+  std::frexp(x, &e);  // x = m 2^e, m in [0.5, 1): the leading bit is 2^(e-1), the bf16 ulp 2^(e-8)
+  return std::ldexp(1.0, e - 9);
+}
+
+// Element checks of one test: |got - ref| <= tol (+ half a bf16 ulp for bf16 outputs); flips of the
+// bf16 outputs counted, and separately over the conditioned ones (tol <= a quarter ulp).
+struct Check {
+  std::size_t n = 0, bad = 0, n16 = 0, flips = 0, n16c = 0, flipsc = 0;
+  double worst = 0;  // max (|got - ref| - the half ulp allowance) / tol: how much of the bound was used
+  std::string first_bad, worst_at;
+  void add(const char* what, std::size_t i, double got, double ref, double tol, bool bf16_out) {
+    ++n;
+    double half_ulp = 0;
+    if (bf16_out) {
+      const bool flip = float(got) != rbf(float(ref));
+      ++n16, flips += flip;
+      if (tol <= 0.5 * bf16_half_ulp(std::abs(ref))) ++n16c, flipsc += flip;
+      half_ulp = bf16_half_ulp(std::abs(ref) + tol);
+    }
+    const double allowed = tol + half_ulp;
+    if (tol > 0 && (std::abs(got - ref) - half_ulp) / tol > worst) {
+      worst = (std::abs(got - ref) - half_ulp) / tol;
+      worst_at = std::string(what) + "[" + std::to_string(i) + "]";
+    }
+    if (!(std::abs(got - ref) <= allowed) && bad++ == 0)  // NaN fails too
+      first_bad = std::string(what) + "[" + std::to_string(i) + "]: got " + std::to_string(got) + ", ref " +
+                  std::to_string(ref) + ", allowed " + std::to_string(allowed);
+  }
+  void all(const char* what, const std::vector<float>& got, const std::vector<double>& ref,
+           const std::vector<double>& tol, bool bf16_out) {
+    ASSERT_EQ(got.size(), ref.size());
+    ASSERT_EQ(got.size(), tol.size());
+    for (std::size_t i = 0; i < got.size(); ++i) add(what, i, got[i], ref[i], tol[i], bf16_out);
+  }
+  // Every element within its bound, and < 2% flips over the test's conditioned bf16 outputs.
+  void expect_ok(const char* test) const {
+    EXPECT_EQ(bad, 0u) << test << ": " << bad << " of " << n << " elements out of bounds; first: " << first_bad;
+    EXPECT_LE(double(flipsc), 0.02 * double(n16c)) << test << ": " << flipsc << " flips of " << n16c << " conditioned";
+    std::cout << "[ bounds   ] " << test << ": " << n << " elements, largest (|error| - bf16 half ulp) / bound "
+              << worst << " (" << worst_at << "); bf16 flips: " << flips << " of " << n16 << ", " << flipsc
+              << " of the " << n16c << " conditioned\n";
+  }
+};
+
+// ---- GEMMs (blas.hpp, bf16 operands) ------------------------------------------------------------------------
+struct GemmIn {
+  int R, C, OC;
+  std::vector<float> x, w, g;        // bf16 values: inp (R, C), W (OC, C), dout (R, OC)
+  std::vector<float> out0, dx0, dw0;  // fp32 values the accumulating products add to
+};
+GemmIn gemm_inputs(int R, int C, int OC, std::uint32_t seed) {
+  return {R, C, OC,
+          randn_bf16(std::size_t(R) * C, seed),
+          randn_bf16(std::size_t(OC) * C, seed + 1, 0.05f),
+          randn_bf16(std::size_t(R) * OC, seed + 2),
+          randn(std::size_t(R) * OC, seed + 3),
+          randn(std::size_t(R) * C, seed + 4),
+          randn(std::size_t(OC) * C, seed + 5)};
+}
+struct GemmOut {
+  std::vector<float> fwd, fwd_acc, fwd16, dx_acc, dx16, dw;
+};
+// The fp32 CPU twin: layers.hpp in float on the same values, outputs rounded where the kernel writes bf16.
+GemmOut gemm_cpu_fp32(const GemmIn& in) {
+  const int R = in.R, C = in.C, OC = in.OC;
+  GemmOut o;
+  o.fwd.resize(std::size_t(R) * OC);
+  matmul_forward(o.fwd.data(), in.x.data(), in.w.data(), R, C, OC);
+  o.fwd_acc = o.fwd;
+  for (std::size_t i = 0; i < o.fwd.size(); ++i) o.fwd_acc[i] += in.out0[i];
+  o.fwd16 = rounded(o.fwd);
+  std::vector<float> dx(std::size_t(R) * C, 0.f), dw(std::size_t(OC) * C, 0.f);
+  matmul_backward(dx.data(), dw.data(), in.g.data(), in.x.data(), in.w.data(), R, C, OC);
+  o.dx16 = rounded(dx);
+  o.dx_acc = dx;
+  for (std::size_t i = 0; i < dx.size(); ++i) o.dx_acc[i] += in.dx0[i];
+  o.dw = dw;
+  for (std::size_t i = 0; i < dw.size(); ++i) o.dw[i] += in.dw0[i];
+  return o;
+}
+// ref = the products in double; tol = (K + 2) 2^-23 (sum |terms| + |addend|), K the inner dimension.
+void check_gemm(const GemmIn& in, const GemmOut& o, Check& ck) {
+  const int R = in.R, C = in.C, OC = in.OC;
+  const auto x = to_double(in.x), w = to_double(in.w), g = to_double(in.g);
+  const auto ax = absd(in.x), aw = absd(in.w), ag = absd(in.g);
+  std::vector<double> ref(std::size_t(R) * OC), mag(ref.size()), tol(ref.size()), r2(ref.size()), t2(ref.size());
+  matmul_forward(ref.data(), x.data(), w.data(), R, C, OC);
+  matmul_forward(mag.data(), ax.data(), aw.data(), R, C, OC);
+  for (std::size_t i = 0; i < ref.size(); ++i) tol[i] = 2 * (C + 2) * kUTc * mag[i];
+  ck.all("forward fp32", o.fwd, ref, tol, false);
+  ck.all("forward bf16", o.fwd16, ref, tol, true);
+  for (std::size_t i = 0; i < ref.size(); ++i)
+    r2[i] = ref[i] + in.out0[i], t2[i] = 2 * (C + 3) * kUTc * (mag[i] + std::abs(in.out0[i]));
+  ck.all("forward fp32 accumulate", o.fwd_acc, r2, t2, false);
+
+  std::vector<double> dx(std::size_t(R) * C, 0.0), dxm(dx.size(), 0.0), dw(std::size_t(OC) * C, 0.0),
+      dwm(dw.size(), 0.0);
+  matmul_backward(dx.data(), dw.data(), g.data(), x.data(), w.data(), R, C, OC);
+  matmul_backward(dxm.data(), dwm.data(), ag.data(), ax.data(), aw.data(), R, C, OC);
+  std::vector<double> tdx(dx.size()), rdx(dx.size()), tdxa(dx.size());
+  for (std::size_t i = 0; i < dx.size(); ++i) {
+    tdx[i] = 2 * (OC + 2) * kUTc * dxm[i];
+    rdx[i] = dx[i] + in.dx0[i];
+    tdxa[i] = 2 * (OC + 3) * kUTc * (dxm[i] + std::abs(in.dx0[i]));
+  }
+  ck.all("backward input bf16", o.dx16, dx, tdx, true);
+  ck.all("backward input fp32 accumulate", o.dx_acc, rdx, tdxa, false);
+  std::vector<double> rdw(dw.size()), tdw(dw.size());
+  for (std::size_t i = 0; i < dw.size(); ++i)
+    rdw[i] = dw[i] + in.dw0[i], tdw[i] = 2 * (R + 3) * kUTc * (dwm[i] + std::abs(in.dw0[i]));
+  ck.all("backward weight fp32 accumulate", o.dw, rdw, tdw, false);
+}
+
+// ---- RMSNorm (fp32 input and statistics; bf16 out; dout fp32 or bf16) -----------------------------------
+struct NormIn {
+  int R, C;
+  float eps;
+  std::vector<float> x, w, g, dx0;  // g: dout (bf16 values when the kernel reads bf16)
+};
+NormIn norm_inputs(int R, int C, std::uint32_t seed, bool g_bf16) {
+  NormIn in{R, C, 1e-6f, randn(std::size_t(R) * C, seed), randn(C, seed + 1, 0.2f), randn(std::size_t(R) * C, seed + 2),
+            randn(std::size_t(R) * C, seed + 3)};
+  for (auto& v : in.w) v += 1.f;  // norm weights near 1, as trained
+  if (g_bf16) in.g = rounded(in.g);
+  return in;
+}
+struct NormOut {
+  std::vector<float> out16, rstd, dx, dw;
+};
+NormOut norm_cpu_fp32(const NormIn& in) {
+  NormOut o{std::vector<float>(in.x.size()), std::vector<float>(std::size_t(in.R)), in.dx0,
+            std::vector<float>(std::size_t(in.C), 0.f)};
+  rmsnorm_forward(o.out16.data(), o.rstd.data(), in.x.data(), in.w.data(), in.R, in.C, in.eps);
+  o.out16 = rounded(o.out16);
+  rmsnorm_backward(o.dx.data(), o.dw.data(), in.g.data(), in.x.data(), in.w.data(), o.rstd.data(), in.R, in.C);
+  return o;
+}
+// Per row, the kernel's r = 1 / sqrt(sum x^2 / C + eps): the sum of C squares (one rounding each) in
+// any order errs by <= (C + 5) u relative; / C, + eps, sqrt, 1/x add 4 roundings, the sqrt halves the
+// relative error before it: rel(r) <= rho = (C / 2 + 6) u. out = w x r: 2 more roundings.
+// dx = dinp0 + w g r - x k, k = dot r^3 / C, dot = sum g w x (2 product roundings + the sum: (C + 7) u
+// sum |g w x|): |dk| <= |k| (3 rho + 4u) + r^3 / C (C + 7) u sum|g w x|, and 4 roundings for the
+// products, the difference and the sum. dw = sum over the R rows of g x r (2 roundings + rel(r) per
+// term, the chunked sum (R + 2) u sum |terms|), + dw0.
+void check_norm(const NormIn& in, const NormOut& o, bool g_is_bf16, Check& ck) {
+  const int R = in.R, C = in.C;
+  const auto x = to_double(in.x), w = to_double(in.w), g = to_double(in.g);
+  std::vector<double> out(x.size()), r(R), dx = to_double(in.dx0), dw(C, 0.0);
+  rmsnorm_forward(out.data(), r.data(), x.data(), w.data(), R, C, double(in.eps));
+  rmsnorm_backward(dx.data(), dw.data(), g.data(), x.data(), w.data(), r.data(), R, C);
+  const double rho = (C / 2.0 + 6) * kU;
+  std::vector<double> tout(x.size()), tr(R), tdx(x.size()), tdw(C), sdw(C, 0.0);
+  for (int t = 0; t < R; ++t) {
+    const std::size_t o0 = std::size_t(t) * C;
+    const double rt = r[std::size_t(t)];
+    tr[std::size_t(t)] = 2 * rho * rt;
+    double dot = 0, adot = 0;
+    for (int c = 0; c < C; ++c) dot += g[o0 + c] * w[c] * x[o0 + c], adot += std::abs(g[o0 + c] * w[c] * x[o0 + c]);
+    const double k = dot * rt * rt * rt / C;
+    const double dk = std::abs(k) * (3 * rho + 4 * kU) + rt * rt * rt / C * (C + 7) * kU * adot;
+    for (int c = 0; c < C; ++c) {
+      const std::size_t i = o0 + c;
+      tout[i] = 2 * (rho + 2 * kU) * std::abs(out[i]);
+      const double wgr = std::abs(w[c] * g[i] * rt), xk = std::abs(x[i] * k);
+      tdx[i] = 2 * (wgr * (rho + 3 * kU) + std::abs(x[i]) * dk + 2 * kU * (wgr + xk) + kU * std::abs(dx[i]));
+      sdw[std::size_t(c)] += std::abs(g[i] * x[i] * rt);
+    }
+  }
+  for (int c = 0; c < C; ++c)
+    tdw[std::size_t(c)] = 2 * (sdw[std::size_t(c)] * (rho + (R + 4) * kU) + kU * std::abs(dw[std::size_t(c)]));
+  ck.all("rmsnorm out bf16", o.out16, out, tout, true);
+  ck.all("rmsnorm rstd", o.rstd, r, tr, false);
+  ck.all(g_is_bf16 ? "rmsnorm dinp (bf16 dout)" : "rmsnorm dinp (fp32 dout)", o.dx, dx, tdx, false);
+  ck.all("rmsnorm dw", o.dw, dw, tdw, false);
+}
+
+// ---- GEGLU (bf16 h -> bf16 g; backward bf16 dh from fp32 or bf16 dg) ----------------------------------
+struct GegluIn {
+  int R, F;
+  std::vector<float> h, dg;  // h (R, 2F) bf16 values; dg (R, F) (bf16 values when the kernel reads bf16)
+};
+GegluIn geglu_inputs(int R, int F, std::uint32_t seed, bool dg_bf16) {
+  GegluIn in{R, F, randn_bf16(std::size_t(R) * 2 * F, seed, 2.f), randn(std::size_t(R) * F, seed + 1)};
+  if (dg_bf16) in.dg = rounded(in.dg);
+  return in;
+}
+struct GegluOut {
+  std::vector<float> g16, dh16;
+};
+GegluOut geglu_cpu_fp32(const GegluIn& in) {
+  GegluOut o{std::vector<float>(std::size_t(in.R) * in.F), std::vector<float>(in.h.size(), 0.f)};
+  geglu_forward(o.g16.data(), in.h.data(), in.R, in.F);
+  geglu_backward(o.dh16.data(), in.dg.data(), in.h.data(), in.R, in.F);
+  o.g16 = rounded(o.g16), o.dh16 = rounded(o.dh16);
+  return o;
+}
+// x the gate, y the up value, c = sqrt(2/pi), t = c (x + 0.044715 x^3) (|error| <= 6u c (|x| + 0.044715
+// |x|^3): 5 roundings and the constants' own), th = tanhf(t) (CUDA: 2 ulp <= 4u |th|), so
+// |dth| <= (1 - th^2) dt + 4u |th|; gelu = 0.5 x (1 + th): |dgelu| <= 0.5 |x| (dth + u |1 + th|) + 2u |gelu|;
+// g = gelu y: + u |g|. Backward: d = gelu'(x) = 0.5 (1 + th) + m (1 - th^2), m = 0.5 x c (1 + 3 0.044715 x^2);
+// 1 - th^2 errs by <= 2 dth + 3u, the product chain by 8u: |dd| <= 0.5 (dth + u) + |m| (2 dth + 3u + 8u (1 -
+// th^2)) + 2u |d|; dx = dg y d: |dg y| |dd| + 2u |dx|; dy = dg gelu: |dg| |dgelu| + u |dy|.
+void check_geglu(const GegluIn& in, const GegluOut& o, Check& ck) {
+  const int R = in.R, F = in.F;
+  const auto h = to_double(in.h), dgv = to_double(in.dg);
+  std::vector<double> g(std::size_t(R) * F), dh(h.size(), 0.0);
+  geglu_forward(g.data(), h.data(), R, F);
+  geglu_backward(dh.data(), dgv.data(), h.data(), R, F);
+  std::vector<double> tg(g.size()), tdh(h.size());
+  const double c = 0.7978845608028654, k3 = 0.044715;
+  for (int t = 0; t < R; ++t)
+    for (int f = 0; f < F; ++f) {
+      const std::size_t i = std::size_t(t) * F + f, ia = std::size_t(t) * 2 * F + f, ib = ia + F;
+      const double x = h[ia], y = h[ib], dg = dgv[i];
+      const double th = std::tanh(c * (x + k3 * x * x * x));
+      const double dt = 6 * kU * c * (std::abs(x) + k3 * std::abs(x * x * x));
+      const double dth = (1 - th * th) * dt + 4 * kU * std::abs(th);
+      const double gelu = 0.5 * x * (1 + th);
+      const double dgelu = 0.5 * std::abs(x) * (dth + kU * std::abs(1 + th)) + 2 * kU * std::abs(gelu);
+      tg[i] = 2 * (std::abs(y) * dgelu + kU * std::abs(g[i]));
+      const double m = std::abs(0.5 * x * c * (1 + 3 * k3 * x * x));
+      const double d = 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * c * (1 + 3 * k3 * x * x);
+      const double dd = 0.5 * (dth + kU) + m * (2 * dth + 3 * kU + 8 * kU * (1 - th * th)) + 2 * kU * std::abs(d);
+      tdh[ia] = 2 * (std::abs(dg * y) * dd + 2 * kU * std::abs(dh[ia]));
+      tdh[ib] = 2 * (std::abs(dg) * dgelu + kU * std::abs(dh[ib]));
+    }
+  ck.all("geglu g bf16", o.g16, g, tg, true);
+  ck.all("geglu dh bf16", o.dh16, dh, tdh, true);
+}
+
+// ---- attention (attention_rows.cuh: forward, pass 1 dq + dsum, pass 2 dk + dv) ---------------------------
+struct AttIn {
+  int B, T, NH, HS;
+  float scale;
+  std::vector<float> q, k, v, dout;  // (B T, NH HS); bf16 values for bf16 I/O
+};
+// Scores scale q.k with standard deviation `spread` (q, k ~ N(0, sd^2): var = scale^2 HS sd^4).
+AttIn attention_inputs(int B, int T, int NH, int HS, float scale, double spread, bool bf16_io, std::uint32_t seed) {
+  const std::size_t n = std::size_t(B) * T * NH * HS;
+  const float sd = float(std::pow(spread * spread / (double(scale) * scale * HS), 0.25));
+  AttIn in{B, T, NH, HS, scale, randn(n, seed, sd), randn(n, seed + 1, sd), randn(n, seed + 2), randn(n, seed + 3)};
+  if (bf16_io) in.q = rounded(in.q), in.k = rounded(in.k), in.v = rounded(in.v), in.dout = rounded(in.dout);
+  return in;
+}
+struct AttOut {
+  std::vector<float> out, lse, dq, dk, dv;
+};
+
+// The host executor of attention_rows.cuh: one thread plays the 32 lanes.
+struct HostWarp {
+  static constexpr int kLanes = 32;
+  int lane(int l) const { return l; }
+  // The butterfly of warp_sum (train.cu): lane L adds lane L ^ o's value, o = 16 .. 1. After the five
+  // rounds every lane holds the same value (a + b = b + a in IEEE); checked, since the replay returns one.
+  float sum(const float (&part)[32]) const {
+    std::array<float, 32> x;
+    std::copy(part, part + 32, x.begin());
+    for (int o = 16; o > 0; o >>= 1) {
+      std::array<float, 32> y;
+      for (int L = 0; L < 32; ++L) y[std::size_t(L)] = x[std::size_t(L)] + x[std::size_t(L ^ o)];
+      x = y;
+    }
+    for (float s : x)
+      if (std::memcmp(&s, &x[0], sizeof s) != 0) throw std::logic_error("warp sum differs between lanes");
+    return x[0];
+  }
+  float max(const float (&part)[32]) const {  // the same butterfly with max (exact)
+    std::array<float, 32> x;
+    std::copy(part, part + 32, x.begin());
+    for (int o = 16; o > 0; o >>= 1) {
+      std::array<float, 32> y;
+      for (int L = 0; L < 32; ++L) y[std::size_t(L)] = std::max(x[std::size_t(L)], x[std::size_t(L ^ o)]);
+      x = y;
+    }
+    return x[0];
+  }
+  template <class IO>
+  IO narrow(float x) const {
+    return round_to<IO>(x);
+  }
+  template <int NPL, class IO>
+  void load(float (&a)[NPL], const IO* row, int ln, int HS) const {
+    for (int e = 0; e < NPL; ++e) {
+      const int c = ln * NPL + e;
+      a[e] = c < HS ? widen(row[c]) : 0.f;
+    }
+  }
+  template <int NPL, class IO>
+  void store(IO* row, const float (&a)[NPL], int ln, int HS) const {
+    for (int e = 0; e < NPL; ++e) {
+      const int c = ln * NPL + e;
+      if (c < HS) row[c] = round_to<IO>(a[e]);
+    }
+  }
+  float exp(float x) const { return std::exp(x); }
+  float log(float x) const { return std::log(x); }
+};
+
+// The launchers' work on the host: every warp (row) of each kernel, pass 1 before pass 2.
+template <int NPL, class IO>
+void replay_rows(const AttIn& in, std::vector<IO>& out, std::vector<float>& lse, std::vector<IO>& dq,
+                 std::vector<IO>& dk, std::vector<IO>& dv) {
+  const auto q = to_io<IO>(in.q), k = to_io<IO>(in.k), v = to_io<IO>(in.v), dout = to_io<IO>(in.dout);
+  std::vector<float> dsum(lse.size());
+  const long long rows = (long long)in.B * in.NH * in.T;
+  for (long long w = 0; w < rows; ++w)
+    AR::forward_warp<NPL>(HostWarp{}, out.data(), lse.data(), q.data(), k.data(), v.data(), in.T, in.NH, in.HS,
+                          in.scale, w);
+  for (long long w = 0; w < rows; ++w)
+    AR::dq_warp<NPL>(HostWarp{}, dq.data(), dsum.data(), dout.data(), lse.data(), q.data(), k.data(), v.data(), in.T,
+                     in.NH, in.HS, in.scale, w);
+  for (long long w = 0; w < rows; ++w)
+    AR::dkv_warp<NPL>(HostWarp{}, dk.data(), dv.data(), dout.data(), lse.data(), dsum.data(), q.data(), k.data(),
+                      v.data(), in.T, in.NH, in.HS, in.scale, w);
+}
+template <class IO>
+AttOut attention_replay(const AttIn& in) {
+  const std::size_t n = in.q.size(), nl = std::size_t(in.B) * in.NH * in.T;
+  std::vector<IO> out(n), dq(n), dk(n), dv(n);
+  std::vector<float> lse(nl);
+  switch (AR::dims_per_lane(in.HS)) {
+    case 1: replay_rows<1>(in, out, lse, dq, dk, dv); break;
+    case 2: replay_rows<2>(in, out, lse, dq, dk, dv); break;
+    case 4: replay_rows<4>(in, out, lse, dq, dk, dv); break;
+    case 8: replay_rows<8>(in, out, lse, dq, dk, dv); break;
+    default: replay_rows<16>(in, out, lse, dq, dk, dv); break;
+  }
+  return {to_float(out), lse, to_float(dq), to_float(dk), to_float(dv)};
+}
+
+// The tensor-core path on the host: attention_gemm_steps.hpp with a reference GEMM of cuBLAS's
+// column-major conventions (fp32 accumulation in k order, exact bf16 products) and the row functions of
+// attention_rows.cuh played by HostWarp.
+struct HostEngine {
+  bool flip_first_transpose = false;  // the controls' layout bug: the first GEMM reads A the other way
+  int calls = 0;
+  template <class C>
+  void gemm(bool ta, bool tb, int m, int n, int k, const bf16* A, int lda, long long sA, const bf16* B, int ldb,
+            long long sB, C* out, int ldc, long long sC, int batch) {
+    if (flip_first_transpose && calls == 0) ta = !ta;
+    ++calls;
+    for (int b = 0; b < batch; ++b) {
+      const bf16* Ab = A + b * sA;
+      const bf16* Bb = B + b * sB;
+      for (int r = 0; r < m; ++r)
+        for (int c = 0; c < n; ++c) {
+          float acc = 0.f;
+          for (int t = 0; t < k; ++t) {
+            const float a = widen(ta ? Ab[t + (long long)r * lda] : Ab[r + (long long)t * lda]);
+            const float bb = widen(tb ? Bb[c + (long long)t * ldb] : Bb[t + (long long)c * ldb]);
+            acc = std::fma(a, bb, acc);
+          }
+          out[b * sC + r + (long long)c * ldc] = round_to<C>(acc);
+        }
+    }
+  }
+  void softmax_rows(bf16* P, float* lse, const float* S, int B, int T, int NH, int Tp, float scale) {
+    for (long long w = 0; w < (long long)B * NH * T; ++w) AR::softmax_warp(HostWarp{}, P, lse, S, T, Tp, scale, w);
+  }
+  void dscore_rows(bf16* dS, const float* S, const float* lse, const float* dP, int B, int T, int NH, int Tp,
+                   float scale) {
+    for (long long w = 0; w < (long long)B * NH * T; ++w)
+      AR::dscore_warp(HostWarp{}, dS, S, lse, dP, T, Tp, scale, w);
+  }
+};
+AttOut attention_gemm_replay(const AttIn& in, bool flip_first_transpose = false) {
+  const std::size_t n = in.q.size(), nl = std::size_t(in.B) * in.NH * in.T,
+                    ns = nl * std::size_t(AG::padded_T(in.T));
+  const auto q = to_io<bf16>(in.q), k = to_io<bf16>(in.k), v = to_io<bf16>(in.v), g = to_io<bf16>(in.dout);
+  std::vector<bf16> out(n), dq(n), dk(n), dv(n), P(ns), dS(ns);
+  std::vector<float> lse(nl), S(ns), dP(ns);
+  HostEngine e{flip_first_transpose};
+  AG::forward(e, out.data(), lse.data(), S.data(), P.data(), q.data(), k.data(), v.data(), in.B, in.T, in.NH, in.HS,
+              in.scale);
+  AG::backward(e, dq.data(), dk.data(), dv.data(), dP.data(), dS.data(), g.data(), lse.data(), S.data(), P.data(),
+               q.data(), k.data(), v.data(), in.B, in.T, in.NH, in.HS, in.scale);
+  return {to_float(out), lse, to_float(dq), to_float(dk), to_float(dv)};
+}
+
+// Reference: layers.hpp attention_forward/backward in double per sequence. Its scores are q.k / sqrt(HS),
+// so it gets q' = q (scale sqrt(HS)) and dq = dq' (scale sqrt(HS)) (double: exact to ~1e-16).
+// Bounds (first order, u = 2^-24, per (sequence, head); i a query row, j <= i a key row). Flash: the
+// CUDA-core kernels (attention_rows.cuh forward/dq/dkv), dot products in fp32 (us = u); Gemm: the
+// tensor-core path (attention_gemm_steps.hpp), products on tensor cores (us = 2^-23), P and dS rounded
+// to bf16 (ub = 2^-8 relative) before they multiply.
+//  es_ij = (HS + 5) us scale sum_d |q_id k_jd| + u |s_ij|: the score's error (the dot or GEMM, the scale).
+//  Forward (Flash): each weight exp(s_j - mx) errs by es_j (its score; mx's own error cancels in acc / l),
+//    exp's 4u, u |s_j - mx| (the subtraction), and the roundings of the <= T rescales and T fmas, the
+//    same for l: eps_i = max_j es_ij + (range_i + 2T + 5) u, range_i = max_j s_ij - min_j s_ij;
+//    |dout_ic| <= 2 eps_i sum_j P_ij |v_jc|.
+//  lse_i (both; the Gemm softmax rows round less): dlse_i <= eps_i + u (|lse_i| + 2 log(T + 1) + 1).
+//  P_ij = exp(s_ij - lse_i) (recomputed; Gemm: the softmax rows) errs relatively by
+//    ep_i = max_j es_ij + dlse_i + (5 + range_i + log(T + 1)) u; dP_ij = dout_i.v_j by
+//    edp_ij = (HS + 5) us sum_d |dout_id v_jd|; dsum_i = sum_j P dP by
+//    dD_i = sum_j P_ij (|dP_ij| (ep_i + (T + 2) u) + edp_ij).
+//  Flash: dq_ic = scale (a - dsum b): scale [sum_j P_ij |k_jc| ((|dP_ij| + |D_i|)(ep_i + (T + 2) u) + edp_ij)
+//                                             + dD_i sum_j P_ij |k_jc|] + 2u |dq_ic|
+//         dk_jc = scale sum_{i >= j} P_ij |q_ic| (|dP_ij - D_i| (ep_i + (T + 2) u) + edp_ij + dD_i) + u |dk_jc|
+//         dv_jc = sum_{i >= j} P_ij |dout_ic| (ep_i + (T + 2) u)
+//  Gemm:  out_ic: sum_j P_ij |v_jc| (ep_i + ub + (T + 2) us); dv_jc: sum_{i >= j} P_ij |dout_ic| (ep_i + ub + (T + 2) us)
+//         dS_ij errs by g_ij = scale P_ij (|dP_ij - D_i| (ep_i + ub + 3u + (T + 2) us) + edp_ij + dD_i), the
+//         GEMM's accumulation included: dq_ic: sum_j g_ij |k_jc|; dk_jc: sum_{i >= j} g_ij |q_ic|.
+//  Each doubled.
+enum class AttPath { Flash, Gemm };
+void check_attention(const AttIn& in, const AttOut& o, bool bf16_out, Check& ck, AttPath path = AttPath::Flash) {
+  const int B = in.B, T = in.T, NH = in.NH, HS = in.HS, D = NH * HS;
+  const bool gemm = path == AttPath::Gemm;
+  const double sc = in.scale, pre = sc * std::sqrt(double(HS)), u = kU, us = gemm ? kUTc : kU, TT = T;
+  const std::size_t n = in.q.size();
+  std::vector<double> out(n), dq(n, 0.0), dk(n, 0.0), dv(n, 0.0), lse(std::size_t(B) * NH * T);
+  std::vector<double> tout(n, 0.0), tdq(n, 0.0), tdk(n, 0.0), tdv(n, 0.0), tlse(lse.size());
+  std::vector<double> att(std::size_t(NH) * T * T), scratch(std::size_t(T) * T);
+  for (int b = 0; b < B; ++b) {
+    const std::size_t o0 = std::size_t(b) * T * D, TD = std::size_t(T) * D;
+    auto qs = slice(in.q, o0, TD);
+    for (auto& x : qs) x *= pre;
+    const auto ks = slice(in.k, o0, TD), vs = slice(in.v, o0, TD), gs = slice(in.dout, o0, TD);
+    attention_forward(out.data() + o0, att.data(), qs.data(), ks.data(), vs.data(), T, T, NH, HS);
+    attention_backward(dq.data() + o0, dk.data() + o0, dv.data() + o0, scratch.data(), gs.data(), att.data(),
+                       qs.data(), ks.data(), vs.data(), T, NH, HS);
+    for (std::size_t i = o0; i < o0 + TD; ++i) dq[i] *= pre;
+    for (int h = 0; h < NH; ++h) {
+      const double* P = att.data() + std::size_t(h) * T * T;
+      auto at = [&](int i, int c) { return o0 + std::size_t(i) * D + std::size_t(h) * HS + std::size_t(c); };
+      auto Q = [&](int i, int c) { return double(in.q[at(i, c)]); };
+      auto Kk = [&](int j, int c) { return double(in.k[at(j, c)]); };
+      auto Vv = [&](int j, int c) { return double(in.v[at(j, c)]); };
+      auto G = [&](int i, int c) { return double(in.dout[at(i, c)]); };
+      auto ij = [&](int i, int j) { return std::size_t(i) * T + std::size_t(j); };
+      std::vector<double> ep(T), eps(T), Dd(T), dD(T), dP(std::size_t(T) * T), edp(std::size_t(T) * T);
+      for (int i = 0; i < T; ++i) {
+        double esmax = 0, smax = -INFINITY, smin = INFINITY;
+        std::vector<double> s(std::size_t(i) + 1);
+        for (int j = 0; j <= i; ++j) {
+          double dot = 0, adot = 0, g = 0, ag = 0;
+          for (int c = 0; c < HS; ++c) {
+            dot += Q(i, c) * Kk(j, c), adot += std::abs(Q(i, c) * Kk(j, c));
+            g += G(i, c) * Vv(j, c), ag += std::abs(G(i, c) * Vv(j, c));
+          }
+          s[std::size_t(j)] = sc * dot;
+          esmax = std::max(esmax, (HS + 5) * us * sc * adot + u * std::abs(sc * dot));
+          smax = std::max(smax, sc * dot), smin = std::min(smin, sc * dot);
+          dP[ij(i, j)] = g, edp[ij(i, j)] = (HS + 5) * us * ag;
+        }
+        double l = 0;
+        for (int j = 0; j <= i; ++j) l += std::exp(s[std::size_t(j)] - smax);
+        const double L = smax + std::log(l), range = smax - smin;
+        eps[std::size_t(i)] = esmax + (range + 2 * TT + 5) * u;
+        const double dlse = eps[std::size_t(i)] + u * (std::abs(L) + 2 * std::log(TT + 1) + 1);
+        lse[(std::size_t(b) * NH + h) * T + i] = L;
+        tlse[(std::size_t(b) * NH + h) * T + i] = 2 * dlse;
+        ep[std::size_t(i)] = esmax + dlse + (5 + range + std::log(TT + 1)) * u;
+        double Di = 0, dDi = 0;
+        for (int j = 0; j <= i; ++j) {
+          Di += P[ij(i, j)] * dP[ij(i, j)];
+          dDi += P[ij(i, j)] * (std::abs(dP[ij(i, j)]) * (ep[std::size_t(i)] + (TT + 2) * u) + edp[ij(i, j)]);
+        }
+        Dd[std::size_t(i)] = Di, dD[std::size_t(i)] = dDi;
+      }
+      // g_ij: the Gemm path's error of dS_ij (0 where j > i)
+      auto gerr = [&](int i, int j) {
+        return sc * P[ij(i, j)] *
+               (std::abs(dP[ij(i, j)] - Dd[std::size_t(i)]) * (ep[std::size_t(i)] + kUBf + 3 * u + (TT + 2) * us) +
+                edp[ij(i, j)] + dD[std::size_t(i)]);
+      };
+      for (int i = 0; i < T; ++i)
+        for (int c = 0; c < HS; ++c) {
+          const double e2 = ep[std::size_t(i)] + (TT + 2) * u;
+          double pv = 0, pk = 0, t = 0;
+          for (int j = 0; j <= i; ++j) {
+            const double p = P[ij(i, j)];
+            pv += p * std::abs(Vv(j, c));
+            pk += p * std::abs(Kk(j, c));
+            t += gemm ? gerr(i, j) * std::abs(Kk(j, c))
+                      : p * std::abs(Kk(j, c)) * ((std::abs(dP[ij(i, j)]) + std::abs(Dd[std::size_t(i)])) * e2 + edp[ij(i, j)]);
+          }
+          if (gemm) {
+            tout[at(i, c)] = 2 * pv * (ep[std::size_t(i)] + kUBf + (TT + 2) * us);
+            tdq[at(i, c)] = 2 * t;
+          } else {
+            tout[at(i, c)] = 2 * 2 * eps[std::size_t(i)] * pv;
+            tdq[at(i, c)] = 2 * (sc * (t + dD[std::size_t(i)] * pk) + 2 * u * std::abs(dq[at(i, c)]));
+          }
+        }
+      for (int j = 0; j < T; ++j)
+        for (int c = 0; c < HS; ++c) {
+          double tk = 0, tv = 0;
+          for (int i = j; i < T; ++i) {
+            const double p = P[ij(i, j)];
+            if (gemm) {
+              tk += gerr(i, j) * std::abs(Q(i, c));
+              tv += p * std::abs(G(i, c)) * (ep[std::size_t(i)] + kUBf + (TT + 2) * us);
+            } else {
+              const double e2 = ep[std::size_t(i)] + (TT + 2) * u;
+              tk += p * std::abs(Q(i, c)) * (std::abs(dP[ij(i, j)] - Dd[std::size_t(i)]) * e2 + edp[ij(i, j)] + dD[std::size_t(i)]);
+              tv += p * std::abs(G(i, c)) * e2;
+            }
+          }
+          tdk[at(j, c)] = gemm ? 2 * tk : 2 * (sc * tk + u * std::abs(dk[at(j, c)]));
+          tdv[at(j, c)] = 2 * tv;
+        }
+    }
+  }
+  ck.all("attention out", o.out, out, tout, bf16_out);
+  ck.all("attention lse", o.lse, lse, tlse, false);
+  ck.all("attention dq", o.dq, dq, tdq, bf16_out);
+  ck.all("attention dk", o.dk, dk, tdk, bf16_out);
+  ck.all("attention dv", o.dv, dv, tdv, bf16_out);
+}
+
+#if MANYADD_WITH_CUDA
+// ---- the device runs of the same checks -------------------------------------------------------------------
+GemmOut gemm_gpu(kernels::Blas& blas, const GemmIn& in) {
+  const int R = in.R, C = in.C, OC = in.OC;
+  Dev<bf16> x(to_io<bf16>(in.x)), w(to_io<bf16>(in.w)), g(to_io<bf16>(in.g));
+  Dev<float> fwd(std::size_t(R) * OC), acc(in.out0), dxa(in.dx0), dw(in.dw0);
+  Dev<bf16> fwd16(std::size_t(R) * OC), dx16(std::size_t(R) * C);
+  blas.linear_forward(fwd.p, x.p, w.p, R, C, OC);
+  blas.linear_forward(acc.p, x.p, w.p, R, C, OC, true);
+  blas.linear_forward(fwd16.p, x.p, w.p, R, C, OC);
+  blas.linear_backward_input(dxa.p, g.p, w.p, R, C, OC, true);
+  blas.linear_backward_input(dx16.p, g.p, w.p, R, C, OC);
+  blas.linear_backward_weight(dw.p, g.p, x.p, R, C, OC);
+  return {fwd.get(), acc.get(), to_float(fwd16.get()), dxa.get(), to_float(dx16.get()), dw.get()};
+}
+NormOut norm_gpu(const NormIn& in, bool g_bf16) {
+  Dev<float> x(in.x), w(in.w), r(std::size_t(in.R)), dx(in.dx0), dw(std::size_t(in.C)),
+      scr(K::rmsnorm_scratch_floats(in.R, in.C));
+  Dev<bf16> out(in.x.size());
+  K::rmsnorm_forward(out.p, r.p, x.p, w.p, in.R, in.C, in.eps);
+  if (g_bf16) {
+    Dev<bf16> g(to_io<bf16>(in.g));
+    K::rmsnorm_backward(dx.p, dw.p, scr.p, g.p, x.p, w.p, r.p, in.R, in.C);
+  } else {
+    Dev<float> g(in.g);
+    K::rmsnorm_backward(dx.p, dw.p, scr.p, g.p, x.p, w.p, r.p, in.R, in.C);
+  }
+  return {to_float(out.get()), r.get(), dx.get(), dw.get()};
+}
+GegluOut geglu_gpu(const GegluIn& in, bool dg_bf16) {
+  Dev<bf16> h(to_io<bf16>(in.h)), g(std::size_t(in.R) * in.F), dh(in.h.size());
+  K::geglu_forward(g.p, h.p, in.R, in.F);
+  if (dg_bf16) {
+    Dev<bf16> dg(to_io<bf16>(in.dg));
+    K::geglu_backward(dh.p, dg.p, h.p, in.R, in.F);
+  } else {
+    Dev<float> dg(in.dg);
+    K::geglu_backward(dh.p, dg.p, h.p, in.R, in.F);
+  }
+  return {to_float(g.get()), to_float(dh.get())};
+}
+// offset: elements before each row buffer's start (1 makes every row pointer misaligned: the launcher
+// must take the element-by-element loads).
+template <class IO>
+AttOut attention_gpu(const AttIn& in, std::size_t offset = 0) {
+  const std::size_t n = in.q.size(), nl = std::size_t(in.B) * in.NH * in.T;
+  auto padded = [&](const std::vector<float>& v) {
+    std::vector<IO> o(offset + v.size(), round_to<IO>(0.f));
+    const auto io = to_io<IO>(v);
+    std::copy(io.begin(), io.end(), o.begin() + long(offset));
+    return o;
+  };
+  auto tail = [&](const Dev<IO>& d) {
+    const auto h = d.get();
+    return to_float(std::vector<IO>(h.begin() + long(offset), h.end()));
+  };
+  Dev<IO> q(padded(in.q)), k(padded(in.k)), v(padded(in.v)), g(padded(in.dout)), out(offset + n), dq(offset + n),
+      dk(offset + n), dv(offset + n);
+  Dev<float> lse(nl), scr(nl);
+  const std::size_t f = offset;
+  K::attention_forward(out.p + f, lse.p, q.p + f, k.p + f, v.p + f, in.B, in.T, in.NH, in.HS, in.scale);
+  K::attention_backward(dq.p + f, dk.p + f, dv.p + f, scr.p, g.p + f, lse.p, q.p + f, k.p + f, v.p + f, in.B, in.T,
+                        in.NH, in.HS, in.scale);
+  return {tail(out), lse.get(), tail(dq), tail(dk), tail(dv)};
+}
+AttOut attention_gemm_gpu(kernels::Blas& blas, const AttIn& in) {
+  const std::size_t n = in.q.size(), nl = std::size_t(in.B) * in.NH * in.T,
+                    ns = kernels::attention_gemm_scores_size(in.B, in.T, in.NH);
+  Dev<bf16> q(to_io<bf16>(in.q)), k(to_io<bf16>(in.k)), v(to_io<bf16>(in.v)), g(to_io<bf16>(in.dout)), out(n), dq(n),
+      dk(n), dv(n), P(ns), dS(ns);
+  Dev<float> lse(nl), S(ns), dP(ns);
+  kernels::attention_gemm_forward(blas, out.p, lse.p, S.p, P.p, q.p, k.p, v.p, in.B, in.T, in.NH, in.HS, in.scale);
+  kernels::attention_gemm_backward(blas, dq.p, dk.p, dv.p, dP.p, dS.p, g.p, lse.p, S.p, P.p, q.p, k.p, v.p, in.B, in.T,
+                                   in.NH, in.HS, in.scale);
+  return {to_float(out.get()), lse.get(), to_float(dq.get()), to_float(dk.get()), to_float(dv.get())};
+}
+#endif
+
 }  // namespace
 
+#if MANYADD_WITH_CUDA
+// ==== fp32 kernels ============================================================================================
+
 // Same additions in the same order as the CPU: bitwise equal (tolerance 0), forward and backward.
-TEST(CudaKernels, EmbeddingIsBitwiseTheCpu) {
+TEST(CudaKernelsGpu, EmbeddingIsBitwiseTheCpu) {
   REQUIRE_DEVICE();
   const int R = 900, C = 96, V = 14, rows0 = 21, rows1 = 11;
   std::mt19937 g(1);
@@ -89,7 +776,7 @@ TEST(CudaKernels, EmbeddingIsBitwiseTheCpu) {
 // at most ~C eps relative (C = 256: 1.5e-5, usually far less), and the outputs inherit it: 3e-5
 // relative to the largest entry. dw sums over R = 2000 rows in 256-row chunks vs sequentially:
 // ~R eps worst case = 1.2e-4; observed errors of such sums are ~sqrt(R) eps, so 1e-4.
-TEST(CudaKernels, RmsNormMatchesCpu) {
+TEST(CudaKernelsGpu, RmsNormMatchesCpu) {
   REQUIRE_DEVICE();
   const int R = 2000, C = 256;
   const auto x = randn(std::size_t(R) * C, 6), w = randn(C, 7), g = randn(std::size_t(R) * C, 8);
@@ -108,7 +795,7 @@ TEST(CudaKernels, RmsNormMatchesCpu) {
 
 // GEGLU and the residual: element-wise; the only difference is CUDA tanhf (<= 2 ulp) vs glibc's,
 // i.e. a few 1e-7 relative: 2e-6 relative to the largest entry.
-TEST(CudaKernels, GegluAndResidualMatchCpu) {
+TEST(CudaKernelsGpu, GegluAndResidualMatchCpu) {
   REQUIRE_DEVICE();
   const int R = 700, F = 192;
   const auto h = randn(std::size_t(R) * 2 * F, 10, 2.f), dg = randn(std::size_t(R) * F, 11);
@@ -127,12 +814,13 @@ TEST(CudaKernels, GegluAndResidualMatchCpu) {
   EXPECT_LT(rel_err(dSum.get(), sum), 2e-6);
 }
 
-// Attention over B padded sequences of T rows: the GPU uses an online softmax (running max, rescaled
-// sums) and warp-tree dot products, the CPU a two-pass softmax and Eigen products; both sum <= T = 200
-// terms per row, so the outputs differ by ~T eps ~ 1e-5 relative in the worst case; 1e-4 relative to
-// the largest entry. The backward subtracts nearly equal terms (dP - D) and sums T of them twice:
-// 3e-4. Every head width class (NPL 1..4: d_head 8, 64, 96, 128) is covered.
-TEST(CudaKernels, AttentionForwardBackwardMatchCpu) {
+// Attention over B padded sequences of T rows, through the fp32 signatures without a scale (1 / sqrt(HS)):
+// the GPU uses an online softmax (running max, rescaled sums) and warp-tree dot products, the CPU a
+// two-pass softmax and Eigen products; both sum <= T = 200 terms per row, so the outputs differ by ~T eps
+// ~ 1e-5 relative in the worst case; 1e-4 relative to the largest entry. The backward subtracts nearly
+// equal terms (dP - D) and sums T of them twice: 3e-4. Head widths 8, 64, 96, 128 (NPL 1, 2, 4, 4; the
+// derived per-element bounds of Bf16AttentionMatchesCpu cover every width up to 512 in fp32 too).
+TEST(CudaKernelsGpu, AttentionForwardBackwardMatchCpu) {
   REQUIRE_DEVICE();
   for (int HS : {8, 64, 96, 128}) {
     SCOPED_TRACE("d_head " + std::to_string(HS));
@@ -142,7 +830,7 @@ TEST(CudaKernels, AttentionForwardBackwardMatchCpu) {
     std::vector<float> out(n), att(std::size_t(NH) * T * T), dq(n, 0.f), dk(n, 0.f), dv(n, 0.f), scratch(std::size_t(T) * T);
     for (int b = 0; b < B; ++b) {
       const std::size_t o = std::size_t(b) * T * D;
-      attention_forward(out.data() + o, att.data(), q.data() + o, k.data() + o, v.data() + o, T, NH, HS);
+      attention_forward(out.data() + o, att.data(), q.data() + o, k.data() + o, v.data() + o, T, T, NH, HS);
       attention_backward(dq.data() + o, dk.data() + o, dv.data() + o, scratch.data(), dout.data() + o, att.data(),
                          q.data() + o, k.data() + o, v.data() + o, T, NH, HS);
     }
@@ -158,7 +846,7 @@ TEST(CudaKernels, AttentionForwardBackwardMatchCpu) {
 }
 
 // Cross-entropy: the same operations per row, expf/logf within 2 ulp of glibc's: 1e-6 relative.
-TEST(CudaKernels, CrossEntropyMatchesCpu) {
+TEST(CudaKernelsGpu, CrossEntropyMatchesCpu) {
   REQUIRE_DEVICE();
   const int R = 1000, V = 14;
   const auto z = randn(std::size_t(R) * V, 16, 3.f);
@@ -178,7 +866,7 @@ TEST(CudaKernels, CrossEntropyMatchesCpu) {
 
 // Reductions in double over fp32 inputs: exact products, n = 1e6 double additions in another order:
 // relative error <= n 2^-53 ~ 1e-10.
-TEST(CudaKernels, ReductionsMatchCpu) {
+TEST(CudaKernelsGpu, ReductionsMatchCpu) {
   REQUIRE_DEVICE();
   const auto x = randn(1'000'003, 17);
   double s = 0, ss = 0;
@@ -190,7 +878,7 @@ TEST(CudaKernels, ReductionsMatchCpu) {
 }
 
 // AdamW: the same correctly rounded float operations in the same order (no contraction): bitwise.
-TEST(CudaKernels, AdamWIsBitwiseTheCpu) {
+TEST(CudaKernelsGpu, AdamWIsBitwiseTheCpu) {
   REQUIRE_DEVICE();
   const std::size_t n = 100'000;
   auto p = randn(n, 18), m = randn(n, 19, 1e-3f), v = randn(n, 20, 1e-3f), g = randn(n, 21, 1e-2f);
@@ -204,4 +892,242 @@ TEST(CudaKernels, AdamWIsBitwiseTheCpu) {
   EXPECT_EQ(dp.get(), p);
   EXPECT_EQ(dm.get(), m);
   EXPECT_EQ(dv.get(), v);
+}
+
+// ==== bf16 kernels (tolerances: the top of the file and each check_* function) =======================
+
+// Rounding is core's float_to_bf16 bit for bit (ties to even, subnormals, overflow to inf, -0; NaN
+// stays NaN), widening is exact; residual fp32 + bf16 is one correctly rounded fp32 add, as the CPU's.
+TEST(CudaKernelsGpu, Bf16ConvertAndResidualAreBitwiseTheCpu) {
+  REQUIRE_DEVICE();
+  auto x = randn(100'000, 30, 10.f);
+  for (std::uint32_t b : {0x3f808000u, 0x3f818000u, 0x3f80c000u, 0x3f807fffu, 0x00000001u, 0x00008000u, 0x00018000u,
+                          0x007fffffu, 0x7f7fffffu, 0x7f7f7fffu, 0xff7fffffu, 0x80000000u, 0x7f800000u, 0xff800000u}) {
+    float f;
+    std::memcpy(&f, &b, 4);
+    x.push_back(f);
+  }
+  x.push_back(std::nanf(""));
+  Dev<float> dx(x), back(x.size());
+  Dev<bf16> h(x.size());
+  K::convert(h.p, dx.p, std::int64_t(x.size()));
+  K::convert(back.p, h.p, std::int64_t(x.size()));
+  const auto hb = h.get();
+  const auto wb = back.get();
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i])) {
+      EXPECT_TRUE(std::isnan(bf16_to_float(hb[i].bits)));
+      continue;
+    }
+    ASSERT_EQ(hb[i].bits, float_to_bf16(x[i])) << "element " << i << " = " << x[i];
+    const float wide = bf16_to_float(hb[i].bits);
+    ASSERT_EQ(std::memcmp(&wb[i], &wide, 4), 0) << "element " << i;
+  }
+  const auto a = randn(50'000, 31), b = randn_bf16(50'000, 32);
+  std::vector<float> sum(a.size());
+  residual_forward(sum.data(), a.data(), b.data(), std::int64_t(a.size()));
+  Dev<float> da(a), ds(a.size());
+  Dev<bf16> db(to_io<bf16>(b));
+  K::residual_forward(ds.p, da.p, db.p, std::int64_t(a.size()));
+  EXPECT_EQ(ds.get(), sum);
+}
+
+TEST(CudaKernelsGpu, Bf16GemmsMatchCpu) {
+  REQUIRE_DEVICE();
+  kernels::Blas blas;
+  Check ck;
+  // tensor-core aligned shapes, the d1024 FFN shape, and odd shapes (the 14-wide readout)
+  for (auto [R, C, OC] : std::vector<std::array<int, 3>>{{1000, 1024, 512}, {256, 1024, 4096}, {333, 200, 14}, {77, 13, 29}}) {
+    SCOPED_TRACE("R C OC " + std::to_string(R) + " " + std::to_string(C) + " " + std::to_string(OC));
+    const auto in = gemm_inputs(R, C, OC, std::uint32_t(R + C + OC));
+    check_gemm(in, gemm_gpu(blas, in), ck);
+  }
+  ck.expect_ok("bf16 GEMMs");
+}
+
+TEST(CudaKernelsGpu, Bf16RmsNormMatchesCpu) {
+  REQUIRE_DEVICE();
+  Check ck;
+  for (int C : {256, 1024})
+    for (bool gb : {false, true}) {
+      const auto in = norm_inputs(2000, C, std::uint32_t(40 + C), gb);
+      check_norm(in, norm_gpu(in, gb), gb, ck);
+    }
+  ck.expect_ok("bf16 RMSNorm");
+}
+
+TEST(CudaKernelsGpu, Bf16GegluMatchesCpu) {
+  REQUIRE_DEVICE();
+  Check ck;
+  for (bool gb : {false, true}) {
+    const auto in = geglu_inputs(700, 384, 50, gb);
+    check_geglu(in, geglu_gpu(in, gb), ck);
+  }
+  ck.expect_ok("bf16 GEGLU");
+}
+
+// Attention, bf16 and fp32 I/O, every head width class (NPL 1 .. 16; the 16-byte loads at HS = 64 .. 512,
+// element loads at 16, 96, 200), T in {1, 7, 33, 250}, B in {1, 3}, both scales (1: T5; 1/sqrt(HS)).
+TEST(CudaKernelsGpu, Bf16AttentionMatchesCpu) {
+  REQUIRE_DEVICE();
+  Check ck16, ck32;
+  std::uint32_t seed = 60;
+  for (int HS : {16, 64, 96, 128, 200, 256, 512})
+    for (int T : {1, 7, 33, 250})
+      for (int B : {1, 3}) {
+        const float scale = (seed % 2) ? 1.f : float(1 / std::sqrt(double(HS)));
+        SCOPED_TRACE("HS " + std::to_string(HS) + " T " + std::to_string(T) + " B " + std::to_string(B) + " scale " +
+                     std::to_string(scale));
+        const auto in16 = attention_inputs(B, T, 2, HS, scale, 2.0, true, seed);
+        check_attention(in16, attention_gpu<bf16>(in16), true, ck16);
+        const auto in32 = attention_inputs(B, T, 2, HS, scale, 2.0, false, seed);
+        check_attention(in32, attention_gpu<float>(in32), false, ck32);
+        ++seed;
+      }
+  // sharp softmax (scores spread 8: many rescales), and misaligned rows (element loads at HS = 64)
+  const auto sharp = attention_inputs(2, 250, 2, 128, 1.f, 8.0, true, 90);
+  check_attention(sharp, attention_gpu<bf16>(sharp), true, ck16);
+  const auto mis = attention_inputs(1, 33, 2, 64, 1.f, 2.0, true, 91);
+  check_attention(mis, attention_gpu<bf16>(mis, 1), true, ck16);
+  ck16.expect_ok("bf16 attention");
+  ck32.expect_ok("fp32 attention (derived bounds)");
+}
+
+// The tensor-core attention (attention_gemm.hpp): HS multiples of 8 up to 512, T in {1, 7, 33, 250}
+// (T not a multiple of 8: padded score rows), B in {1, 3}, both scales; the Gemm bounds of check_attention.
+TEST(CudaKernelsGpu, Bf16AttentionGemmMatchesCpu) {
+  REQUIRE_DEVICE();
+  kernels::Blas blas;
+  Check ck;
+  std::uint32_t seed = 300;
+  for (int HS : {16, 64, 96, 128, 256, 512})
+    for (int T : {1, 7, 33, 250})
+      for (int B : {1, 3}) {
+        const float scale = (seed % 2) ? 1.f : float(1 / std::sqrt(double(HS)));
+        SCOPED_TRACE("HS " + std::to_string(HS) + " T " + std::to_string(T) + " B " + std::to_string(B));
+        const auto in = attention_inputs(B, T, 2, HS, scale, 2.0, true, seed++);
+        check_attention(in, attention_gemm_gpu(blas, in), true, ck, AttPath::Gemm);
+      }
+  const auto sharp = attention_inputs(2, 250, 4, 64, 1.f, 8.0, true, 390);
+  check_attention(sharp, attention_gemm_gpu(blas, sharp), true, ck, AttPath::Gemm);
+  ck.expect_ok("tensor-core attention");
+}
+#endif  // MANYADD_WITH_CUDA
+
+// ==== on the CPU: the attention kernels replayed, and the bounds' controls ===============================
+
+// The kernels' row arithmetic (attention_rows.cuh) executed by HostWarp lane by lane against the
+// double reference, within the same derived bounds as the GPU test, for both I/O types, every dims-per-
+// lane class and both scales. A small grid (the replay runs every kernel operation on one CPU core).
+TEST(CudaAttentionReplay, MatchesTheReference) {
+  Check ck16, ck32;
+  std::uint32_t seed = 100;
+  for (int HS : {16, 64, 96, 256, 512})
+    for (auto [B, T] : std::vector<std::array<int, 2>>{{1, 1}, {3, 7}, {1, 33}}) {
+      const float scale = (seed % 2) ? 1.f : float(1 / std::sqrt(double(HS)));
+      SCOPED_TRACE("HS " + std::to_string(HS) + " T " + std::to_string(T) + " B " + std::to_string(B));
+      const auto in16 = attention_inputs(B, T, 2, HS, scale, 2.0, true, seed);
+      check_attention(in16, attention_replay<bf16>(in16), true, ck16);
+      const auto in32 = attention_inputs(B, T, 2, HS, scale, 2.0, false, seed);
+      check_attention(in32, attention_replay<float>(in32), false, ck32);
+      ++seed;
+    }
+  const auto longer = attention_inputs(1, 250, 1, 64, 1.f, 8.0, true, 120);  // long rows, sharp softmax
+  check_attention(longer, attention_replay<bf16>(longer), true, ck16);
+  ck16.expect_ok("replayed bf16 attention");
+  ck32.expect_ok("replayed fp32 attention");
+}
+
+// The replay is sensitive: a 0.1% error in the scale, or one output moved by 2 bf16 ulps, fails the bounds.
+TEST(CudaAttentionReplay, BoundsRejectWrongResults) {
+  const auto in = attention_inputs(1, 33, 2, 64, 1.f, 2.0, true, 130);
+  AttIn off = in;
+  off.scale *= 1.001f;
+  Check wrong_scale;
+  check_attention(in, attention_replay<bf16>(off), true, wrong_scale);
+  EXPECT_GT(wrong_scale.bad, 0u);
+  auto o = attention_replay<bf16>(in);
+  move_2ulp(o.dk);
+  Check moved;
+  check_attention(in, o, true, moved);
+  EXPECT_EQ(moved.bad, 1u);
+}
+
+// The tensor-core path's steps (every GEMM's transposes, leading dimensions, strides, offsets) and row
+// functions on the host, against the reference within its bounds; a layout bug (one GEMM reading its A
+// transposed) and a 5% scale error fail.
+TEST(CudaAttentionGemmReplay, MatchesTheReferenceAndRejectsWrongResults) {
+  Check ck;
+  std::uint32_t seed = 400;
+  for (int HS : {16, 64, 96, 256})
+    for (auto [B, T] : std::vector<std::array<int, 2>>{{1, 1}, {3, 7}, {1, 33}}) {
+      const float scale = (seed % 2) ? 1.f : float(1 / std::sqrt(double(HS)));
+      SCOPED_TRACE("HS " + std::to_string(HS) + " T " + std::to_string(T) + " B " + std::to_string(B));
+      const auto in = attention_inputs(B, T, 2, HS, scale, 2.0, true, seed++);
+      check_attention(in, attention_gemm_replay(in), true, ck, AttPath::Gemm);
+    }
+  const auto longer = attention_inputs(2, 100, 2, 32, 1.f, 8.0, true, 420);
+  check_attention(longer, attention_gemm_replay(longer), true, ck, AttPath::Gemm);
+  ck.expect_ok("replayed tensor-core attention");
+
+  const auto in = attention_inputs(2, 33, 2, 64, 1.f, 2.0, true, 430);
+  Check flipped, wrong_scale;
+  check_attention(in, attention_gemm_replay(in, true), true, flipped, AttPath::Gemm);
+  EXPECT_GT(flipped.bad, flipped.n / 4);
+  AttIn off = in;
+  off.scale *= 1.05f;
+  check_attention(in, attention_gemm_replay(off), true, wrong_scale, AttPath::Gemm);
+  EXPECT_GT(wrong_scale.bad, 0u);
+}
+
+// The bounds of the GEMM, RMSNorm and GEGLU checks accept an fp32 CPU evaluation of the same products
+// (layers.hpp in float, outputs rounded to bf16 where the kernel's are) -- they are not tighter than fp32
+// arithmetic -- and reject a result with one element off by 2 bf16 ulps or a transposed weight.
+TEST(CudaKernelBounds, AcceptTheFp32CpuTwinAndRejectWrongResults) {
+  {
+    Check ck;
+    const auto in = gemm_inputs(120, 256, 40, 200);
+    auto o = gemm_cpu_fp32(in);
+    check_gemm(in, o, ck);
+    ck.expect_ok("fp32 CPU GEMMs");
+    move_2ulp(o.fwd16);
+    Check moved;
+    check_gemm(in, o, moved);
+    EXPECT_EQ(moved.bad, 1u);
+    const auto sq = gemm_inputs(120, 40, 40, 201);  // W^T in place of W: a layout bug
+    GemmIn tw = sq;
+    for (int a = 0; a < 40; ++a)
+      for (int b = 0; b < 40; ++b) tw.w[std::size_t(a) * 40 + b] = sq.w[std::size_t(b) * 40 + a];
+    Check transposed;
+    check_gemm(sq, gemm_cpu_fp32(tw), transposed);
+    EXPECT_GT(transposed.bad, 1000u);
+  }
+  {
+    Check ck;
+    for (bool gb : {false, true}) {
+      const auto in = norm_inputs(300, 256, 210, gb);
+      check_norm(in, norm_cpu_fp32(in), gb, ck);
+    }
+    ck.expect_ok("fp32 CPU RMSNorm");
+    const auto in = norm_inputs(300, 256, 211, true);
+    auto o = norm_cpu_fp32(in);
+    move_2ulp(o.out16);
+    Check moved;
+    check_norm(in, o, true, moved);
+    EXPECT_EQ(moved.bad, 1u);
+  }
+  {
+    Check ck;
+    for (bool gb : {false, true}) {
+      const auto in = geglu_inputs(200, 384, 220, gb);
+      check_geglu(in, geglu_cpu_fp32(in), ck);
+    }
+    ck.expect_ok("fp32 CPU GEGLU");
+    const auto in = geglu_inputs(200, 384, 221, true);
+    auto o = geglu_cpu_fp32(in);
+    move_2ulp(o.dh16);
+    Check moved;
+    check_geglu(in, o, moved);
+    EXPECT_EQ(moved.bad, 1u);
+  }
 }

@@ -9,15 +9,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
+#include "test_util.hpp"
 #include "manyadd/learn/attention.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
@@ -308,7 +306,7 @@ TEST(CompareAttention, CommittedModelKeepsItsMeasuredRoles) {
   // bench/results/compare-attention-cpu/: on 1000 samples of TA(11, 11) the committed model's heads 1 and
   // 2 take 0.961 and 0.968 of their non-BOS attention on the digit-sum and carry heads' matched keys.
   // 20 samples here; the averaged share moves by far less than the 0.05 margin left below 0.9.
-  const LoadedModel lm = load_model_dir(std::string(MANYADD_SOURCE_DIR) + "/models/cpu-sa1010-1l4h-d64");
+  const LoadedModel lm = load_model_dir(manyadd::testing::source_path("models/cpu-sa1010-1l4h-d64"));
   const auto probs = ta(11, 11, 20, 12345);
   const ConstructedSetup cs = constructed_setup(11, 11, 1, 1, 0);
   std::int64_t exact = 0;
@@ -326,14 +324,11 @@ TEST(CompareAttention, CommittedModelKeepsItsMeasuredRoles) {
 
 // ---- CLIs -------------------------------------------------------------------------------------------
 namespace {
+// Exit code of a tool run; its stderr into *err when given.
 int run(const std::string& cmd, std::string* err = nullptr) {
-  const std::string errf = fs::temp_directory_path() / ("manyadd_cmp_err_" + std::to_string(::getpid()));
-  const int st = std::system((cmd + " > /dev/null 2> " + errf).c_str());
-  if (err) {
-    std::ifstream f(errf);
-    err->assign(std::istreambuf_iterator<char>(f), {});
-  }
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  const auto r = manyadd::testing::run_cmd(cmd);
+  if (err) *err = r.err;
+  return r.rc;
 }
 std::string write_model_dir(const LoadedModel& lm, const std::string& dir) {
   fs::create_directories(dir);
@@ -347,10 +342,9 @@ std::string write_model_dir(const LoadedModel& lm, const std::string& dir) {
 }  // namespace
 
 TEST(CompareAttentionCli, WritesTablesFiguresAndJson) {
-  const std::string d = fs::temp_directory_path() / ("manyadd_cmp_" + std::to_string(::getpid()));
-  fs::remove_all(d);
+  const std::string d = manyadd::testing::temp_dir("cmp");
   const std::string model = write_model_dir(small_model(1, 4, 0.3f, 4), d + "/model");
-  ASSERT_EQ(run(std::string(COMPARE_EXE) + " --learned " + model + " --n 4 --m 3 --samples 5 --out " + d + "/cmp"), 0);
+  ASSERT_EQ(run(std::string(COMPARE_ATTENTION_EXE) + " --learned " + model + " --n 4 --m 3 --samples 5 --out " + d + "/cmp"), 0);
   for (const char* f : {"compare.json", "side_by_side.png", "side_by_side_digit_sum.png", "constructed/attention.safetensors",
                         "learned/attention.safetensors", "learned/layer0_head3.png", "constructed/layer0_head0.png"})
     EXPECT_TRUE(fs::exists(d + "/cmp/" + f)) << f;
@@ -358,9 +352,10 @@ TEST(CompareAttentionCli, WritesTablesFiguresAndJson) {
   EXPECT_EQ(j["matching"].size(), 4u);
   EXPECT_EQ(j["learned_heads"].size(), 4u);
   // The constructed dump matches dump_attention's format: same tensor names and shapes as the learned one.
-  std::map<std::string, std::string> mc, ml;
-  const auto tc = read_safetensors(d + "/cmp/constructed/attention.safetensors", &mc);
-  const auto tl = read_safetensors(d + "/cmp/learned/attention.safetensors", &ml);
+  const auto fc = read_safetensors(d + "/cmp/constructed/attention.safetensors");
+  const auto fl = read_safetensors(d + "/cmp/learned/attention.safetensors");
+  const auto &tc = fc.tensors, &tl = fl.tensors;
+  const auto &mc = fc.metadata, &ml = fl.metadata;
   ASSERT_EQ(tc.size(), tl.size());
   for (std::size_t i = 0; i < tc.size(); ++i) {
     EXPECT_EQ(tc[i].name, tl[i].name);
@@ -370,11 +365,11 @@ TEST(CompareAttentionCli, WritesTablesFiguresAndJson) {
     EXPECT_EQ(mc.at(k), ml.at(k)) << k;
   // dump_attention --constructed writes the same tensors as compare_attention's constructed/ dump.
   ASSERT_EQ(run(std::string(DUMP_ATTENTION_EXE) + " --constructed --n 4 --m 3 --samples 5 --out " + d + "/dump"), 0);
-  const auto td = read_safetensors(d + "/dump/attention.safetensors", nullptr);
+  const auto td = read_safetensors(d + "/dump/attention.safetensors").tensors;
   ASSERT_EQ(td.size(), 4u);
-  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(td[i].data, tc[i].data);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(td[i].bytes, tc[i].bytes);
   // Grid: a 2 x 2 grid writes the CSV, the JSON and the side-by-side figure.
-  ASSERT_EQ(run(std::string(COMPARE_EXE) + " --learned " + model + " --grid --n-min 1 --n-max 2 --m-min 2 --m-max 3 "
+  ASSERT_EQ(run(std::string(COMPARE_ATTENTION_EXE) + " --learned " + model + " --grid --n-min 1 --n-max 2 --m-min 2 --m-max 3 "
                 "--samples 2 --n 4 --m 3 --out " + d + "/grid"), 0);
   for (const char* f : {"grid.png", "grid_alignment.csv", "grid_alignment.png", "grid_accuracy.png", "grid_alignment.json"})
     EXPECT_TRUE(fs::exists(d + "/grid/" + f)) << f;
@@ -391,10 +386,9 @@ TEST(CompareAttentionCli, WritesTablesFiguresAndJson) {
 }
 
 TEST(CompareAttentionCli, BadInputExitsTwo) {
-  const std::string d = fs::temp_directory_path() / ("manyadd_cmp_bad_" + std::to_string(::getpid()));
-  fs::remove_all(d);
+  const std::string d = manyadd::testing::temp_dir("cmp_bad");
   const std::string model = write_model_dir(small_model(1, 4, 0.3f, 4), d + "/model");
-  const std::string exe = COMPARE_EXE;
+  const std::string exe = COMPARE_ATTENTION_EXE;
   struct Case {
     std::string args, needle;
   };

@@ -5,12 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
-#include <unistd.h>
 
+#include "test_util.hpp"
 #include "manyadd/learn/batch.hpp"
+#include "manyadd/learn/cuda_device.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
 #include "manyadd/learn/io.hpp"
@@ -49,11 +52,7 @@ double max_abs(const std::vector<double>& v) {
   for (double x : v) m = std::max(m, std::abs(x));
   return m;
 }
-std::string tmpdir(const std::string& name) {
-  auto p = std::filesystem::temp_directory_path() / ("manyadd_test_batch_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(p);
-  return p.string();
-}
+using fixtures::scratch;
 }  // namespace
 
 TEST(Pack, LayoutPaddingAndValidation) {
@@ -109,38 +108,51 @@ TEST(Pack, LayoutPaddingAndValidation) {
   EXPECT_THROW(pack_batch({}, c), InputError);
 }
 
-// The packed pipeline (the CUDA device's CPU twin) equals learn's per-sequence forward and backward,
-// summed over the batch, for every position mode and 1 or 2 layers. Double precision: the only
+// The forward/backward on a packed batch (what the CUDA device and its CPU twin run) equals the same
+// code on each sequence alone (a batch of one, what the CPU trainer runs), summed over the batch, for
+// every position mode and 1 or 2 layers. Double precision: the only
 // differences are summation orders (GEMM blocking over R rows instead of T; gradients summed over the
 // whole batch instead of per sequence), i.e. relative ~1e-15; 1e-10 of each tensor's largest entry
 // leaves room for that while any wrong row, missed mask or leaked padding gives O(1) differences.
+// The authors' architecture options (unscaled scores, T5 init, tied readout, final LayerNorm) run
+// through the same passes: checked too, coupled positions.
 TEST(PackedPipeline, EqualsPerSequenceForwardBackward) {
-  for (PosMode mode : {PosMode::coupled, PosMode::digits, PosMode::absolute, PosMode::none})
-    for (int layers : {1, 2}) {
-      SCOPED_TRACE(std::string(pos_mode_name(mode)) + " layers " + std::to_string(layers));
+  for (int variant = 0; variant < 10; ++variant) {
+    const bool authors = variant >= 8;
+    const PosMode mode = authors ? PosMode::coupled
+                                 : std::array{PosMode::coupled, PosMode::digits, PosMode::absolute, PosMode::none}[variant / 2];
+    const int layers = 1 + variant % 2;
+    {
+      SCOPED_TRACE(std::string(pos_mode_name(mode)) + " layers " + std::to_string(layers) +
+                   (authors ? " authors' options" : ""));
       ModelConfig c = small_model(mode, layers);
       c.init_std = 0.5f;  // far from uniform attention, so that masking errors would show
+      if (authors) {
+        c.attn_scale = AttnScale::none, c.init = InitScheme::t5, c.tie_readout = true, c.final_norm = NormKind::layer;
+      }
       const Layout lay = Layout::make(c);
       const auto P = init_params<double>(c, lay, 11 + std::uint64_t(layers));
       const auto exs = mixed_examples(c, 5, 7 + std::uint64_t(layers));
       const PackedBatch pb = pack_batch(exs, c);
       const double scale = 1.0 / double(pb.counted_targets);
       // reference: per sequence
+      const ModelView<double> model{c, lay, P.data()};
       std::vector<double> Gref(P.size(), 0.0);
       double loss_ref = 0;
       Acts<double> a;
       GradScratch<double> g;
       std::vector<std::vector<double>> logits_ref;
       for (const auto& e : exs) {
-        loss_ref += model_forward(a, c, lay, P.data(), e);
+        loss_ref += model_forward(a, model, batch_of(e));
         logits_ref.push_back(a.logits);
-        model_backward(Gref.data(), g, a, c, lay, P.data(), e, scale);
+        model_backward(Gref.data(), g, a, model, batch_of(e), scale);
       }
       // packed
-      PackedActs<double> pa;
+      Acts<double> pa;
+      GradScratch<double> pg;
       std::vector<double> G(P.size(), 0.0);
-      const double loss = packed_forward(pa, c, lay, P.data(), pb);
-      packed_backward(G.data(), pa, c, lay, P.data(), pb, scale);
+      const double loss = model_forward(pa, model, batch_of(pb));
+      model_backward(G.data(), pg, pa, model, batch_of(pb), scale);
       EXPECT_NEAR(loss, loss_ref, 1e-10 * std::abs(loss_ref));
       for (int b = 0; b < pb.B; ++b) {
         const int T = pb.lengths[std::size_t(b)];
@@ -158,6 +170,41 @@ TEST(PackedPipeline, EqualsPerSequenceForwardBackward) {
               << ts.name << "[" << i << "]";
       }
     }
+  }
+}
+
+// What the CUDA device does not run yet is an InputError naming it, raised before any device is
+// looked for (so it reads the same on machines with and without a GPU); the defaults and the T5
+// initialization (computed on the host) pass the check.
+TEST(CudaDeviceOptions, UnsupportedOptionsAreRefusedByName) {
+  ModelConfig c;
+  EXPECT_NO_THROW(check_cuda_supports(c, Precision::fp32));
+  c.init = InitScheme::t5;
+  EXPECT_NO_THROW(check_cuda_supports(c, Precision::fp32));
+  auto refused = [](const ModelConfig& m, Precision p, const std::string& what) {
+    try {
+      check_cuda_supports(m, p);
+      ADD_FAILURE() << what << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("--device cuda does not support " + what, 0), 0u) << e.what();
+      EXPECT_NE(std::string(e.what()).find(" yet"), std::string::npos) << e.what();
+    }
+    try {
+      make_cuda_device(m, p);
+      ADD_FAILURE() << what << ": make_cuda_device returned";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  refused(ModelConfig{}, Precision::bf16, "precision bf16");
+  c = ModelConfig{}, c.attn_scale = AttnScale::none;
+  refused(c, Precision::fp32, "attn_scale none");
+  c = ModelConfig{}, c.tie_readout = true;
+  refused(c, Precision::fp32, "tie_readout true");
+  c = ModelConfig{}, c.final_norm = NormKind::layer;
+  refused(c, Precision::fp32, "final_norm layer");
+  c = ModelConfig{}, c.d_model = 1024, c.d_head = 256;
+  refused(c, Precision::fp32, "d_head 256");
 }
 
 TEST(AdamW, ScalarsAndClipping) {
@@ -181,14 +228,7 @@ TEST(AdamW, ScalarsAndClipping) {
 
 namespace {
 TrainConfig trainer_cfg() {
-  TrainConfig t;
-  t.train_n = 2;
-  t.train_m = 3;
-  t.train_size = 2000;
-  t.steps = 400;
-  t.batch = 16;
-  t.lr = 1e-2;
-  t.threads = 2;
+  TrainConfig t = fixtures::micro_train(2000, 400);
   t.eval_samples = 20;
   return t;
 }
@@ -205,15 +245,14 @@ TEST(DevicePath, SameBatchesAsTheCpuTrainer) {
   const TrainConfig tc = trainer_cfg();
   Trainer cpu(mc, tc);
   for (int s = 0; s < 40; ++s) cpu.step();
-  const std::string dir = tmpdir("same");
+  const std::string dir = scratch("same");
   cpu.save(dir);
   Trainer dev(mc, tc);
   dev.load_checkpoint(dir);
   dev.attach_device(make_packed_cpu_device(mc));
-  PackedActs<float> pa;
+  Acts<float> pa;
   const PackedBatch other = dev.packed_batch(42);
-  const double other_loss =
-      double(packed_forward(pa, mc, dev.layout(), cpu.params().data(), other)) / double(other.counted_targets);
+  const double other_loss = double(model_forward(pa, cpu.view(), batch_of(other))) / double(other.counted_targets);
   const StepStats a = cpu.step(), b = dev.step();
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_EQ(a.targets, b.targets);
@@ -230,6 +269,88 @@ TEST(DevicePath, SameBatchesAsTheCpuTrainer) {
   std::filesystem::remove_all(dir);
 }
 
+namespace {
+std::uint64_t fnv1a(const std::vector<float>& p) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  const auto* b = reinterpret_cast<const unsigned char*>(p.data());
+  for (std::size_t i = 0; i < p.size() * sizeof(float); ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+}  // namespace
+
+// The CPU trainer as a device (CpuDevice, the default) repeats the arithmetic of the per-sequence CPU
+// trainer that Trainer::step ran before it became a device, bit for bit: 20 steps of the micro model
+// give exactly the per-step loss and gradient norm and the final weights (FNV-1a of their bytes) that
+// the former trainer computed (recorded from a build of commit 530f246 on x86-64, Debian 12: g++ 12.2,
+// Eigen 3.4.0, glibc 2.36). Exact, because every sum has a fixed order: Eigen's GEMM blocking depends
+// only on the shapes, each thread owns a fixed block of sequences, per-thread gradients are reduced in
+// thread order. A libm whose expf/tanhf/logf round differently, or Eigen built for another SIMD width,
+// changes the last bits: then this test fails and the next one (tolerance) still holds.
+TEST(CpuDevice, RepeatsTheFormerCpuTrainerBitForBit) {
+  const double expected[20][2] = {
+{0x1.5512ff417d05fp+1, 0x1.d40a4996b14cbp+0},
+      {0x1.4864a526b6527p+1, 0x1.afe6d024d05c3p+0},
+      {0x1.33ffbed097b42p+1, 0x1.9f894395828e4p+0},
+      {0x1.21edbdc47711ep+1, 0x1.b8f9dbdd5be6fp+0},
+      {0x1.0531f0f23c8f2p+1, 0x1.b57b059998c02p+0},
+      {0x1.fc0c792492492p+0, 0x1.0b2aa2a7f7467p+0},
+      {0x1.f0a856c7ec7ecp+0, 0x1.f9ecb76392831p-1},
+      {0x1.011f9e4b5edcfp+1, 0x1.dc5fd87fe00ccp+2},
+      {0x1.c28b71f1165e7p+0, 0x1.60725808edf65p+0},
+      {0x1.b3a42bbd1b03ep+0, 0x1.45e30e8793a56p+0},
+      {0x1.a5b456e74f44ep+0, 0x1.8e4a7f99ece48p+0},
+      {0x1.7808633bb06a2p+0, 0x1.c04789fe38ed8p-1},
+      {0x1.82cb4c30c30c3p+0, 0x1.b56fdec8ca7ep+0},
+      {0x1.702dafa04c8f9p+0, 0x1.c632b8c9268bdp-1},
+      {0x1.690398e177c7ap+0, 0x1.3c3004a8de549p+0},
+      {0x1.4171060299571p+0, 0x1.6ab4cfcad079ep-1},
+      {0x1.526e38e80a16bp+0, 0x1.6151f09d31609p+0},
+      {0x1.4fccb14e5e0a7p+0, 0x1.a05ae1b0aed9ep-1},
+      {0x1.3da5b611a7b96p+0, 0x1.4def2b03715d3p+1},
+      {0x1.4971605fb3707p+0, 0x1.d8b88df2e418p+0},
+  };
+  Trainer tr(fixtures::micro_model(), trainer_cfg());
+  ASSERT_EQ(tr.device().name(), "cpu");
+  for (int s = 0; s < 20; ++s) {
+    const StepStats st = tr.step();
+    EXPECT_EQ(st.loss, expected[s][0]) << "step " << s + 1;
+    EXPECT_EQ(st.grad_norm, expected[s][1]) << "step " << s + 1;
+  }
+  EXPECT_EQ(fnv1a(tr.params()), 0x9d446ec6952c60eeull);
+}
+
+// CpuDevice (one sequence at a time, per-thread sums) and PackedCpuDevice (the whole padded batch in one
+// pass) train the same 20 steps from the same initial state. Their arithmetic differs only in summation
+// order (GEMMs over R = B T rows instead of T, one gradient sum over the batch instead of per sequence
+// and thread): ~1e-7 relative per step at equal weights (DevicePath above). Over 20 steps at lr 1e-2
+// that difference is carried along, not amplified: measured 6e-7 relative for the losses and 6e-7
+// absolute for the weights (printed), so 1e-5 for both leaves a 15x margin. A different batch, a wrong
+// gradient or a missed pass moves the loss of the very next step by far more (DevicePath: another
+// step's batch is > 100x the tolerance away), and the weights by O(lr) = 1e-2.
+TEST(CpuDevice, TrainsLikeThePackedTwin) {
+  Trainer cpu(fixtures::micro_model(), trainer_cfg()), packed(fixtures::micro_model(), trainer_cfg());
+  packed.attach_device(make_packed_cpu_device(fixtures::micro_model()));
+  double worst_loss = 0;
+  for (int s = 0; s < 20; ++s) {
+    const StepStats a = cpu.step(), b = packed.step();
+    EXPECT_EQ(a.targets, b.targets);
+    EXPECT_NEAR(b.loss, a.loss, 1e-5 * a.loss) << "step " << s + 1;
+    worst_loss = std::max(worst_loss, std::abs(b.loss - a.loss) / a.loss);
+  }
+  const auto& pc = cpu.params();
+  const auto& pp = packed.params();
+  double worst = 0;
+  for (std::size_t i = 0; i < pc.size(); ++i) worst = std::max(worst, double(std::abs(pc[i] - pp[i])));
+  std::printf("CpuDevice vs PackedCpuDevice over 20 steps: max relative loss difference %.2e, max |weight "
+              "difference| %.2e\n", worst_loss, worst);
+  EXPECT_LT(worst, 1e-5);
+  // Not vacuous: the weights moved by far more than the tolerance.
+  Trainer fresh(fixtures::micro_model(), trainer_cfg());
+  double moved = 0;
+  for (std::size_t i = 0; i < pc.size(); ++i) moved = std::max(moved, double(std::abs(pc[i] - fresh.params()[i])));
+  EXPECT_GT(moved, 100 * 1e-5);
+}
+
 // On the device path, resume == uninterrupted, bit for bit (files compared byte for byte), and the
 // evaluation through the device (packed batches) gives the CPU evaluation's counts.
 TEST(DevicePath, ResumeIsBitIdenticalAndEvalMatches) {
@@ -238,7 +359,7 @@ TEST(DevicePath, ResumeIsBitIdenticalAndEvalMatches) {
   tc.steps = 60;
   tc.eval_every = 0;
   tc.checkpoint_every = 0;
-  const std::string a = tmpdir("full"), b = tmpdir("resumed");
+  const std::string a = scratch("full"), b = scratch("resumed");
   auto quiet = [](const std::string&) {};
   run_training(mc, tc, a, false, 0, quiet, make_packed_cpu_device(mc));
   run_training(mc, tc, b, false, 25, quiet, make_packed_cpu_device(mc));
@@ -248,7 +369,7 @@ TEST(DevicePath, ResumeIsBitIdenticalAndEvalMatches) {
   EXPECT_EQ(read_file(a + "/model.safetensors"), read_file(b + "/model.safetensors"));
   // --max-seconds: a (tiny) time limit stops after the first step, with a checkpoint; resuming gives the
   // uninterrupted run's bits.
-  const std::string c = tmpdir("timed");
+  const std::string c = scratch("timed");
   const auto part = run_training(mc, tc, c, false, 0, quiet, make_packed_cpu_device(mc), 1e-9);
   EXPECT_EQ(part["steps"], 1);
   EXPECT_EQ(part["finished"], false);
@@ -262,21 +383,21 @@ TEST(DevicePath, ResumeIsBitIdenticalAndEvalMatches) {
   const std::vector<float> zeros(lm.params.size(), 0.f);
   dev->set_state(lm.params, zeros, zeros);
   for (auto [n, m] : {std::pair{2, 2}, std::pair{2, 3}, std::pair{3, 3}}) {
-    const auto c1 = eval_cell(lm.cfg, lm.lay, lm.params.data(), n, m, 50, 9, 2, EvalMode::teacher);
-    const auto c2 = eval_cell(lm.cfg, lm.lay, lm.params.data(), n, m, 50, 9, 2, EvalMode::teacher, dev.get());
+    const auto c1 = eval_cell(lm.view(), n, m, 50, 9, 2, EvalMode::teacher);
+    const auto c2 = eval_cell(lm.view(), n, m, 50, 9, 2, EvalMode::teacher, dev.get());
     EXPECT_EQ(c1.exact, c2.exact) << n << "x" << m;
     EXPECT_EQ(c1.fits, c2.fits);
   }
-  EXPECT_THROW(eval_cell(lm.cfg, lm.lay, lm.params.data(), 2, 2, 5, 9, 1, EvalMode::greedy, dev.get()), InputError);
+  EXPECT_THROW(eval_cell(lm.view(), 2, 2, 5, 9, 1, EvalMode::greedy, dev.get()), InputError);
   // The 60-step model above scores 0 exact on those cells, so equal counts say little: the committed
   // trained model (100% teacher-forced there) makes them meaningful.
-  const LoadedModel tm = load_model_dir(std::string(MANYADD_SOURCE_DIR) + "/models/cpu-sa1010-1l4h-d64");
+  const LoadedModel tm = load_model_dir(manyadd::testing::source_path("models/cpu-sa1010-1l4h-d64"));
   auto tdev = make_packed_cpu_device(tm.cfg);
   const std::vector<float> tz(tm.params.size(), 0.f);
   tdev->set_state(tm.params, tz, tz);
   for (auto [n, m] : {std::pair{3, 3}, std::pair{10, 10}}) {
-    const auto c1 = eval_cell(tm.cfg, tm.lay, tm.params.data(), n, m, 20, 9, 2, EvalMode::teacher);
-    const auto c2 = eval_cell(tm.cfg, tm.lay, tm.params.data(), n, m, 20, 9, 2, EvalMode::teacher, tdev.get());
+    const auto c1 = eval_cell(tm.view(), n, m, 20, 9, 2, EvalMode::teacher);
+    const auto c2 = eval_cell(tm.view(), n, m, 20, 9, 2, EvalMode::teacher, tdev.get());
     EXPECT_EQ(c1.exact, 20) << n << "x" << m;
     EXPECT_EQ(c2.exact, c1.exact) << n << "x" << m;
   }

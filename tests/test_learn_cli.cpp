@@ -5,39 +5,22 @@
 #include <rapidcheck/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sys/wait.h>
-#include <unistd.h>
 
+#include "test_util.hpp"
 #include "manyadd/learn/io.hpp"
 
 namespace fs = std::filesystem;
+using namespace manyadd;
 using namespace manyadd::learn;
 
 namespace {
-struct CliRun {
-  int rc;
-  std::string err;
-};
+using manyadd::testing::CmdResult;
+using manyadd::testing::run_cmd;
 const std::string& tmp() {
-  static const std::string d = [] {
-    auto p = fs::temp_directory_path() / ("manyadd_test_learn_cli_" + std::to_string(::getpid()));
-    fs::remove_all(p);
-    fs::create_directories(p);
-    return p.string();
-  }();
+  static const std::string d = manyadd::testing::temp_dir("test_learn_cli");
   return d;
-}
-CliRun run(const std::string& cmd) {
-  const std::string errf = tmp() + "/stderr.txt";
-  const int st = std::system((cmd + " > /dev/null 2> " + errf).c_str());
-  CliRun r;
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-  std::ifstream f(errf);
-  r.err.assign(std::istreambuf_iterator<char>(f), {});
-  return r;
 }
 const std::string kTrain = TRAIN_EXE, kEval = EVALUATE_EXE, kDump = DUMP_ATTENTION_EXE;
 // A small, fast configuration (about a second of training).
@@ -49,7 +32,7 @@ const std::string kSmall =
 const std::string& model_dir() {
   static const std::string d = [] {
     const std::string dir = tmp() + "/model";
-    const CliRun r = run(kTrain + " --out " + dir + kSmall);
+    const CmdResult r = run_cmd(kTrain + " --out " + dir + kSmall);
     EXPECT_EQ(r.rc, 0) << r.err;
     return dir;
   }();
@@ -79,7 +62,7 @@ TEST(LearnCli, TrainWritesAModelDirectory) {
 
 TEST(LearnCli, EvaluateWritesGridAndAgreesWithGreedy) {
   const std::string d = model_dir(), js = tmp() + "/eval.json";
-  const CliRun r = run(kEval + " --model " + d + " --n-max 3 --m-max 4 --samples 10 --mode both --json " + js);
+  const CmdResult r = run_cmd(kEval + " --model " + d + " --n-max 3 --m-max 4 --samples 10 --mode both --json " + js);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(fs::exists(d + "/grid.csv"));
   EXPECT_TRUE(fs::exists(d + "/grid.png"));
@@ -92,7 +75,7 @@ TEST(LearnCli, EvaluateWritesGridAndAgreesWithGreedy) {
 
 TEST(LearnCli, EvaluateMarksCellsBeyondMaxPosAsNA) {
   const std::string js = tmp() + "/eval_na.json";
-  const CliRun r = run(kEval + " --model " + model_dir() + " --n-min 6 --n-max 6 --m-min 2 --m-max 2 --samples 3 --json " + js +
+  const CmdResult r = run_cmd(kEval + " --model " + model_dir() + " --n-min 6 --n-max 6 --m-min 2 --m-max 2 --samples 3 --json " + js +
                     " --csv " + tmp() + "/na.csv --png " + tmp() + "/na.png");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(read_json_file(js)["cells"][0]["accuracy"].is_null());
@@ -100,7 +83,7 @@ TEST(LearnCli, EvaluateMarksCellsBeyondMaxPosAsNA) {
 
 TEST(LearnCli, RequireFailsWithExitOne) {
   // No model is above 100%: --require 1.01 must fail on the training region.
-  const CliRun r = run(kEval + " --model " + model_dir() + " --n-max 2 --m-max 3 --samples 5 --require 1.01 --csv " + tmp() +
+  const CmdResult r = run_cmd(kEval + " --model " + model_dir() + " --n-max 2 --m-max 3 --samples 5 --require 1.01 --csv " + tmp() +
                     "/r.csv --png " + tmp() + "/r.png");
   EXPECT_EQ(r.rc, 1) << r.err;
   EXPECT_NE(r.err.find("--require"), std::string::npos) << r.err;
@@ -108,18 +91,18 @@ TEST(LearnCli, RequireFailsWithExitOne) {
 
 TEST(LearnCli, DumpAttentionRowsAreDistributions) {
   const std::string out = tmp() + "/att";
-  const CliRun r = run(kDump + " --model " + model_dir() + " --n 2 --m 3 --samples 6 --out " + out);
+  const CmdResult r = run_cmd(kDump + " --model " + model_dir() + " --n 2 --m 3 --samples 6 --out " + out);
   ASSERT_EQ(r.rc, 0) << r.err;
-  std::map<std::string, std::string> meta;
-  const auto ts = read_safetensors(out + "/attention.safetensors", &meta);
+  const auto ts = read_safetensors(out + "/attention.safetensors").tensors;
   ASSERT_EQ(ts.size(), 4u);  // 1 layer x 4 heads
   EXPECT_TRUE(fs::exists(out + "/layer0_head3.png"));
   // Each averaged row is a mean of probability rows: sums to 1 (fp32 sums of <= 50 terms: 1e-5).
   for (auto& t : ts) {
     const auto T = t.shape[0];
+    const auto v = t.to_f32();
     for (std::int64_t i = 0; i < T; ++i) {
       double s = 0;
-      for (std::int64_t j = 0; j < T; ++j) s += t.data[std::size_t(i * T + j)];
+      for (std::int64_t j = 0; j < T; ++j) s += v[std::size_t(i * T + j)];
       EXPECT_NEAR(s, 1.0, 1e-5) << t.name << " row " << i;
     }
   }
@@ -128,12 +111,12 @@ TEST(LearnCli, DumpAttentionRowsAreDistributions) {
 TEST(LearnCli, ResumeThroughTheCliIsByteIdentical) {
   const std::string d = tmp() + "/resumed";
   fs::remove_all(d);
-  CliRun r = run(kTrain + " --out " + d + kSmall + " --stop-after 15");
+  CmdResult r = run_cmd(kTrain + " --out " + d + kSmall + " --stop-after 15");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(read_json_file(d + "/config.json")["step"], 15);
   // As if the process had logged step 25 and died before its next checkpoint: resume must drop it.
   { std::ofstream(d + "/log.csv", std::ios::app) << "25,9.9,0,0,0,0\n"; }
-  r = run(kTrain + " --out " + d + " --resume");
+  r = run_cmd(kTrain + " --out " + d + " --resume");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(slurp(d + "/model.safetensors"), slurp(model_dir() + "/model.safetensors"));
   // The log describes one history: the steps column is 10, 20, 30 once each (log_every 10).
@@ -145,16 +128,92 @@ TEST(LearnCli, ResumeThroughTheCliIsByteIdentical) {
   EXPECT_EQ(slurp(d + "/checkpoint.safetensors"), slurp(model_dir() + "/checkpoint.safetensors"));
 }
 
+// The committed models (config.json files written before the architecture options existed) load with
+// the defaults and give bit for bit the logits recorded from a build before the options were added
+// (tests/data/learn_committed_logits.json: evaluate --problem, JSON floats are shortest round-trip, so
+// equal doubles mean equal floats).
+TEST(LearnCli, CommittedModelsGiveTheirRecordedLogits) {
+  const auto rec = read_json_file(manyadd::testing::source_path("tests/data/learn_committed_logits.json"));
+  for (auto it = rec["models"].begin(); it != rec["models"].end(); ++it) {
+    const std::string js = tmp() + "/committed_" + it.key() + ".json";
+    const CmdResult r = run_cmd(kEval + " --model " + manyadd::testing::source_path("models/" + it.key()) +
+                                " --problem " + rec["problem"].get<std::string>() + " --json " + js);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const auto got = read_json_file(js)["logits_from_eq"];
+    ASSERT_EQ(got.size(), it.value().size()) << it.key();
+    for (std::size_t i = 0; i < got.size(); ++i)
+      for (std::size_t v = 0; v < got[i].size(); ++v)
+        ASSERT_EQ(got[i][v].get<double>(), it.value()[i][v].get<double>()) << it.key() << " row " << i << " logit " << v;
+  }
+}
+
+// The architecture options through the CLI: the layout of the file follows them, config.json states
+// them (fields and the architecture text), and a bf16 run records its precision; resuming it in fp32
+// is refused (exit 2) unless --allow-precision-change.
+TEST(LearnCli, OptionsAndPrecisionThroughTheCli) {
+  const std::string d = tmp() + "/authors";
+  fs::remove_all(d);
+  CmdResult r = run_cmd(kTrain + " --out " + d + kSmall +
+                        " --attn-scale none --init t5 --tie-readout true --final-norm layer --precision bf16"
+                        " --warmup-from-zero true --data-seed 7 --stop-after 10");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto cfg = read_json_file(d + "/config.json");
+  EXPECT_EQ(cfg["model"]["attn_scale"], "none");
+  EXPECT_EQ(cfg["model"]["tie_readout"], true);
+  EXPECT_EQ(cfg["train"]["precision"], "bf16");
+  EXPECT_EQ(cfg["train"]["data_seed"], 7);
+  EXPECT_NE(cfg["architecture"]["readout"].get<std::string>().find("tied"), std::string::npos);
+  EXPECT_NE(cfg["architecture"]["final_norm"].get<std::string>().find("LayerNorm"), std::string::npos);
+  EXPECT_NE(cfg["architecture"]["attention"].get<std::string>().find("unscaled"), std::string::npos);
+  const auto w = read_safetensors(d + "/model.safetensors");
+  EXPECT_EQ(w.find("lm_head.weight"), nullptr);
+  EXPECT_NE(w.find("final_norm.bias"), nullptr);
+  r = run_cmd(kTrain + " --out " + d + " --resume --precision fp32");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("--allow-precision-change"), std::string::npos) << r.err;
+  r = run_cmd(kTrain + " --out " + d + " --resume");  // its own precision: fine
+  EXPECT_EQ(r.rc, 0) << r.err;
+  r = run_cmd(kTrain + " --out " + d + " --resume --steps 40 --precision fp32 --allow-precision-change");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(read_json_file(d + "/config.json")["train"]["precision"], "fp32");
+  // evaluate runs either precision on the same files.
+  for (const char* p : {"fp32", "bf16"}) {
+    r = run_cmd(kEval + " --model " + d + " --n-max 2 --m-max 3 --samples 4 --precision " + p + " --csv " + tmp() +
+                "/p.csv --png " + tmp() + "/p.png");
+    EXPECT_EQ(r.rc, 0) << p << ": " << r.err;
+  }
+  EXPECT_EQ(run_cmd(kEval + " --model " + d + " --precision fp8").rc, 2);
+}
+
+// What the CUDA device cannot run yet is refused before any device is looked for, on every machine.
+TEST(LearnCli, CudaRefusesUnsupportedOptionsWithAClearMessage) {
+  const std::pair<const char*, const char*> cases[] = {
+      {" --attn-scale none", "does not support attn_scale none yet"},
+      {" --tie-readout true", "does not support tie_readout true yet"},
+      {" --final-norm layer", "does not support final_norm layer yet"},
+      {" --precision bf16", "does not support precision bf16 yet"},
+      {" --d-head 256", "does not support d_head 256"}};
+  for (auto& [flags, msg] : cases) {
+    const std::string out = tmp() + "/cuda_refused";
+    std::string base = kSmall;  // without its own --d-head when the case sets one
+    if (std::string(flags).find("--d-head") != std::string::npos) base.replace(base.find(" --d-head 4"), 11, "");
+    const CmdResult r = run_cmd(kTrain + " --out " + out + base + flags + " --device cuda");
+    EXPECT_EQ(r.rc, 2) << flags;
+    EXPECT_NE(r.err.find(msg), std::string::npos) << flags << ": " << r.err;
+    EXPECT_FALSE(fs::exists(out + "/checkpoint.safetensors"));
+  }
+}
+
 // ---- bad input: exit 2 and a message that names the problem ----------------------------------------
 TEST(LearnCli, TruncatedWeightsExitTwo) {
   const std::string d = copy_model("trunc");
   const std::string s = slurp(d + "/model.safetensors");
   spit(d + "/model.safetensors", s.substr(0, s.size() / 2));
-  const CliRun r = run(kEval + " --model " + d + " --n-max 1 --m-max 2 --samples 1");
+  const CmdResult r = run_cmd(kEval + " --model " + d + " --n-max 1 --m-max 2 --samples 1");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("model.safetensors"), std::string::npos) << r.err;
   spit(d + "/model.safetensors", s.substr(0, 5));
-  EXPECT_EQ(run(kEval + " --model " + d + " --samples 1").rc, 2);
+  EXPECT_EQ(run_cmd(kEval + " --model " + d + " --samples 1").rc, 2);
 }
 
 TEST(LearnCli, CorruptedWeightsExitTwo) {
@@ -162,7 +221,7 @@ TEST(LearnCli, CorruptedWeightsExitTwo) {
   std::string s = slurp(d + "/model.safetensors");
   s[s.size() - 3] = char(s[s.size() - 3] ^ 0x40);  // one bit in the last weight
   spit(d + "/model.safetensors", s);
-  const CliRun r = run(kEval + " --model " + d + " --n-max 1 --m-max 2 --samples 1");
+  const CmdResult r = run_cmd(kEval + " --model " + d + " --n-max 1 --m-max 2 --samples 1");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("checksum"), std::string::npos) << r.err;
 }
@@ -172,7 +231,7 @@ TEST(LearnCli, CorruptedHeaderExitTwo) {
   std::string s = slurp(d + "/model.safetensors");
   s[10] = '#';  // inside the JSON header
   spit(d + "/model.safetensors", s);
-  const CliRun r = run(kEval + " --model " + d + " --n-max 1 --m-max 2 --samples 1");
+  const CmdResult r = run_cmd(kEval + " --model " + d + " --n-max 1 --m-max 2 --samples 1");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("not a valid"), std::string::npos) << r.err;
 }
@@ -180,47 +239,53 @@ TEST(LearnCli, CorruptedHeaderExitTwo) {
 TEST(LearnCli, BadConfigExitTwo) {
   const std::string d = copy_model("cfg");
   spit(d + "/config.json", "{\"model\": {\"d_model\": ");
-  CliRun r = run(kEval + " --model " + d + " --samples 1");
+  CmdResult r = run_cmd(kEval + " --model " + d + " --samples 1");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("not valid JSON"), std::string::npos) << r.err;
   spit(d + "/config.json", "{\"model\": {\"d_model\": \"wide\"}}");
-  r = run(kEval + " --model " + d + " --samples 1");
+  r = run_cmd(kEval + " --model " + d + " --samples 1");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("d_model"), std::string::npos) << r.err;
   // A config that parses but disagrees with the weights' shapes.
   spit(d + "/config.json", "{\"model\": {\"d_model\": 24, \"d_head\": 4, \"d_ff\": 16, \"max_pos1\": 6, \"max_pos2\": 6}}");
-  r = run(kEval + " --model " + d + " --samples 1");
+  r = run_cmd(kEval + " --model " + d + " --samples 1");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("shape"), std::string::npos) << r.err;
-  EXPECT_EQ(run(kEval + " --model " + tmp() + "/does_not_exist").rc, 2);
+  EXPECT_EQ(run_cmd(kEval + " --model " + tmp() + "/does_not_exist").rc, 2);
 }
 
 TEST(LearnCli, TruncatedCheckpointRefusesResume) {
   const std::string d = copy_model("ckpt");
   const std::string s = slurp(d + "/checkpoint.safetensors");
   spit(d + "/checkpoint.safetensors", s.substr(0, s.size() - 100));
-  const CliRun r = run(kTrain + " --out " + d + " --resume --steps 40");
+  const CmdResult r = run_cmd(kTrain + " --out " + d + " --resume --steps 40");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("checkpoint.safetensors"), std::string::npos) << r.err;
 }
 
 TEST(LearnCli, BadFlagsExitTwo) {
-  EXPECT_EQ(run(kTrain + " --out " + tmp() + "/x --lr -1").rc, 2);
-  EXPECT_EQ(run(kTrain + " --out " + tmp() + "/x --pos-mode rotary").rc, 2);
-  EXPECT_EQ(run(kTrain + " --out " + tmp() + "/x --no-such-flag").rc, 2);
-  EXPECT_EQ(run(kTrain).rc, 2);  // --out is required
+  EXPECT_EQ(run_cmd(kTrain + " --out " + tmp() + "/x --lr -1").rc, 2);
+  EXPECT_EQ(run_cmd(kTrain + " --out " + tmp() + "/x --pos-mode rotary").rc, 2);
+  for (const char* bad : {" --tie-readout yes", " --attn-scale half", " --init xavier", " --final-norm batch",
+                          " --precision fp16", " --data-seed -2", " --warmup-from-zero 1"}) {
+    const CmdResult r = run_cmd(kTrain + " --out " + tmp() + "/x" + bad);
+    EXPECT_EQ(r.rc, 2) << bad;
+    EXPECT_FALSE(r.err.empty()) << bad;
+  }
+  EXPECT_EQ(run_cmd(kTrain + " --out " + tmp() + "/x --no-such-flag").rc, 2);
+  EXPECT_EQ(run_cmd(kTrain).rc, 2);  // --out is required
   const std::string cfg = tmp() + "/bad_config.json";
   spit(cfg, "{\"train\": {\"stepz\": 3}}");
-  const CliRun r = run(kTrain + " --out " + tmp() + "/x --config " + cfg);
+  const CmdResult r = run_cmd(kTrain + " --out " + tmp() + "/x --config " + cfg);
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("stepz"), std::string::npos) << r.err;
   // A model too small for its own training shapes is refused before any work.
-  EXPECT_EQ(run(kTrain + " --out " + tmp() + "/x --max-pos1 3").rc, 2);
+  EXPECT_EQ(run_cmd(kTrain + " --out " + tmp() + "/x --max-pos1 3").rc, 2);
   // An existing run is not overwritten without --resume.
-  EXPECT_EQ(run(kTrain + " --out " + model_dir() + kSmall).rc, 2);
-  EXPECT_EQ(run(kEval + " --model " + model_dir() + " --mode fast").rc, 2);
-  EXPECT_EQ(run(kDump + " --model " + model_dir() + " --out " + tmp() + "/a2 --n 9 --m 9").rc, 2);  // beyond max_pos
-  EXPECT_EQ(run(kTrain + " --help").rc, 0);
+  EXPECT_EQ(run_cmd(kTrain + " --out " + model_dir() + kSmall).rc, 2);
+  EXPECT_EQ(run_cmd(kEval + " --model " + model_dir() + " --mode fast").rc, 2);
+  EXPECT_EQ(run_cmd(kDump + " --model " + model_dir() + " --out " + tmp() + "/a2 --n 9 --m 9").rc, 2);  // beyond max_pos
+  EXPECT_EQ(run_cmd(kTrain + " --help").rc, 0);
 }
 
 namespace {
@@ -255,7 +320,7 @@ RC_GTEST_PROP(LearnCliFuzz, CorruptedSafetensorsNeverLoadWrongWeights, ()) {
   spit(path, bad);
   try {
     std::vector<float> Q;
-    tensors_to_params(lay, read_safetensors(path, nullptr), Q);
+    tensors_to_params(lay, read_safetensors(path), Q);
     RC_ASSERT(Q == P);
   } catch (const manyadd::InputError&) {
     RC_SUCCEED("rejected");

@@ -1,5 +1,6 @@
-// Gradient checks of learn/: every layer's backward and the whole model's, for every position mode,
-// against central finite differences in double.
+// Gradient checks of learn/: every layer's backward and the whole model's, for every position mode and
+// every combination of the architecture options that change the graph (attention scale, tied readout,
+// final LayerNorm), against central finite differences in double.
 //
 // Tolerance: with step h = 1e-5 in double, the central difference has truncation error ~h^2 |f'''|
 // (~1e-10 for these O(1) functions) and rounding error ~1e-16 |f| / h (~1e-10); we require
@@ -97,20 +98,67 @@ RC_GTEST_PROP(LearnGrad, RmsNorm, ()) {
   RC_ASSERT(check(w, dw, f) <= kTol);
 }
 
+// LayerNorm (the final norm of the authors' model), weight and bias. Rows are rescaled to a standard
+// deviation in [0.5, 2] for the reason given at RmsNorm (near-constant rows make it a step function).
+RC_GTEST_PROP(LearnGrad, LayerNorm, ()) {
+  const int T = *rc::gen::inRange(1, 5), C = *rc::gen::inRange(2, 9);
+  std::mt19937_64 g(*rc::gen::arbitrary<std::uint32_t>());
+  auto inp = randn(g, std::size_t(T * C)), w = randn(g, std::size_t(C)), b = randn(g, std::size_t(C)),
+       R = randn(g, std::size_t(T * C));
+  for (int t = 0; t < T; ++t) {
+    double m = 0, ss = 0;
+    for (int c = 0; c < C; ++c) m += inp[std::size_t(t * C + c)] / C;
+    for (int c = 0; c < C; ++c) ss += (inp[std::size_t(t * C + c)] - m) * (inp[std::size_t(t * C + c)] - m) / C;
+    const double target = 0.5 + 1.5 * double(g() % 1000) / 1000.0, k = target / std::sqrt(ss + 1e-300);
+    for (int c = 0; c < C; ++c) inp[std::size_t(t * C + c)] = m + (inp[std::size_t(t * C + c)] - m) * k;
+  }
+  std::vector<double> out(inp.size()), mean(static_cast<std::size_t>(T)), rstd(static_cast<std::size_t>(T));
+  auto f = [&] {
+    layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), T, C, 1e-6);
+    return dot(out, R);
+  };
+  f();
+  std::vector<double> dinp(inp.size(), 0.0), dw(w.size(), 0.0), db(b.size(), 0.0);
+  layernorm_backward(dinp.data(), dw.data(), db.data(), R.data(), inp.data(), w.data(), mean.data(), rstd.data(), T, C);
+  RC_ASSERT(check(inp, dinp, f) <= kTol);
+  RC_ASSERT(check(w, dw, f) <= kTol);
+  RC_ASSERT(check(b, db, f) <= kTol);
+  // The forward is LayerNorm: each output row, unweighted (w = 1, b = 0), has mean 0 and variance
+  // var r^2 = (1/r^2 - eps) r^2 = 1 - eps r^2 (1e-12: a few dozen double roundings of O(1) values).
+  std::vector<double> ones(std::size_t(C), 1.0), zeros(std::size_t(C), 0.0);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), ones.data(), zeros.data(), T, C, 1e-6);
+  for (int t = 0; t < T; ++t) {
+    double m = 0, var = 0;
+    for (int c = 0; c < C; ++c) m += out[std::size_t(t * C + c)] / C;
+    for (int c = 0; c < C; ++c) var += (out[std::size_t(t * C + c)] - m) * (out[std::size_t(t * C + c)] - m) / C;
+    RC_ASSERT(std::abs(m) < 1e-12);
+    const double want = 1.0 - 1e-6 * rstd[std::size_t(t)] * rstd[std::size_t(t)];
+    RC_ASSERT(std::abs(var - want) < 1e-12);
+  }
+}
+
 RC_GTEST_PROP(LearnGrad, Attention, ()) {
   const int T = *rc::gen::inRange(1, 7), NH = *rc::gen::inRange(1, 4), HS = *rc::gen::inRange(1, 5);
   const std::size_t n = std::size_t(T * NH * HS);
   std::mt19937_64 g(*rc::gen::arbitrary<std::uint32_t>());
   auto q = randn(g, n), k = randn(g, n), v = randn(g, n), R = randn(g, n);
+  // Both scales of the model (1/sqrt(HS) and T5's 1), and the 1/sqrt(HS) overload.
+  const int which = *rc::gen::inRange(0, 3);
+  const double scale = which == 1 ? 1.0 : 1.0 / std::sqrt(double(HS));
   std::vector<double> out(n), att(std::size_t(NH * T * T)), scratch(std::size_t(T * T));
   auto f = [&] {
-    attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), T, NH, HS);
+    if (which == 2) attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), T, T, NH, HS);
+    else attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), T, T, NH, HS, scale);
     return dot(out, R);
   };
   f();
   std::vector<double> dq(n, 0.0), dk(n, 0.0), dv(n, 0.0);
-  attention_backward(dq.data(), dk.data(), dv.data(), scratch.data(), R.data(), att.data(), q.data(), k.data(),
-                     v.data(), T, NH, HS);
+  if (which == 2)
+    attention_backward(dq.data(), dk.data(), dv.data(), scratch.data(), R.data(), att.data(), q.data(), k.data(),
+                       v.data(), T, NH, HS);
+  else
+    attention_backward(dq.data(), dk.data(), dv.data(), scratch.data(), R.data(), att.data(), q.data(), k.data(),
+                       v.data(), T, NH, HS, scale);
   RC_ASSERT(check(q, dq, f) <= kTol);
   RC_ASSERT(check(k, dk, f) <= kTol);
   RC_ASSERT(check(v, dv, f) <= kTol);
@@ -125,6 +173,33 @@ RC_GTEST_PROP(LearnGrad, Attention, ()) {
       }
       RC_ASSERT(std::abs(s - 1.0) < 1e-12);
     }
+}
+
+// The key/value-cache form of attention_forward (queries = the last Tq positions, keys = all Tk, what
+// greedy decoding runs) equals the last Tq rows of the full causal attention over the Tk positions:
+// outputs and attention rows. Double; the score products run on different shapes (Tq or Tk rows), so
+// equal up to rounding, ~1e-16 relative: 1e-12 of the largest entry, while a wrong mask offset or a
+// shifted row gives O(1) differences.
+RC_GTEST_PROP(LearnLayers, CachedAttentionEqualsTheLastRowsOfFullAttention, ()) {
+  const int Tk = *rc::gen::inRange(1, 9), Tq = *rc::gen::inRange(1, Tk + 1), NH = *rc::gen::inRange(1, 4),
+            HS = *rc::gen::inRange(1, 5), D = NH * HS;
+  std::mt19937_64 g(*rc::gen::arbitrary<std::uint32_t>());
+  const auto q = randn(g, std::size_t(Tk * D), 2.0), k = randn(g, std::size_t(Tk * D), 2.0), v = randn(g, std::size_t(Tk * D));
+  std::vector<double> out(std::size_t(Tk * D)), att(std::size_t(NH * Tk * Tk));
+  attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), Tk, Tk, NH, HS);
+  std::vector<double> outc(std::size_t(Tq * D)), attc(std::size_t(NH * Tq * Tk));
+  const int past = Tk - Tq;
+  attention_forward(outc.data(), attc.data(), q.data() + past * D, k.data(), v.data(), Tq, Tk, NH, HS);
+  double scale = 0;
+  for (double x : out) scale = std::max(scale, std::abs(x));
+  for (int i = 0; i < Tq; ++i)
+    for (int d = 0; d < D; ++d)
+      RC_ASSERT(std::abs(outc[std::size_t(i * D + d)] - out[std::size_t((past + i) * D + d)]) <= 1e-12 * scale);
+  for (int h = 0; h < NH; ++h)
+    for (int i = 0; i < Tq; ++i)
+      for (int j = 0; j < Tk; ++j)
+        RC_ASSERT(std::abs(attc[std::size_t((h * Tq + i) * Tk + j)] - att[std::size_t((h * Tk + past + i) * Tk + j)]) <=
+                  1e-12);
 }
 
 RC_GTEST_PROP(LearnGrad, Geglu, ()) {
@@ -186,37 +261,45 @@ RC_GTEST_PROP(LearnGrad, CrossEntropy, ()) {
   RC_ASSERT(check(logits, d, f) <= kTol);
 }
 
-// The whole model, every parameter, every position mode, two layers so the inter-block path is used.
-class WholeModel : public ::testing::TestWithParam<PosMode> {};
-
-TEST_P(WholeModel, GradientMatchesFiniteDifferences) {
+namespace {
+// Two layers (so the inter-block path is used), widths of a few units, init_std 0.5: large enough that
+// every path carries gradient of order 1.
+ModelConfig tiny_model(PosMode mode) {
   ModelConfig c;
   c.n_layers = 2;
   c.n_heads = 2;
   c.d_model = 6;
   c.d_head = 3;
   c.d_ff = 5;
-  c.max_pos1 = c.pos_mode == PosMode::absolute ? 40 : 8;
+  c.pos_mode = mode;
+  c.max_pos1 = mode == PosMode::absolute ? 40 : 8;
   c.max_pos2 = 6;
-  c.pos_mode = GetParam();
-  if (c.pos_mode == PosMode::absolute) c.max_pos1 = 40;
-  c.init_std = 0.5f;  // large enough that every path carries gradient of order 1
+  c.init_std = 0.5f;
+  return c;
+}
+
+// The whole model against central differences, every parameter tensor separately (so a failure names
+// it), on one example. Norm weights are drawn N(1, 0.3) and LayerNorm biases N(0, 0.3), so an error
+// invisible at weight 1 or bias 0 shows. Every tensor's gradient must also be nonzero somewhere (a test
+// that cannot fail otherwise passes on a no-op backward; position rows never read are zero, so the
+// tensor is looked at as a whole).
+void check_whole_model(const ModelConfig& c) {
   const Layout lay = Layout::make(c);
   auto P = init_params<double>(c, lay, 7);
-  // Random norm weights too, so an error that is invisible at weight 1 shows.
   std::mt19937_64 g(3);
-  std::normal_distribution<double> nd(1.0, 0.3);
+  std::normal_distribution<double> nd(1.0, 0.3), nb(0.0, 0.3);
   for (auto& t : lay.tensors)
     if (t.shape.size() == 1)
-      for (std::int64_t i = 0; i < t.size; ++i) P[std::size_t(t.offset + i)] = nd(g);
+      for (std::int64_t i = 0; i < t.size; ++i)
+        P[std::size_t(t.offset + i)] = t.name.find(".bias") != std::string::npos ? nb(g) : nd(g);
   const Example ex = make_example(parse_problem("57+8+96"), c, 2, 2);
   Acts<double> a;
   GradScratch<double> gs;
-  auto f = [&] { return model_forward(a, c, lay, P.data(), ex); };
+  const ModelView<double> model{c, lay, P.data()};
+  auto f = [&] { return model_forward(a, model, batch_of(ex)); };
   f();
   std::vector<double> G(P.size(), 0.0);
-  model_backward(G.data(), gs, a, c, lay, P.data(), ex, 1.0);
-  // Check every tensor separately so a failure names it.
+  model_backward(G.data(), gs, a, model, batch_of(ex), 1.0);
   for (auto& t : lay.tensors) {
     std::vector<double> x(P.begin() + t.offset, P.begin() + t.offset + t.size);
     std::vector<double> an(G.begin() + t.offset, G.begin() + t.offset + t.size);
@@ -227,13 +310,17 @@ TEST_P(WholeModel, GradientMatchesFiniteDifferences) {
     const double err = check(x, an, ft);
     std::copy(x.begin(), x.end(), P.begin() + t.offset);
     EXPECT_LE(err, kTol) << t.name;
-    // The gradient must not be identically zero (a test that cannot fail otherwise passes on a no-op
-    // backward); position rows that were never read are zero, so look at the tensor as a whole.
     double mx = 0;
     for (double v : an) mx = std::max(mx, std::abs(v));
     EXPECT_GT(mx, 1e-6) << t.name << " has an all-zero gradient";
   }
 }
+}  // namespace
+
+// The whole model, every parameter, every position mode, two layers so the inter-block path is used.
+class WholeModel : public ::testing::TestWithParam<PosMode> {};
+
+TEST_P(WholeModel, GradientMatchesFiniteDifferences) { check_whole_model(tiny_model(GetParam())); }
 
 // fp32 forward agrees with the double forward: the loss sum is O(10), fp32 rounding per operation is
 // ~6e-8 relative, over a few hundred accumulations per value ~1e-5 relative; we allow 1e-4 relative.
@@ -249,11 +336,103 @@ TEST_P(WholeModel, FloatMatchesDouble) {
   const Example ex = make_example(parse_problem("123+45+6+999"), c, 1, 1);
   Acts<double> ad;
   Acts<float> af;
-  const double ld = model_forward(ad, c, lay, Pd.data(), ex);
-  const float lf = model_forward(af, c, lay, Pf.data(), ex);
+  const double ld = model_forward(ad, ModelView<double>{c, lay, Pd.data()}, batch_of(ex));
+  const float lf = model_forward(af, ModelView<float>{c, lay, Pf.data()}, batch_of(ex));
   EXPECT_NEAR(double(lf), ld, 1e-4 * std::abs(ld));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModes, WholeModel,
                          ::testing::Values(PosMode::coupled, PosMode::digits, PosMode::absolute, PosMode::none),
                          [](const ::testing::TestParamInfo<PosMode>& p) { return std::string(pos_mode_name(p.param)); });
+
+// The whole model under every combination of the options that change the graph (attention scale,
+// tied readout, final LayerNorm), each with both initializations: every parameter against central
+// differences, as WholeModel above (same tolerance and argument). Two layers, coupled positions.
+struct Options {
+  AttnScale scale;
+  bool tie;
+  NormKind norm;
+  InitScheme init;
+};
+class WholeModelOptions : public ::testing::TestWithParam<Options> {};
+
+TEST_P(WholeModelOptions, GradientMatchesFiniteDifferences) {
+  const Options o = GetParam();
+  ModelConfig c = tiny_model(PosMode::coupled);
+  c.attn_scale = o.scale;
+  c.tie_readout = o.tie;
+  c.final_norm = o.norm;
+  c.init = o.init;
+  const Layout lay = Layout::make(c);
+  // The layout follows the options: no lm_head when tied, a final_norm.bias with LayerNorm.
+  EXPECT_EQ(lay.lm_head < 0, o.tie);
+  EXPECT_EQ(lay.final_norm_bias >= 0, o.norm == NormKind::layer);
+  EXPECT_EQ(lay.tensors.back().name, o.tie ? (o.norm == NormKind::layer ? "final_norm.bias" : "final_norm.weight")
+                                           : "lm_head.weight");
+  check_whole_model(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllCombinations, WholeModelOptions,
+    ::testing::ValuesIn([] {
+      std::vector<Options> v;
+      for (AttnScale s : {AttnScale::inv_sqrt_dhead, AttnScale::none})
+        for (bool tie : {false, true})
+          for (NormKind n : {NormKind::rms, NormKind::layer})
+            for (InitScheme i : {InitScheme::normal, InitScheme::t5}) v.push_back({s, tie, n, i});
+      return v;
+    }()),
+    [](const ::testing::TestParamInfo<Options>& p) {
+      return std::string(attn_scale_name(p.param.scale)) + (p.param.tie ? "_tied_" : "_untied_") +
+             norm_kind_name(p.param.norm) + "_" + init_name(p.param.init);
+    });
+
+// T5 initialization draws each matrix with its own std (model.hpp): the sample std of every tensor
+// of a d_model 256 model is its formula's within 5% (each has >= 256 x 64 = 16k draws: the sample
+// std's relative error is ~1/sqrt(2 n) < 0.6%, so 5% is 8 sigma); norm weights 1, LayerNorm bias 0.
+// Both schemes scale the same standard-normal draws, in layout order: with one seed the token table
+// (the first tensor) of the normal scheme is init_std times the T5 one.
+TEST(LearnInit, T5StdsPerTensor) {
+  ModelConfig c;
+  c.d_model = 256, c.n_heads = 4, c.d_head = 64, c.d_ff = 1024, c.max_pos1 = 40, c.max_pos2 = 40;
+  c.init = InitScheme::t5;
+  c.final_norm = NormKind::layer;
+  const Layout lay = Layout::make(c);
+  const auto P = init_params<double>(c, lay, 5);
+  auto sd = [&](const std::string& name) {
+    const auto& t = lay.find(name);
+    double ss = 0;
+    for (std::int64_t i = 0; i < t.size; ++i) ss += P[std::size_t(t.offset + i)] * P[std::size_t(t.offset + i)];
+    return std::sqrt(ss / double(t.size));
+  };
+  const double C = 256, HS = 64, D = 256, F = 1024;
+  const std::pair<const char*, double> want[] = {
+      {"tok_emb.weight", 1.0}, {"pos_emb.0.weight", 1.0}, {"pos_emb.1.weight", 1.0},
+      {"layers.0.attn.q.weight", 1 / std::sqrt(C * HS)}, {"layers.0.attn.k.weight", 1 / std::sqrt(C)},
+      {"layers.0.attn.v.weight", 1 / std::sqrt(C)}, {"layers.0.attn.o.weight", 1 / std::sqrt(D)},
+      {"layers.0.ffn.wi.weight", 1 / std::sqrt(C)}, {"layers.0.ffn.wo.weight", 1 / std::sqrt(F)},
+      {"lm_head.weight", 1.0}};
+  for (auto& [name, s] : want) EXPECT_NEAR(sd(name), s, 0.05 * s) << name;
+  for (auto& t : lay.tensors) {
+    if (t.shape.size() != 1) continue;
+    for (std::int64_t i = 0; i < t.size; ++i)
+      ASSERT_EQ(P[std::size_t(t.offset + i)], t.name == "final_norm.bias" ? 0.0 : 1.0) << t.name;
+  }
+  // Same seed, normal scheme: the token table (first tensor, first draws) is init_std times the T5 one.
+  ModelConfig n = c;
+  n.init = InitScheme::normal;
+  const auto Pn = init_params<double>(n, Layout::make(n), 5);
+  const auto& te = lay.find("tok_emb.weight");
+  for (std::int64_t i = 0; i < te.size; ++i)
+    ASSERT_DOUBLE_EQ(Pn[std::size_t(i)], double(n.init_std) * P[std::size_t(i)]);
+}
+
+// bf16 emulation rounds floats; a double forward has no bf16 mode (an internal error, not a silent fp32).
+TEST(LearnPrecision, Bf16IsFloatOnly) {
+  ModelConfig c;
+  const Layout lay = Layout::make(c);
+  const auto P = init_params<double>(c, lay, 1);
+  const Example ex = make_example(parse_problem("12+34"), c, 1, 1);
+  Acts<double> a;
+  EXPECT_THROW(model_forward(a, ModelView<double>{c, lay, P.data(), Precision::bf16}, batch_of(ex)), InvariantError);
+}

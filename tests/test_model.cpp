@@ -30,7 +30,7 @@ TEST(Hypercube, Eq3BitsAndWrap) {
 
 TEST(Model, LayoutNamesAndDimension) {
   const auto M = build_model(10, 10, 12.0);
-  EXPECT_EQ(M.d(), 59);  // the headline shape's d (design.md)
+  EXPECT_EQ(M.d(), 59);  // the headline shape's d: n = m = 1000, P1 = P2 = 10 (docs/construction.md)
   const auto names = M.layout.names();
   ASSERT_EQ(int(names.size()), 59);
   EXPECT_EQ(names[0], "NUM");

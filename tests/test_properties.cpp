@@ -110,7 +110,7 @@ RC_GTEST_PROP(Properties, EnginesAgreeAndGreedyEqualsBoost, ()) {
 }
 
 // True greedy decoding (one forward pass per generated token, from the query only) produces the
-// same response as the teacher-forced check — the induction of construction-notes.md, tested.
+// same response as the teacher-forced check — the induction of docs/construction.md, tested.
 RC_GTEST_PROP(Properties, GreedyDecodingMatchesTeacherForcing, ()) {
   Case c = gen_case();
   const auto M = build_model(c.dims.P1, c.dims.P2, default_lambda(c.shape.N()));

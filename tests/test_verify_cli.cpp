@@ -5,11 +5,11 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
-#include <sys/wait.h>
 
 #include <nlohmann/json.hpp>
 
 #include "manyadd/verify_cli.hpp"
+#include "test_util.hpp"
 
 namespace {
 struct Run {
@@ -152,6 +152,21 @@ TEST(VerifyCli, BadInputExitsTwoWithMessage) {
   }
 }
 
+// Every option is parsed strictly: a number must be all number, of the option's type and range.
+TEST(VerifyCli, StrictOptionsExitTwo) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"--n", "3.5", "--m", "3"},      {"--n", "", "--m", "3"},          {"--n", "3", "--m", "3", "--samples", "-1"},
+      {"--n", "3", "--m", "3", "--lambda", "nan"}, {"--n", "3", "--m", "3", "--seed", "-1"},
+      {"--n", "3", "--m", "3", "--lambdas", "1,nan,1,1"}, {"--n", "3", "--m", "3", "--threads", "0"},
+      {"--n", "3", "--m", "3", "--cross-check", "1e3"},  {"--n", "3", "--m", "3", "--json", "/dev/null"},
+      {"--n", "3", "--m", "3", "--offsets", "random:+4"}};
+  for (const auto& c : cases) {
+    const auto r = run(c);
+    EXPECT_EQ(r.code, 2) << c[0] << " " << c[1] << " ... " << r.out;
+    EXPECT_NE(r.err.find("verify_construction: "), std::string::npos) << r.err;
+  }
+}
+
 TEST(VerifyCli, ExportWritesTheModel) {
   const std::string dir = ::testing::TempDir() + "/exported_model";
   const auto r = run({"--n", "2", "--m", "3", "--samples", "1", "--export", dir});
@@ -165,11 +180,7 @@ TEST(VerifyCli, ExportWritesTheModel) {
 }
 
 TEST(VerifyCli, RealBinaryExitCodes) {
-  const std::string exe = std::string(MANYADD_BINARY_DIR) + "/proofs-check/verify_construction";
-  auto status = [&](const std::string& args) {
-    const int s = std::system((exe + " " + args + " >/dev/null 2>&1").c_str());
-    return WIFEXITED(s) ? WEXITSTATUS(s) : -1;
-  };
+  auto status = [&](const std::string& args) { return manyadd::testing::run_cmd(std::string(VERIFY_CONSTRUCTION_EXE) + " " + args).rc; };
   EXPECT_EQ(status("--n 3 --m 3 --samples 2"), 0);
   EXPECT_EQ(status("--n 3 --m 3 --lambda 0.05"), 1);
   EXPECT_EQ(status("--n x"), 2);

@@ -1,13 +1,7 @@
-// Export of the constructed model to safetensors + config.json; see export.hpp. The safetensors
-// layout (8-byte little-endian header length, JSON header, contiguous raw tensors) is written by
-// hand so the format is fixed by this file, not by a library version.
+// Export of the constructed model to safetensors (F64, through core's one writer) + config.json;
+// see export.hpp.
 #include "manyadd/export.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -16,6 +10,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "manyadd/core/files.hpp"
+#include "manyadd/core/safetensors.hpp"
+
 namespace manyadd {
 
 namespace {
@@ -23,114 +20,30 @@ namespace {
 namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;  // keeps keys in the order written: the files read top-down
 
-struct Tensor {
-  std::string name;
-  std::vector<std::int64_t> shape;
-  std::vector<double> data;  // row-major (C order), as safetensors requires
-};
-
 // Eigen stores column-major; safetensors (and torch) expect row-major, so copy element by element.
 Tensor matrix_tensor(std::string name, const Eigen::MatrixXd& M) {
-  Tensor t{std::move(name), {std::int64_t(M.rows()), std::int64_t(M.cols())}, {}};
-  t.data.reserve(std::size_t(M.size()));
+  std::vector<double> data;
+  data.reserve(std::size_t(M.size()));
   for (Eigen::Index r = 0; r < M.rows(); ++r)
-    for (Eigen::Index c = 0; c < M.cols(); ++c) t.data.push_back(M(r, c));
-  return t;
+    for (Eigen::Index c = 0; c < M.cols(); ++c) data.push_back(M(r, c));
+  return make_tensor(std::move(name), {std::int64_t(M.rows()), std::int64_t(M.cols())}, data, DType::F64);
 }
 
 Tensor vector_tensor(std::string name, const Eigen::VectorXd& v) {
-  return Tensor{std::move(name), {std::int64_t(v.size())}, std::vector<double>(v.data(), v.data() + v.size())};
+  return make_tensor(std::move(name), {std::int64_t(v.size())}, std::vector<double>(v.data(), v.data() + v.size()),
+                     DType::F64);
 }
 
 // Row p = position part of ID p at one level; the other level is held at 0 (which writes nothing),
 // so the two tables have disjoint supports and sum to write_position(L, p1, p2).
 Tensor position_table(std::string name, const Layout& L, std::int64_t max_pos, int level) {
   const int d = L.d();
-  Tensor t{std::move(name), {max_pos + 1, d}, std::vector<double>(std::size_t(max_pos + 1) * std::size_t(d), 0.0)};
+  std::vector<double> data(std::size_t(max_pos + 1) * std::size_t(d), 0.0);
   for (std::int64_t p = 1; p <= max_pos; ++p) {
     const auto id = std::int32_t(p);
-    write_position(L, level == 1 ? id : 0, level == 2 ? id : 0, t.data.data() + std::size_t(p) * std::size_t(d));
+    write_position(L, level == 1 ? id : 0, level == 2 ? id : 0, data.data() + std::size_t(p) * std::size_t(d));
   }
-  return t;
-}
-
-// Byte order is fixed explicitly (little-endian) rather than taken from the host.
-void append_u64_le(std::string& out, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(char((v >> (8 * i)) & 0xff));
-}
-
-std::string safetensors_bytes(const std::vector<Tensor>& tensors, const ojson& metadata) {
-  ojson header = ojson::object();
-  std::uint64_t offset = 0;
-  for (const auto& t : tensors) {
-    const std::uint64_t bytes = std::uint64_t(t.data.size()) * 8;
-    header[t.name] = {{"dtype", "F64"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
-  }
-  header["__metadata__"] = metadata;
-  std::string h = header.dump();
-  // Pad with spaces (valid JSON whitespace) so the data starts 8-byte aligned, as the reference
-  // writer does; readers that map the file can then view F64 data in place.
-  while (h.size() % 8 != 0) h.push_back(' ');
-  std::string out;
-  out.reserve(8 + h.size() + offset);
-  append_u64_le(out, h.size());
-  out += h;
-  for (const auto& t : tensors) {
-    for (double x : t.data) {
-      std::uint64_t bits;
-      std::memcpy(&bits, &x, sizeof bits);
-      append_u64_le(out, bits);
-    }
-  }
-  return out;
-}
-
-[[noreturn]] void fail_write(const fs::path& path, const char* what, int err) {
-  throw InputError(fmt::format("cannot write {}: {} failed: {} (is the directory writable?)", path.string(), what,
-                               std::strerror(err)));
-}
-
-// tmp file in the same directory (so rename is atomic), fsync, rename over the target, fsync the
-// directory so the rename itself survives a crash.
-void write_atomic(const fs::path& path, const std::string& bytes) {
-  const fs::path tmp = path.string() + fmt::format(".tmp.{}", ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail_write(tmp, "open", errno);
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      fail_write(tmp, "write", err);
-    }
-    done += std::size_t(w);
-  }
-  if (::fsync(fd) != 0) {
-    const int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    fail_write(tmp, "fsync", err);
-  }
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    fail_write(tmp, "close", err);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    fail_write(path, "rename", err);
-  }
-  const fs::path parent = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  const int dfd = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {  // best effort: some file systems refuse fsync on directories
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  return make_tensor(std::move(name), {max_pos + 1, d}, data, DType::F64);
 }
 
 ojson config_json(const ConstructedModel& M, const Shape* shape, std::int64_t max_pos1, std::int64_t max_pos2) {
@@ -139,7 +52,7 @@ ojson config_json(const ConstructedModel& M, const Shape* shape, std::int64_t ma
   ojson c;
   c["format"] = "manyadd-constructed";
   c["format_version"] = kExportFormatVersion;
-  c["model"] = "Theorem 4.1 construction (paper 000, Appendix D): 1-layer 4-head transformer adding many numbers";
+  c["model"] = "Theorem 4.1 construction (Cho et al., ICLR 2025, Appendix D): 1-layer 4-head transformer adding many numbers";
   c["weights"] = "model.safetensors";
   c["dtype"] = "float64";
   c["architecture"] = {
@@ -266,10 +179,8 @@ void export_model(const ConstructedModel& M, const Shape* shape, std::int64_t ma
   tensors.push_back(position_table("embed.pos2", L, max_pos2, 2));
 
   // safetensors metadata is string -> string only.
-  const ojson meta = {{"format", "pt"},
-                      {"manyadd_format_version", std::to_string(kExportFormatVersion)},
-                      {"config", "config.json"}};
-  const std::string weights = safetensors_bytes(tensors, meta);
+  const std::map<std::string, std::string> meta = {
+      {"format", "pt"}, {"manyadd_format_version", std::to_string(kExportFormatVersion)}, {"config", "config.json"}};
   const std::string config = config_json(M, shape, max_pos1, max_pos2).dump(2) + "\n";
 
   const fs::path out(dir);
@@ -279,8 +190,8 @@ void export_model(const ConstructedModel& M, const Shape* shape, std::int64_t ma
   if (!fs::is_directory(out, ec))
     throw InputError(fmt::format("export: {} exists and is not a directory", out.string()));
   // Weights first: a config.json present means its weights were complete when it was written.
-  write_atomic(out / "model.safetensors", weights);
-  write_atomic(out / "config.json", config);
+  write_safetensors((out / "model.safetensors").string(), tensors, meta);
+  atomic_write((out / "config.json").string(), config);
 }
 
 }  // namespace manyadd

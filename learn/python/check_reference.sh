@@ -1,16 +1,26 @@
 #!/bin/sh
 # ctest driver: trains a tiny model with the train CLI, asks evaluate for one problem's logits, and
-# checks them against the independent Python forward (reference_forward.py). Args: TRAIN EVALUATE DIR
+# checks them against the independent Python forward (reference_forward.py): every position mode with
+# the default architecture, then each architecture option alone and all of them together (the
+# authors' model). Args: TRAIN EVALUATE
 set -e
 train="$1"; evaluate="$2"; here="$(dirname "$0")"
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
-for mode in coupled digits absolute none; do
+check() {  # NAME MODE FLAGS...
+  name="$1"; mode="$2"; shift 2
   mp1=6; [ "$mode" = absolute ] && mp1=40
-  "$train" --out "$dir/$mode" --pos-mode $mode --train-n 2 --train-m 3 --train-size 200 --max-pos1 $mp1 \
+  "$train" --out "$dir/$name" --pos-mode $mode --train-n 2 --train-m 3 --train-size 200 --max-pos1 $mp1 \
     --max-pos2 6 --n-layers 2 --d-model 16 --d-head 4 --d-ff 16 --batch 8 --steps 20 --lr 0.01 \
-    --eval-every 0 --eval-samples 2 > /dev/null 2>&1
+    --eval-every 0 --eval-samples 2 "$@" > /dev/null 2>&1
   # exit 1 only means the (barely trained) model answered wrongly; the logits are what we compare
-  "$evaluate" --model "$dir/$mode" --problem 57+8+96 --json "$dir/$mode.json" > /dev/null || [ $? -eq 1 ]
-  "${PYTHON:-python3}" "$here/reference_forward.py" "$dir/$mode" "$dir/$mode.json"
-done
+  "$evaluate" --model "$dir/$name" --problem 57+8+96 --json "$dir/$name.json" > /dev/null || [ $? -eq 1 ]
+  printf '%s: ' "$name"
+  "${PYTHON:-python3}" "$here/reference_forward.py" "$dir/$name" "$dir/$name.json"
+}
+for mode in coupled digits absolute none; do check "$mode" "$mode"; done
+check attn_scale_none coupled --attn-scale none
+check tie_readout coupled --tie-readout true
+check final_layernorm coupled --final-norm layer
+check init_t5 coupled --init t5
+check authors_model coupled --attn-scale none --init t5 --tie-readout true --final-norm layer

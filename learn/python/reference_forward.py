@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Independent forward pass of a model directory written by `train`, from config.json and
-model.safetensors alone (Python standard library only, double precision), to show the exported
-files are self-describing and to cross-check the C++ forward.
+model.safetensors alone (Python standard library only, double precision; the file is read by
+python/manyadd/safetensors.py in its standard-library mode), to show the exported files are
+self-describing and to cross-check the C++ forward.
 
 usage: reference_forward.py MODEL_DIR PROBLEM_JSON
   PROBLEM_JSON is what `evaluate --model MODEL_DIR --problem P --json FILE` writes: the tokens, the
@@ -11,36 +12,27 @@ usage: reference_forward.py MODEL_DIR PROBLEM_JSON
 The architecture (see config.json "architecture"): x = tok_emb[tok] + sum_lv pos_emb.lv[pos_lv];
 per layer x = attn_norm2(x + attn(attn_norm1(x))), x = ffn_norm2(x + ffn(ffn_norm1(x))); logits =
 lm_head(final_norm(x)). RMSNorm w * x / sqrt(mean(x^2) + eps); attention causal, scores / sqrt(d_head);
-GEGLU wi -> [gate | up], gelu_tanh(gate) * up, then wo.
+GEGLU wi -> [gate | up], gelu_tanh(gate) * up, then wo. The model options of config.json (absent in
+files written before they existed: the defaults): attn_scale "none" drops the 1/sqrt(d_head);
+final_norm "layer" is LayerNorm w * (x - mean) / sqrt(var + eps) + b (biased variance); tie_readout
+true reads out with the token table, logits = (final_norm(x) * d_model^-1/2) tok_emb^T.
 """
 import json
 import math
-import struct
+import os
 import sys
+
+# The project's safetensors reader, imported by path (nothing to install), in its standard-library mode.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+from manyadd import safetensors  # noqa: E402
 
 VOCAB = "0123456789+=>$"
 
 
-def load_safetensors(path):
-    with open(path, "rb") as f:
-        b = f.read()
-    (hl,) = struct.unpack("<Q", b[:8])
-    header = json.loads(b[8:8 + hl])
-    data = b[8 + hl:]
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        assert e["dtype"] == "F32", name
-        s, t = e["data_offsets"]
-        vals = struct.unpack("<%df" % ((t - s) // 4), data[s:t])
-        shape = e["shape"]
-        if len(shape) == 1:
-            out[name] = list(vals)
-        else:
-            rows, cols = shape
-            out[name] = [list(vals[r * cols:(r + 1) * cols]) for r in range(rows)]
-    return out
+def load_weights(path):
+    """{name: nested lists of floats} (float32 values widened exactly to double)."""
+    tensors, _ = safetensors.read(path, use_numpy=False)
+    return {name: t.tolist() for name, t in tensors.items()}
 
 
 def linear(x, w):  # x (T, C), w (OC, C) -> (T, OC)
@@ -55,6 +47,16 @@ def rmsnorm(x, w, eps):
     return out
 
 
+def layernorm(x, w, b, eps):
+    out = []
+    for row in x:
+        m = sum(row) / len(row)
+        var = sum((v - m) ** 2 for v in row) / len(row)
+        r = 1.0 / math.sqrt(var + eps)
+        out.append([wi * (v - m) * r + bi for wi, bi, v in zip(w, b, row)])
+    return out
+
+
 def gelu_tanh(v):
     return 0.5 * v * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v ** 3)))
 
@@ -62,6 +64,7 @@ def gelu_tanh(v):
 def forward(cfg, W, tokens, pos):
     C, NH, HS, F = cfg["d_model"], cfg["n_heads"], cfg["d_head"], cfg["d_ff"]
     eps = cfg["norm_eps"]
+    scale = 1.0 / math.sqrt(HS) if cfg.get("attn_scale", "inv_sqrt_dhead") == "inv_sqrt_dhead" else 1.0
     levels = {"coupled": 2, "digits": 1, "absolute": 1, "none": 0}[cfg["pos_mode"]]
     T = len(tokens)
     x = []
@@ -79,7 +82,7 @@ def forward(cfg, W, tokens, pos):
         for h in range(NH):
             sl = slice(h * HS, (h + 1) * HS)
             for i in range(T):
-                sc = [sum(a * b for a, b in zip(q[i][sl], k[j][sl])) / math.sqrt(HS) for j in range(i + 1)]
+                sc = [sum(a * b for a, b in zip(q[i][sl], k[j][sl])) * scale for j in range(i + 1)]
                 mx = max(sc)
                 e = [math.exp(s - mx) for s in sc]
                 z = sum(e)
@@ -92,7 +95,16 @@ def forward(cfg, W, tokens, pos):
         g = [[gelu_tanh(row[f]) * row[F + f] for f in range(F)] for row in hdn]
         fo = linear(g, W[p + "ffn.wo.weight"])
         x = rmsnorm([[a + b for a, b in zip(r1, r2)] for r1, r2 in zip(x, fo)], W[p + "ffn_norm2.weight"], eps)
-    return linear(rmsnorm(x, W["final_norm.weight"], eps), W["lm_head.weight"])
+    if cfg.get("final_norm", "rms") == "layer":
+        xf = layernorm(x, W["final_norm.weight"], W["final_norm.bias"], eps)
+    else:
+        xf = rmsnorm(x, W["final_norm.weight"], eps)
+    if cfg.get("tie_readout", False):
+        if "lm_head.weight" in W:
+            raise ValueError("tie_readout is true but the file has an lm_head.weight")
+        s = 1.0 / math.sqrt(C)
+        return linear([[v * s for v in row] for row in xf], W["tok_emb.weight"])
+    return linear(xf, W["lm_head.weight"])
 
 
 def main():
@@ -101,7 +113,7 @@ def main():
         return 2
     model_dir, pj = sys.argv[1], sys.argv[2]
     cfg = json.load(open(model_dir + "/config.json"))["model"]
-    W = load_safetensors(model_dir + "/model.safetensors")
+    W = load_weights(model_dir + "/model.safetensors")
     prob = json.load(open(pj))
     tokens = [VOCAB.index(c) for c in prob["tokens"]]
     logits = forward(cfg, W, tokens, [prob["pos1"], prob["pos2"]])

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <functional>
 #include <limits>
 #include <stdexcept>
@@ -14,6 +13,8 @@
 #include "manyadd/dense.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
+#include "manyadd/learn/io.hpp"
+#include "manyadd/learn/plot.hpp"
 #include "manyadd/model.hpp"
 
 namespace manyadd::learn {
@@ -36,7 +37,7 @@ AttentionMaps learned_attention(const LoadedModel& lm, const std::vector<Problem
     const Example ex = make_example(problems[std::size_t(i)], c, s1, s2);
     if (ex.T() != T) throw InputError("learned_attention: the problems have different shapes");
     auto& a = acts[std::size_t(t)];
-    ok[std::size_t(i)] = teacher_forced_correct(a, c, lm.lay, lm.params.data(), ex);
+    ok[std::size_t(i)] = teacher_forced_correct(a, lm.view(), ex);
     auto& s = sums[std::size_t(t)];
     for (int l = 0; l < c.n_layers; ++l) {
       const auto& att = a.blocks[std::size_t(l)].att;
@@ -323,21 +324,18 @@ void write_attention_dir(const std::string& out, const AttentionMaps& a, const S
                          std::int64_t s2, std::int64_t samples, const std::vector<std::uint8_t>& example_tokens,
                          const std::vector<std::int32_t>& pos1, const std::vector<std::int32_t>& pos2,
                          const std::map<std::string, std::string>& extra) {
-  std::filesystem::create_directories(out);
-  std::vector<NamedTensor> ts;
+  make_output_dir(out);
+  std::vector<Tensor> ts;
   for (int g = 0; g < a.heads(); ++g) {
-    NamedTensor nt;
-    nt.name = a.names[std::size_t(g)];
-    nt.shape = {a.T, a.T};
-    nt.data = a.maps[std::size_t(g)];
+    const std::string& name = a.names[std::size_t(g)];
     // "layers.<l>.head.<h>" -> "layer<l>_head<h>.png"
-    std::string png = nt.name;
+    std::string png = name;
     std::size_t p = png.find("layers.");
     if (p == 0) png = "layer" + png.substr(7);
     p = png.find(".head.");
     if (p != std::string::npos) png = png.substr(0, p) + "_head" + png.substr(p + 6);
-    write_attention_png(out + "/" + png + ".png", nt.data, a.T);
-    ts.push_back(std::move(nt));
+    write_attention_png(out + "/" + png + ".png", a.maps[std::size_t(g)], a.T);
+    ts.push_back(make_tensor(name, {a.T, a.T}, a.maps[std::size_t(g)]));
   }
   std::map<std::string, std::string> meta = {
       {"n", std::to_string(shape.n)},   {"m", std::to_string(shape.m)},   {"l", std::to_string(shape.l)},

@@ -11,32 +11,10 @@
 
 namespace manyadd::learn {
 
-void parallel_for(int threads, std::int64_t n, const std::function<void(int, std::int64_t)>& f) {
-  threads = int(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n)));
-  if (threads <= 1) {
-    for (std::int64_t i = 0; i < n; ++i) f(0, i);
-    return;
-  }
-  std::vector<std::thread> pool;
-  std::exception_ptr err;
-  std::mutex mu;
-  for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      try {
-        const std::int64_t lo = n * t / threads, hi = n * (t + 1) / threads;
-        for (std::int64_t i = lo; i < hi; ++i) f(t, i);
-      } catch (...) {
-        std::lock_guard<std::mutex> lk(mu);
-        if (!err) err = std::current_exception();
-      }
-    });
-  for (auto& th : pool) th.join();
-  if (err) std::rethrow_exception(err);
-}
-
-bool teacher_forced_correct(Acts<float>& a, const ModelConfig& c, const Layout& lay, const float* params,
-                            const Example& ex, std::vector<std::uint8_t>* pred) {
-  model_forward(a, c, lay, params, ex);
+bool teacher_forced_correct(Acts<float>& a, const ModelView<float>& model, const Example& ex,
+                            std::vector<std::uint8_t>* pred) {
+  const ModelConfig& c = model.cfg;
+  model_forward(a, model, batch_of(ex));
   bool ok = true;
   if (pred) pred->clear();
   for (int t = 0; t < ex.T(); ++t) {
@@ -49,14 +27,13 @@ bool teacher_forced_correct(Acts<float>& a, const ModelConfig& c, const Layout& 
   return ok;
 }
 
-bool greedy_correct(const ModelConfig& c, const Layout& lay, const float* params, const Example& ex,
-                    std::vector<std::uint8_t>* out) {
+bool greedy_correct(const ModelView<float>& model, const Example& ex, std::vector<std::uint8_t>* out) {
   // The counted targets start at the '=' index and run to the end.
   int eq = 0;
   while (eq < ex.T() && ex.targets[std::size_t(eq)] < 0) ++eq;
   const std::vector<std::uint8_t> prefix(ex.tokens.begin(), ex.tokens.begin() + eq + 1);
   const int n_new = ex.T() - eq;
-  KvDecoder dec(c, lay, params);
+  KvDecoder dec(model);
   auto gen = dec.greedy(prefix, ex.pos, n_new);
   bool ok = int(gen.size()) == n_new;
   for (std::size_t i = 0; ok && i < gen.size(); ++i) ok = gen[i] == ex.targets[std::size_t(eq) + i];
@@ -71,8 +48,9 @@ std::uint64_t cell_seed(std::uint64_t seed, int n, int m) {
   return z ^ (z >> 31);
 }
 
-CellResult eval_cell(const ModelConfig& c, const Layout& lay, const float* params, int n, int m, std::int64_t samples,
-                     std::uint64_t seed, int threads, EvalMode mode, TrainDevice* dev) {
+CellResult eval_cell(const ModelView<float>& model, int n, int m, std::int64_t samples, std::uint64_t seed,
+                     int threads, EvalMode mode, TrainDevice* dev) {
+  const ModelConfig& c = model.cfg;
   CellResult r;
   const Shape shape = Shape::make(n, m, Padding::minimal);
   if (!shape_fits(c, shape)) {
@@ -115,11 +93,11 @@ CellResult eval_cell(const ModelConfig& c, const Layout& lay, const float* param
   parallel_for(threads, samples, [&](int t, std::int64_t i) {
     const Example ex = make_example(probs[std::size_t(i)], c, 1, 1);
     if (mode == EvalMode::greedy) {
-      ok[std::size_t(i)] = greedy_correct(c, lay, params, ex);
+      ok[std::size_t(i)] = greedy_correct(model, ex);
       return;
     }
-    ok[std::size_t(i)] = teacher_forced_correct(acts[std::size_t(t)], c, lay, params, ex);
-    if (mode == EvalMode::both) dis[std::size_t(i)] = char(greedy_correct(c, lay, params, ex)) != ok[std::size_t(i)];
+    ok[std::size_t(i)] = teacher_forced_correct(acts[std::size_t(t)], model, ex);
+    if (mode == EvalMode::both) dis[std::size_t(i)] = char(greedy_correct(model, ex)) != ok[std::size_t(i)];
   });
   r.samples = samples;
   for (char v : ok) r.exact += v;

@@ -1,12 +1,15 @@
-// The learned transformer: layout, init, forward/backward of one sequence, greedy KV-cache decoding.
+// The learned transformer: layout, init, the one forward/backward (a batch of sequences; a single
+// sequence is a batch of one), greedy KV-cache decoding on the same forward.
 #include "manyadd/learn/model.hpp"
 
 #include <algorithm>
 #include <random>
+#include <type_traits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "manyadd/core/safetensors.hpp"
 #include "manyadd/learn/layers.hpp"
 
 namespace manyadd::learn {
@@ -28,6 +31,32 @@ const char* pos_mode_name(PosMode m) {
   return "?";
 }
 int pos_levels(PosMode m) { return m == PosMode::coupled ? 2 : m == PosMode::none ? 0 : 1; }
+
+AttnScale parse_attn_scale(const std::string& s) {
+  if (s == "inv_sqrt_dhead") return AttnScale::inv_sqrt_dhead;
+  if (s == "none") return AttnScale::none;
+  throw InputError(fmt::format("attention scale '{}' unknown (inv_sqrt_dhead|none)", s));
+}
+InitScheme parse_init(const std::string& s) {
+  if (s == "normal") return InitScheme::normal;
+  if (s == "t5") return InitScheme::t5;
+  throw InputError(fmt::format("initialization '{}' unknown (normal|t5)", s));
+}
+NormKind parse_norm_kind(const std::string& s) {
+  if (s == "rms") return NormKind::rms;
+  if (s == "layer") return NormKind::layer;
+  throw InputError(fmt::format("final norm '{}' unknown (rms|layer)", s));
+}
+Precision parse_precision(const std::string& s) {
+  if (s == "fp32") return Precision::fp32;
+  if (s == "bf16") return Precision::bf16;
+  throw InputError(fmt::format("precision '{}' unknown (fp32|bf16)", s));
+}
+const char* attn_scale_name(AttnScale a) { return a == AttnScale::none ? "none" : "inv_sqrt_dhead"; }
+const char* init_name(InitScheme i) { return i == InitScheme::t5 ? "t5" : "normal"; }
+const char* norm_kind_name(NormKind n) { return n == NormKind::layer ? "layer" : "rms"; }
+const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }
+float round_bf16(float x) { return bf16_to_float(float_to_bf16(x)); }
 
 void ModelConfig::validate() const {
   auto need = [](bool ok, const std::string& msg) {
@@ -57,7 +86,11 @@ void to_json(nlohmann::json& j, const ModelConfig& c) {
                      {"max_pos2", c.max_pos2},
                      {"pos_mode", pos_mode_name(c.pos_mode)},
                      {"norm_eps", c.norm_eps},
-                     {"init_std", c.init_std}};
+                     {"init_std", c.init_std},
+                     {"attn_scale", attn_scale_name(c.attn_scale)},
+                     {"init", init_name(c.init)},
+                     {"tie_readout", c.tie_readout},
+                     {"final_norm", norm_kind_name(c.final_norm)}};
 }
 
 void from_json(const nlohmann::json& j, ModelConfig& c) {
@@ -74,8 +107,10 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
     if (!j[k].is_number()) throw InputError(fmt::format("model.{} must be a number", k));
     v = j[k].get<float>();
   };
-  static const char* known[] = {"vocab", "vocabulary", "n_layers", "n_heads", "d_model", "d_head", "d_ff",
-                                "max_pos1", "max_pos2", "pos_mode", "norm_eps", "init_std", "architecture"};
+  static const char* known[] = {"vocab",    "vocabulary", "n_layers",   "n_heads",     "d_model",
+                                "d_head",   "d_ff",       "max_pos1",   "max_pos2",    "pos_mode",
+                                "norm_eps", "init_std",   "attn_scale", "init",        "tie_readout",
+                                "final_norm", "architecture"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return it.key() == k; }) == std::end(known))
       throw InputError(fmt::format("model config: unknown field '{}'", it.key()));
@@ -87,13 +122,45 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
   geti("d_ff", c.d_ff);
   geti("max_pos1", c.max_pos1);
   geti("max_pos2", c.max_pos2);
-  if (j.contains("pos_mode")) {
-    if (!j["pos_mode"].is_string()) throw InputError("model.pos_mode must be a string");
-    c.pos_mode = parse_pos_mode(j["pos_mode"].get<std::string>());
-  }
+  auto gets = [&](const char* k) -> const std::string* {
+    if (!j.contains(k)) return nullptr;
+    if (!j[k].is_string()) throw InputError(fmt::format("model.{} must be a string", k));
+    return j[k].get_ptr<const std::string*>();
+  };
+  if (auto v = gets("pos_mode")) c.pos_mode = parse_pos_mode(*v);
   getf("norm_eps", c.norm_eps);
   getf("init_std", c.init_std);
+  if (auto v = gets("attn_scale")) c.attn_scale = parse_attn_scale(*v);
+  if (auto v = gets("init")) c.init = parse_init(*v);
+  if (auto v = gets("final_norm")) c.final_norm = parse_norm_kind(*v);
+  if (j.contains("tie_readout")) {
+    if (!j["tie_readout"].is_boolean()) throw InputError("model.tie_readout must be true or false");
+    c.tie_readout = j["tie_readout"].get<bool>();
+  }
   c.validate();
+}
+
+nlohmann::json architecture_description(const ModelConfig& c) {
+  const bool t5 = c.init == InitScheme::t5;
+  return {
+      {"type", "decoder-only transformer"},
+      {"embedding", "tok_emb[token] + sum over levels of pos_emb.<level>[position id of that level]"},
+      {"block", "x = attn_norm2(x + attn(attn_norm1(x))); x = ffn_norm2(x + ffn(ffn_norm1(x)))"},
+      {"attention", c.attn_scale == AttnScale::none
+                        ? "causal multi-head, no biases, q/k/v/o nn.Linear(bias=False), scores q.k unscaled (T5)"
+                        : "causal multi-head, no biases, q/k/v/o nn.Linear(bias=False), scores scaled by 1/sqrt(d_head)"},
+      {"ffn", "GEGLU: wi (2*d_ff, d_model) -> [gate | up]; gelu_tanh(gate) * up; wo (d_model, d_ff)"},
+      {"norm", "RMSNorm: w * x / sqrt(mean(x^2) + norm_eps)"},
+      {"final_norm", c.final_norm == NormKind::layer
+                         ? "LayerNorm: w * (x - mean(x)) / sqrt(var(x) + norm_eps) + b (biased variance), tensors "
+                           "final_norm.weight and final_norm.bias"
+                         : "RMSNorm: w * x / sqrt(mean(x^2) + norm_eps), tensor final_norm.weight"},
+      {"readout", c.tie_readout ? "tied to the token table (T5): logits = (final_norm(x) * d_model^-1/2) "
+                                  "tok_emb.weight^T; no lm_head tensor"
+                                : "final_norm then lm_head (vocab, d_model), no bias"},
+      {"init", t5 ? "t5: q ~ N(0, (d_model d_head)^-1/2), k, v ~ N(0, d_model^-1/2), o ~ N(0, (n_heads d_head)^-1/2), "
+                    "ffn wi ~ N(0, d_model^-1/2), ffn wo ~ N(0, d_ff^-1/2), tables N(0, 1), norm weights 1, biases 0"
+                  : "normal: matrices and tables N(0, init_std), norm weights 1, biases 0"}};
 }
 
 Layout Layout::make(const ModelConfig& c) {
@@ -130,7 +197,8 @@ Layout Layout::make(const ModelConfig& c) {
     L.blocks.push_back(k);
   }
   L.final_norm = add("final_norm.weight", {C});
-  L.lm_head = add("lm_head.weight", {c.vocab, C});
+  if (c.final_norm == NormKind::layer) L.final_norm_bias = add("final_norm.bias", {C});
+  if (!c.tie_readout) L.lm_head = add("lm_head.weight", {c.vocab, C});
   return L;
 }
 
@@ -139,6 +207,25 @@ const TensorSpec& Layout::find(const std::string& name) const {
     if (t.name == name) return t;
   throw InputError(fmt::format("no tensor named '{}'", name));
 }
+
+namespace {
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+// The std of a matrix or table under a scheme (names as Layout::make writes them). T5: HuggingFace's
+// T5PreTrainedModel._init_weights with initializer_factor 1 (the Mesh TensorFlow scheme that lets T5
+// skip the 1/sqrt(d_head) of the scores); tables N(0, 1) as torch.nn.Embedding's default.
+double init_std_of(const ModelConfig& c, const std::string& name) {
+  if (c.init == InitScheme::normal) return double(c.init_std);
+  const double C = c.d_model, HS = c.d_head, D = double(c.n_heads) * c.d_head, F = c.d_ff;
+  if (ends_with(name, "attn.q.weight")) return 1.0 / std::sqrt(C * HS);
+  if (ends_with(name, "attn.k.weight") || ends_with(name, "attn.v.weight")) return 1.0 / std::sqrt(C);
+  if (ends_with(name, "attn.o.weight")) return 1.0 / std::sqrt(D);
+  if (ends_with(name, "ffn.wi.weight")) return 1.0 / std::sqrt(C);
+  if (ends_with(name, "ffn.wo.weight")) return 1.0 / std::sqrt(F);
+  return 1.0;  // tok_emb, pos_emb.*, an untied lm_head
+}
+}  // namespace
 
 template <class S>
 std::vector<S> init_params(const ModelConfig& c, const Layout& lay, std::uint64_t seed) {
@@ -151,240 +238,360 @@ std::vector<S> init_params(const ModelConfig& c, const Layout& lay, std::uint64_
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   };
   for (auto& t : lay.tensors) {
-    const bool is_norm = t.shape.size() == 1;
-    for (std::int64_t i = 0; i < t.size; ++i)
-      p[std::size_t(t.offset + i)] = is_norm ? S(1) : S(double(c.init_std) * normal());
+    if (t.shape.size() == 1) {  // norm weights 1, LayerNorm bias 0; no draw
+      const S v = ends_with(t.name, ".bias") ? S(0) : S(1);
+      for (std::int64_t i = 0; i < t.size; ++i) p[std::size_t(t.offset + i)] = v;
+      continue;
+    }
+    const double sd = init_std_of(c, t.name);
+    for (std::int64_t i = 0; i < t.size; ++i) p[std::size_t(t.offset + i)] = S(sd * normal());
   }
   return p;
 }
 
 template <class S>
-void Acts<S>::resize(const ModelConfig& c, int T_) {
-  T = T_;
+void Acts<S>::resize(const ModelConfig& c, int B_, int T_, int Tk_) {
+  B = B_, T = T_, Tk = Tk_;
   const std::size_t C = std::size_t(c.d_model), D = std::size_t(c.n_heads) * c.d_head, F = std::size_t(c.d_ff);
-  const std::size_t t = std::size_t(T_);
-  x0.resize(t * C);
+  const std::size_t r = std::size_t(B_) * std::size_t(T_), rk = std::size_t(B_) * std::size_t(Tk_);
+  x0.resize(r * C);
   blocks.resize(std::size_t(c.n_layers));
   for (auto& b : blocks) {
-    b.a_in.resize(t * C);
-    b.n1.resize(t * C), b.r1.resize(t);
-    b.q.resize(t * D), b.k.resize(t * D), b.v.resize(t * D);
-    b.att.resize(std::size_t(c.n_heads) * t * t);
-    b.ao.resize(t * D);
-    b.proj.resize(t * C), b.res1.resize(t * C);
-    b.x1.resize(t * C), b.r2.resize(t);
-    b.n3.resize(t * C), b.r3.resize(t);
-    b.h.resize(t * 2 * F), b.g.resize(t * F);
-    b.fo.resize(t * C), b.res2.resize(t * C);
-    b.x2.resize(t * C), b.r4.resize(t);
+    b.n1.resize(r * C), b.r1.resize(r);
+    b.q.resize(r * D), b.k.resize(rk * D), b.v.resize(rk * D);
+    b.att.resize(std::size_t(c.n_heads) * r * std::size_t(Tk_));
+    b.ao.resize(r * D);
+    b.proj.resize(r * C), b.res1.resize(r * C);
+    b.x1.resize(r * C), b.r2.resize(r);
+    b.n3.resize(r * C), b.r3.resize(r);
+    b.h.resize(r * 2 * F), b.g.resize(r * F);
+    b.fo.resize(r * C), b.res2.resize(r * C);
+    b.x2.resize(r * C), b.r4.resize(r);
   }
-  xf.resize(t * C), rf.resize(t);
-  logits.resize(t * std::size_t(c.vocab)), probs.resize(t * std::size_t(c.vocab));
-  losses.resize(t);
+  xf.resize(r * C), rf.resize(r), mf.resize(r);
+  logits.resize(r * std::size_t(c.vocab)), probs.resize(r * std::size_t(c.vocab));
+  losses.resize(r);
 }
 
 template <class S>
-void GradScratch<S>::resize(const ModelConfig& c, int T) {
+void GradScratch<S>::resize(const ModelConfig& c, std::int64_t R, int T) {
   const std::size_t C = std::size_t(c.d_model), D = std::size_t(c.n_heads) * c.d_head, F = std::size_t(c.d_ff);
-  const std::size_t t = std::size_t(T);
-  dlogits.resize(t * std::size_t(c.vocab));
-  dxf.resize(t * C), dx.resize(t * C), dres.resize(t * C), dn.resize(t * C);
-  dh.resize(t * 2 * F), dg.resize(t * F);
-  dao.resize(t * D), dq.resize(t * D), dk.resize(t * D), dv.resize(t * D);
-  datt.resize(t * t);
+  const std::size_t r = std::size_t(R);
+  dlogits.resize(r * std::size_t(c.vocab));
+  dxf.resize(r * C), dx.resize(r * C), dres.resize(r * C), dn.resize(r * C);
+  dh.resize(r * 2 * F), dg.resize(r * F);
+  dao.resize(r * D), dq.resize(r * D), dk.resize(r * D), dv.resize(r * D);
+  datt.resize(std::size_t(T) * std::size_t(T));
 }
 
-namespace {
-void check_example(const ModelConfig& c, const Example& ex) {
+BatchView batch_of(const Example& ex) {
   const int T = ex.T();
   if (T < 1) throw InputError("empty sequence");
   if (int(ex.targets.size()) != T) throw InputError("targets and tokens differ in length");
-  for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv) {
+  BatchView x;
+  x.B = 1, x.T = T;
+  x.tokens = ex.tokens.data();
+  x.targets = ex.targets.data();
+  for (int lv = 0; lv < 2; ++lv) {
+    if (ex.pos[lv].empty()) continue;  // a level the model does not use (model_forward checks)
     if (int(ex.pos[lv].size()) < T) throw InputError(fmt::format("position IDs of level {} are missing", lv + 1));
-    for (int t = 0; t < T; ++t)
-      if (ex.pos[lv][std::size_t(t)] < 0 || ex.pos[lv][std::size_t(t)] > c.max_pos(lv))
+    x.pos[lv] = ex.pos[lv].data();
+  }
+  return x;
+}
+
+namespace {
+// Every token and position ID of the rows against the model: a bad ID would read outside a table.
+void check_rows(const ModelConfig& c, const BatchView& x) {
+  if (x.B < 1 || x.T < 1) throw InputError("empty batch");
+  const std::int64_t R = x.rows();
+  for (std::int64_t i = 0; i < R; ++i)
+    if (x.tokens[i] >= c.vocab) throw InputError("token outside the vocabulary");
+  for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv) {
+    if (!x.pos[lv]) throw InputError(fmt::format("position IDs of level {} are missing", lv + 1));
+    for (std::int64_t i = 0; i < R; ++i)
+      if (x.pos[lv][i] < 0 || x.pos[lv][i] > c.max_pos(lv))
         throw InputError(fmt::format("position ID {} of level {} outside [0, {}]: the model's max_pos{} is too small "
                                      "for this shape",
-                                     ex.pos[lv][std::size_t(t)], lv + 1, c.max_pos(lv), lv + 1));
+                                     x.pos[lv][i], lv + 1, c.max_pos(lv), lv + 1));
   }
-  for (auto tok : ex.tokens)
-    if (tok >= c.vocab) throw InputError("token outside the vocabulary");
 }
 template <class S>
 void zero(std::vector<S>& v) {
   std::fill(v.begin(), v.end(), S(0));
 }
-}  // namespace
 
+// The bf16 rounding of mixed precision, in place. Float only: bf16 emulation rounds floats (core's
+// float_to_bf16); a double forward is the finite-difference reference and has no bf16 mode.
 template <class S>
-S model_forward(Acts<S>& a, const ModelConfig& c, const Layout& lay, const S* P, const Example& ex) {
-  check_example(c, ex);
-  const int T = ex.T(), C = c.d_model, NH = c.n_heads, HS = c.d_head, D = NH * HS, F = c.d_ff, V = c.vocab;
-  const S eps = S(c.norm_eps);
-  a.resize(c, T);
-  const int L = pos_levels(c.pos_mode);
-  const std::int32_t* pos[2] = {ex.pos[0].data(), ex.pos[1].data()};
-  const S* wpe[2] = {P + lay.wpe[0], P + lay.wpe[1]};
-  // 1. x0 = tok_emb[tok] + sum_lv pos_emb_lv[pos_lv]
-  embedding_forward(a.x0.data(), ex.tokens.data(), pos, L, P + lay.wte, wpe, T, C);
-  const S* x = a.x0.data();
-  for (int l = 0; l < c.n_layers; ++l) {
-    auto& b = a.blocks[std::size_t(l)];
-    const auto& w = lay.blocks[std::size_t(l)];
-    std::copy(x, x + std::int64_t(T) * C, b.a_in.begin());
-    // 2. n1 = Norm1(x)
-    rmsnorm_forward(b.n1.data(), b.r1.data(), x, P + w.attn_norm1, T, C, eps);
-    // 3. q, k, v = n1 Wq^T, n1 Wk^T, n1 Wv^T
-    matmul_forward(b.q.data(), b.n1.data(), P + w.wq, T, C, D);
-    matmul_forward(b.k.data(), b.n1.data(), P + w.wk, T, C, D);
-    matmul_forward(b.v.data(), b.n1.data(), P + w.wv, T, C, D);
-    // 4. ao = causal softmax(q k^T / sqrt(HS)) v per head
-    attention_forward(b.ao.data(), b.att.data(), b.q.data(), b.k.data(), b.v.data(), T, NH, HS);
-    // 5. proj = ao Wo^T ; res1 = x + proj ; x1 = Norm2(res1)
-    matmul_forward(b.proj.data(), b.ao.data(), P + w.wo, T, D, C);
-    residual_forward(b.res1.data(), x, b.proj.data(), std::int64_t(T) * C);
-    rmsnorm_forward(b.x1.data(), b.r2.data(), b.res1.data(), P + w.attn_norm2, T, C, eps);
-    // 6. n3 = Norm1'(x1) ; h = n3 Wi^T ; g = geglu(h) ; fo = g Wo'^T
-    rmsnorm_forward(b.n3.data(), b.r3.data(), b.x1.data(), P + w.ffn_norm1, T, C, eps);
-    matmul_forward(b.h.data(), b.n3.data(), P + w.wi, T, C, 2 * F);
-    geglu_forward(b.g.data(), b.h.data(), T, F);
-    matmul_forward(b.fo.data(), b.g.data(), P + w.wo_ff, T, F, C);
-    // 7. res2 = x1 + fo ; x2 = Norm2'(res2)
-    residual_forward(b.res2.data(), b.x1.data(), b.fo.data(), std::int64_t(T) * C);
-    rmsnorm_forward(b.x2.data(), b.r4.data(), b.res2.data(), P + w.ffn_norm2, T, C, eps);
-    x = b.x2.data();
+void round_bf16_inplace(S* p, std::int64_t n) {
+  if constexpr (std::is_same_v<S, float>) {
+    for (std::int64_t i = 0; i < n; ++i) p[i] = round_bf16(p[i]);
+  } else {
+    (void)p, (void)n;
+    throw InvariantError("bf16 precision runs in float only");
   }
-  // 8. xf = final_norm(x) ; logits = xf W^T ; losses
-  rmsnorm_forward(a.xf.data(), a.rf.data(), x, P + lay.final_norm, T, C, eps);
-  matmul_forward(a.logits.data(), a.xf.data(), P + lay.lm_head, T, C, V);
-  return crossentropy_forward(a.losses.data(), a.probs.data(), a.logits.data(), ex.targets.data(), T, V);
 }
 
+// How one forward/backward computes: the precision and, in bf16, the rounded weights of the products.
 template <class S>
-void model_backward(S* G, GradScratch<S>& g, const Acts<S>& a, const ModelConfig& c, const Layout& lay,
-                    const S* P, const Example& ex, S loss_scale) {
-  const int T = ex.T(), C = c.d_model, NH = c.n_heads, HS = c.d_head, D = NH * HS, F = c.d_ff, V = c.vocab;
-  g.resize(c, T);
-  const int L = pos_levels(c.pos_mode);
-  // 8. losses ; logits = xf W^T ; xf = final_norm(x)
-  crossentropy_backward(g.dlogits.data(), a.probs.data(), ex.targets.data(), loss_scale, T, V);
-  zero(g.dxf);
-  matmul_backward(g.dxf.data(), G + lay.lm_head, g.dlogits.data(), a.xf.data(), P + lay.lm_head, T, C, V);
-  zero(g.dx);  // gradient w.r.t. the current block output
-  const S* xlast = c.n_layers ? a.blocks.back().x2.data() : a.x0.data();
-  rmsnorm_backward(g.dx.data(), G + lay.final_norm, g.dxf.data(), xlast, P + lay.final_norm, a.rf.data(), T, C);
-  for (int l = c.n_layers - 1; l >= 0; --l) {
-    const auto& b = a.blocks[std::size_t(l)];
-    const auto& w = lay.blocks[std::size_t(l)];
-    // 7. x2 = Norm2'(res2) ; res2 = x1 + fo   (dres = d res2, flows to x1 and fo)
-    zero(g.dres);
-    rmsnorm_backward(g.dres.data(), G + w.ffn_norm2, g.dx.data(), b.res2.data(), P + w.ffn_norm2, b.r4.data(), T, C);
-    // 6. fo = g Wo'^T ; g = geglu(h) ; h = n3 Wi^T ; n3 = Norm1'(x1)
-    zero(g.dg);
-    matmul_backward(g.dg.data(), G + w.wo_ff, g.dres.data(), b.g.data(), P + w.wo_ff, T, F, C);
-    zero(g.dh);
-    geglu_backward(g.dh.data(), g.dg.data(), b.h.data(), T, F);
-    zero(g.dn);
-    matmul_backward(g.dn.data(), G + w.wi, g.dh.data(), b.n3.data(), P + w.wi, T, C, 2 * F);
-    // d x1 = dres (residual) + Norm1' backward; reuse dx as d x1
-    std::copy(g.dres.begin(), g.dres.end(), g.dx.begin());
-    rmsnorm_backward(g.dx.data(), G + w.ffn_norm1, g.dn.data(), b.x1.data(), P + w.ffn_norm1, b.r3.data(), T, C);
-    // 5. x1 = Norm2(res1) ; res1 = x + proj ; proj = ao Wo^T
-    zero(g.dres);
-    rmsnorm_backward(g.dres.data(), G + w.attn_norm2, g.dx.data(), b.res1.data(), P + w.attn_norm2, b.r2.data(), T, C);
-    zero(g.dao);
-    matmul_backward(g.dao.data(), G + w.wo, g.dres.data(), b.ao.data(), P + w.wo, T, D, C);
-    // 4. attention
-    zero(g.dq), zero(g.dk), zero(g.dv);
-    attention_backward(g.dq.data(), g.dk.data(), g.dv.data(), g.datt.data(), g.dao.data(), b.att.data(), b.q.data(),
-                       b.k.data(), b.v.data(), T, NH, HS);
-    // 3. q, k, v from n1
-    zero(g.dn);
-    matmul_backward(g.dn.data(), G + w.wq, g.dq.data(), b.n1.data(), P + w.wq, T, C, D);
-    matmul_backward(g.dn.data(), G + w.wk, g.dk.data(), b.n1.data(), P + w.wk, T, C, D);
-    matmul_backward(g.dn.data(), G + w.wv, g.dv.data(), b.n1.data(), P + w.wv, T, C, D);
-    // 2. n1 = Norm1(x); d x = dres (residual) + Norm1 backward
-    std::copy(g.dres.begin(), g.dres.end(), g.dx.begin());
-    rmsnorm_backward(g.dx.data(), G + w.attn_norm1, g.dn.data(), b.a_in.data(), P + w.attn_norm1, b.r1.data(), T, C);
+struct Ctx {
+  bool bf16;
+  const S* wg;  // matrix-product weights: the parameters (fp32) or Acts::wgemm (bf16)
+  S att_scale;
+  const S* W(std::int64_t off) const { return wg + off; }
+  void round(std::vector<S>& v, std::int64_t n) const {
+    if (bf16) round_bf16_inplace(v.data(), n);
   }
-  // 1. embedding
-  const std::int32_t* pos[2] = {ex.pos[0].data(), ex.pos[1].data()};
+};
+template <class S>
+Ctx<S> context(const Acts<S>& a, const ModelView<S>& m) {
+  const bool bf16 = m.precision == Precision::bf16;
+  return {bf16, bf16 ? a.wgemm.data() : m.params,
+          attention_scale<S>(m.cfg.d_head, m.cfg.attn_scale == AttnScale::inv_sqrt_dhead)};
+}
+// bf16: the weights every matrix product reads, rounded once per forward (the tables and norm weights
+// are copied unrounded: the embedding lookup and the norms read fp32 values; a tied readout reads the
+// token table through this copy, rounded, while the embedding reads it from the parameters).
+template <class S>
+void round_gemm_weights(std::vector<S>& wg, const ModelView<S>& m) {
+  const Layout& lay = m.lay;
+  const ModelConfig& c = m.cfg;
+  wg.assign(m.params, m.params + lay.total);
+  auto rnd = [&](std::int64_t off, std::int64_t n) { round_bf16_inplace(wg.data() + off, n); };
+  const std::int64_t C = c.d_model, D = std::int64_t(c.n_heads) * c.d_head, F = c.d_ff;
+  for (const auto& w : lay.blocks) {
+    rnd(w.wq, D * C), rnd(w.wk, D * C), rnd(w.wv, D * C), rnd(w.wo, C * D);
+    rnd(w.wi, 2 * F * C), rnd(w.wo_ff, C * F);
+  }
+  rnd(lay.readout(), std::int64_t(c.vocab) * C);
+}
+
+// Passes 2-7 of one block on the R = B T rows x (positions past..past+T-1 of each sequence, past =
+// Tk - T); writes the block's activations, its output is b.x2. bf16 rounding points (ctx.round): n1,
+// q, k, v, ao, n3, h, g; proj and fo stay fp32 (they are only added to the fp32 residual, so rounding
+// them would lose accuracy for nothing: the GPU writes or fuses them in fp32).
+template <class S>
+void block_forward(typename Acts<S>::Block& b, const S* x, const ModelView<S>& m, const Ctx<S>& ctx,
+                   const Layout::Block& w, int B, int T, int Tk) {
+  const ModelConfig& c = m.cfg;
+  const int R = B * T, C = c.d_model, NH = c.n_heads, HS = c.d_head, D = NH * HS, F = c.d_ff, past = Tk - T;
+  const S eps = S(c.norm_eps);
+  const std::int64_t TD = std::int64_t(T) * D, TkD = std::int64_t(Tk) * D, att_seq = std::int64_t(NH) * T * Tk;
+  const std::int64_t RC = std::int64_t(R) * C, RD = std::int64_t(R) * D;
+  // 2. n1 = Norm1(x)
+  rmsnorm_forward(b.n1.data(), b.r1.data(), x, m.at(w.attn_norm1), R, C, eps);
+  ctx.round(b.n1, RC);
+  // 3. q, k, v = n1 Wq^T, n1 Wk^T, n1 Wv^T   (k, v at key rows past.. : past > 0 only for B = 1)
+  matmul_forward(b.q.data(), b.n1.data(), ctx.W(w.wq), R, C, D);
+  matmul_forward(b.k.data() + std::int64_t(past) * D, b.n1.data(), ctx.W(w.wk), R, C, D);
+  matmul_forward(b.v.data() + std::int64_t(past) * D, b.n1.data(), ctx.W(w.wv), R, C, D);
+  if (ctx.bf16) {
+    round_bf16_inplace(b.q.data(), RD);
+    round_bf16_inplace(b.k.data() + std::int64_t(past) * D, RD);  // the cached rows are rounded already
+    round_bf16_inplace(b.v.data() + std::int64_t(past) * D, RD);
+  }
+  // 4. ao = causal softmax(scale q k^T) v per head, one sequence at a time (scores and P in fp32)
+  for (int s = 0; s < B; ++s)
+    attention_forward(b.ao.data() + s * TD, b.att.data() + s * att_seq, b.q.data() + s * TD, b.k.data() + s * TkD,
+                      b.v.data() + s * TkD, T, Tk, NH, HS, ctx.att_scale);
+  ctx.round(b.ao, RD);
+  // 5. proj = ao Wo^T ; res1 = x + proj ; x1 = Norm2(res1)
+  matmul_forward(b.proj.data(), b.ao.data(), ctx.W(w.wo), R, D, C);
+  residual_forward(b.res1.data(), x, b.proj.data(), RC);
+  rmsnorm_forward(b.x1.data(), b.r2.data(), b.res1.data(), m.at(w.attn_norm2), R, C, eps);
+  // 6. n3 = Norm1'(x1) ; h = n3 Wi^T ; g = geglu(h) ; fo = g Wo'^T
+  rmsnorm_forward(b.n3.data(), b.r3.data(), b.x1.data(), m.at(w.ffn_norm1), R, C, eps);
+  ctx.round(b.n3, RC);
+  matmul_forward(b.h.data(), b.n3.data(), ctx.W(w.wi), R, C, 2 * F);
+  ctx.round(b.h, std::int64_t(R) * 2 * F);
+  geglu_forward(b.g.data(), b.h.data(), R, F);
+  ctx.round(b.g, std::int64_t(R) * F);
+  matmul_forward(b.fo.data(), b.g.data(), ctx.W(w.wo_ff), R, F, C);
+  // 7. res2 = x1 + fo ; x2 = Norm2'(res2)
+  residual_forward(b.res2.data(), b.x1.data(), b.fo.data(), RC);
+  rmsnorm_forward(b.x2.data(), b.r4.data(), b.res2.data(), m.at(w.ffn_norm2), R, C, eps);
+}
+
+// Passes 7..2 of one block in reverse (Tk = T); g.dx holds d(block output) on entry and d(block input
+// x) on exit. Accumulates into the block's parameter gradients in G. bf16 rounding points: the output
+// gradient of each product before the product reads it (dres for the FFN and attention outputs, dh,
+// dao, dq, dk, dv); the gradients the products write (dg, dn), the residual gradient and every
+// parameter gradient stay fp32.
+template <class S>
+void block_backward(S* G, GradScratch<S>& g, const typename Acts<S>::Block& b, const S* x, const ModelView<S>& m,
+                    const Ctx<S>& ctx, const Layout::Block& w, int B, int T) {
+  const ModelConfig& c = m.cfg;
+  const int R = B * T, C = c.d_model, NH = c.n_heads, HS = c.d_head, D = NH * HS, F = c.d_ff;
+  const std::int64_t TD = std::int64_t(T) * D, att_seq = std::int64_t(NH) * T * T;
+  const std::int64_t RC = std::int64_t(R) * C, RD = std::int64_t(R) * D;
+  // The residual gradient as a product's input: itself in fp32, a rounded copy in bf16.
+  auto dres_in = [&]() -> const S* {
+    if (!ctx.bf16) return g.dres.data();
+    g.dres16.assign(g.dres.begin(), g.dres.begin() + RC);
+    round_bf16_inplace(g.dres16.data(), RC);
+    return g.dres16.data();
+  };
+  // 7. x2 = Norm2'(res2) ; res2 = x1 + fo   (dres = d res2, flows to x1 and fo)
+  zero(g.dres);
+  rmsnorm_backward(g.dres.data(), G + w.ffn_norm2, g.dx.data(), b.res2.data(), m.at(w.ffn_norm2), b.r4.data(), R, C);
+  // 6. fo = g Wo'^T ; g = geglu(h) ; h = n3 Wi^T ; n3 = Norm1'(x1)
+  zero(g.dg);
+  matmul_backward(g.dg.data(), G + w.wo_ff, dres_in(), b.g.data(), ctx.W(w.wo_ff), R, F, C);
+  zero(g.dh);
+  geglu_backward(g.dh.data(), g.dg.data(), b.h.data(), R, F);
+  ctx.round(g.dh, std::int64_t(R) * 2 * F);
+  zero(g.dn);
+  matmul_backward(g.dn.data(), G + w.wi, g.dh.data(), b.n3.data(), ctx.W(w.wi), R, C, 2 * F);
+  //    d x1 = dres (residual) + Norm1' backward; dx is reused as d x1
+  std::copy(g.dres.begin(), g.dres.end(), g.dx.begin());
+  rmsnorm_backward(g.dx.data(), G + w.ffn_norm1, g.dn.data(), b.x1.data(), m.at(w.ffn_norm1), b.r3.data(), R, C);
+  // 5. proj = ao Wo^T ; res1 = x + proj ; x1 = Norm2(res1)
+  zero(g.dres);
+  rmsnorm_backward(g.dres.data(), G + w.attn_norm2, g.dx.data(), b.res1.data(), m.at(w.attn_norm2), b.r2.data(), R, C);
+  zero(g.dao);
+  matmul_backward(g.dao.data(), G + w.wo, dres_in(), b.ao.data(), ctx.W(w.wo), R, D, C);
+  ctx.round(g.dao, RD);
+  // 4. ao = causal softmax(scale q k^T) v per head, one sequence at a time
+  zero(g.dq), zero(g.dk), zero(g.dv);
+  for (int s = 0; s < B; ++s)
+    attention_backward(g.dq.data() + s * TD, g.dk.data() + s * TD, g.dv.data() + s * TD, g.datt.data(),
+                       g.dao.data() + s * TD, b.att.data() + s * att_seq, b.q.data() + s * TD, b.k.data() + s * TD,
+                       b.v.data() + s * TD, T, NH, HS, ctx.att_scale);
+  ctx.round(g.dq, RD), ctx.round(g.dk, RD), ctx.round(g.dv, RD);
+  // 3. q, k, v = n1 Wq^T, n1 Wk^T, n1 Wv^T
+  zero(g.dn);
+  matmul_backward(g.dn.data(), G + w.wq, g.dq.data(), b.n1.data(), ctx.W(w.wq), R, C, D);
+  matmul_backward(g.dn.data(), G + w.wk, g.dk.data(), b.n1.data(), ctx.W(w.wk), R, C, D);
+  matmul_backward(g.dn.data(), G + w.wv, g.dv.data(), b.n1.data(), ctx.W(w.wv), R, C, D);
+  // 2. n1 = Norm1(x)   (d x = dres (residual) + Norm1 backward)
+  std::copy(g.dres.begin(), g.dres.end(), g.dx.begin());
+  rmsnorm_backward(g.dx.data(), G + w.attn_norm1, g.dn.data(), x, m.at(w.attn_norm1), b.r1.data(), R, C);
+}
+
+// The readout's input: xf itself (fp32, untied), xf d_model^-1/2 (tied: the T5 readout), rounded in bf16.
+template <class S>
+S readout_scale(const ModelConfig& c) {
+  return S(1) / std::sqrt(S(c.d_model));
+}
+}  // namespace
+
+// Forward, pass 8 and the loss (bf16 rounding points: the readout input xr; logits and loss fp32).
+template <class S>
+S model_forward(Acts<S>& a, const ModelView<S>& m, const BatchView& x, int past) {
+  const ModelConfig& c = m.cfg;
+  const Layout& lay = m.lay;
+  check_rows(c, x);
+  if (past < 0 || (past > 0 && x.B != 1)) throw InvariantError("model_forward: cached keys need a batch of one");
+  const int R = int(x.rows()), C = c.d_model, V = c.vocab;
+  const std::int64_t RC = std::int64_t(R) * C;
+  const S eps = S(c.norm_eps);
+  a.resize(c, x.B, x.T, past + x.T);
+  if (m.precision == Precision::bf16) round_gemm_weights(a.wgemm, m);
+  else a.wgemm.clear();  // marks the activations as fp32 ones (model_backward checks)
+  const Ctx<S> ctx = context(a, m);
+  const S* wpe[2] = {m.at(lay.wpe[0]), m.at(lay.wpe[1])};
+  // 1. x0 = tok_emb[tok] + sum_lv pos_emb_lv[pos_lv]
+  embedding_forward(a.x0.data(), x.tokens, x.pos, pos_levels(c.pos_mode), m.at(lay.wte), wpe, R, C);
+  const S* h = a.x0.data();
+  // 2.-7. the blocks
+  for (int l = 0; l < c.n_layers; ++l) {
+    auto& b = a.blocks[std::size_t(l)];
+    block_forward(b, h, m, ctx, lay.blocks[std::size_t(l)], x.B, x.T, past + x.T);
+    h = b.x2.data();
+  }
+  // 8. xf = final_norm(x) ; xr = xf [* d_model^-1/2 when tied] ; logits = xr W^T (W = lm_head or tok_emb) ;
+  //    losses
+  if (c.final_norm == NormKind::layer)
+    layernorm_forward(a.xf.data(), a.mf.data(), a.rf.data(), h, m.at(lay.final_norm), m.at(lay.final_norm_bias), R, C,
+                      eps);
+  else
+    rmsnorm_forward(a.xf.data(), a.rf.data(), h, m.at(lay.final_norm), R, C, eps);
+  const S* xr = a.xf.data();
+  if (c.tie_readout || ctx.bf16) {
+    a.xr.resize(std::size_t(RC));
+    if (c.tie_readout) scale_forward(a.xr.data(), a.xf.data(), readout_scale<S>(c), RC);
+    else std::copy(a.xf.begin(), a.xf.begin() + RC, a.xr.begin());
+    ctx.round(a.xr, RC);
+    xr = a.xr.data();
+  }
+  matmul_forward(a.logits.data(), xr, ctx.W(lay.readout()), R, C, V);
+  if (!x.targets) return S(0);
+  return crossentropy_forward(a.losses.data(), a.probs.data(), a.logits.data(), x.targets, R, V);
+}
+
+// Backward (bf16 rounding points: dlogits, the readout product's output gradient, and those of
+// block_backward; dxr, dxf and the residual gradient fp32).
+template <class S>
+void model_backward(S* G, GradScratch<S>& g, const Acts<S>& a, const ModelView<S>& m, const BatchView& x,
+                    S loss_scale) {
+  if (a.B != x.B || a.T != x.T || a.Tk != x.T || !x.targets)
+    throw InvariantError("model_backward: needs the activations of model_forward on the same batch (no cache)");
+  const ModelConfig& c = m.cfg;
+  const Layout& lay = m.lay;
+  if ((m.precision == Precision::bf16) != !a.wgemm.empty())
+    throw InvariantError("model_backward: the forward ran in another precision");
+  const Ctx<S> ctx = context(a, m);
+  const int R = int(x.rows()), C = c.d_model, V = c.vocab;
+  const std::int64_t RC = std::int64_t(R) * C;
+  g.resize(c, R, x.T);
+  // 8. xf = final_norm(x) ; xr = xf [* s] ; logits = xr W^T ; losses
+  crossentropy_backward(g.dlogits.data(), a.probs.data(), x.targets, loss_scale, R, V);
+  ctx.round(g.dlogits, std::int64_t(R) * V);
+  const bool has_xr = c.tie_readout || ctx.bf16;
+  const S* xr = has_xr ? a.xr.data() : a.xf.data();
+  zero(g.dxf);
+  if (c.tie_readout) {  // d xr into dn (scratch), then dxf = s d xr
+    zero(g.dn);
+    matmul_backward(g.dn.data(), G + lay.readout(), g.dlogits.data(), xr, ctx.W(lay.readout()), R, C, V);
+    scale_backward(g.dxf.data(), g.dn.data(), readout_scale<S>(c), RC);
+  } else {
+    matmul_backward(g.dxf.data(), G + lay.readout(), g.dlogits.data(), xr, ctx.W(lay.readout()), R, C, V);
+  }
+  zero(g.dx);  // gradient w.r.t. the current block output
+  const S* xlast = a.blocks.back().x2.data();
+  if (c.final_norm == NormKind::layer)
+    layernorm_backward(g.dx.data(), G + lay.final_norm, G + lay.final_norm_bias, g.dxf.data(), xlast,
+                       m.at(lay.final_norm), a.mf.data(), a.rf.data(), R, C);
+  else
+    rmsnorm_backward(g.dx.data(), G + lay.final_norm, g.dxf.data(), xlast, m.at(lay.final_norm), a.rf.data(), R, C);
+  // 7.-2. the blocks, last first
+  for (int l = c.n_layers - 1; l >= 0; --l) {
+    const S* in = l == 0 ? a.x0.data() : a.blocks[std::size_t(l - 1)].x2.data();
+    block_backward(G, g, a.blocks[std::size_t(l)], in, m, ctx, lay.blocks[std::size_t(l)], x.B, x.T);
+  }
+  // 1. x0 = tok_emb[tok] + sum_lv pos_emb_lv[pos_lv]
   S* dwpe[2] = {G + lay.wpe[0], G + lay.wpe[1]};
-  embedding_backward(G + lay.wte, dwpe, g.dx.data(), ex.tokens.data(), pos, L, T, C);
+  embedding_backward(G + lay.wte, dwpe, g.dx.data(), x.tokens, x.pos, pos_levels(c.pos_mode), R, C);
 }
 
 std::vector<std::uint8_t> KvDecoder::greedy(const std::vector<std::uint8_t>& prefix,
                                             const std::vector<std::int32_t> pos[2], int max_new) const {
-  const int C = c.d_model, NH = c.n_heads, HS = c.d_head, D = NH * HS, F = c.d_ff, V = c.vocab;
-  const int Lv = pos_levels(c.pos_mode);
-  const int total = int(prefix.size()) + max_new;
+  const int Lv = pos_levels(m.cfg.pos_mode), P = int(prefix.size()), total = P + max_new, V = m.cfg.vocab;
   if (prefix.empty()) throw InputError("greedy decoding needs a non-empty prefix");
   for (int lv = 0; lv < Lv; ++lv)
     if (int(pos[lv].size()) < total - 1) throw InputError("greedy decoding: position IDs shorter than the output");
-  const float eps = c.norm_eps;
-  const float* P = params;
-  // Cache per layer: keys and values (total, D).
-  std::vector<std::vector<float>> K(std::size_t(c.n_layers)), Vc(std::size_t(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l) {
-    K[std::size_t(l)].assign(std::size_t(total) * D, 0.f);
-    Vc[std::size_t(l)].assign(std::size_t(total) * D, 0.f);
-  }
-  std::vector<float> x(C), n(C), q(D), ao(D), tmp(C), res(C), x1(C), h(2 * F), gg(F), logits(V), sc(total);
-  float r;
   std::vector<std::uint8_t> out;
-  std::uint8_t tok = prefix[0];
-  for (int t = 0; t + 1 < total; ++t) {
-    if (t < int(prefix.size())) tok = prefix[std::size_t(t)];
-    for (int lv = 0; lv < Lv; ++lv) {
-      const auto p = pos[lv][std::size_t(t)];
-      if (p < 0 || p > c.max_pos(lv))
-        throw InputError(fmt::format("position ID {} of level {} outside [0, {}]", p, lv + 1, c.max_pos(lv)));
-    }
-    // Same numbered passes as model_forward, for one new token against the cache.
-    const std::int32_t* pp[2] = {pos[0].data() + (Lv > 0 ? t : 0), pos[1].data() + (Lv > 1 ? t : 0)};
-    const float* wpe[2] = {P + lay.wpe[0], P + lay.wpe[1]};
-    embedding_forward(x.data(), &tok, pp, Lv, P + lay.wte, wpe, 1, C);
-    for (int l = 0; l < c.n_layers; ++l) {
-      const auto& w = lay.blocks[std::size_t(l)];
-      float* Kl = K[std::size_t(l)].data();
-      float* Vl = Vc[std::size_t(l)].data();
-      rmsnorm_forward(n.data(), &r, x.data(), P + w.attn_norm1, 1, C, eps);
-      matmul_forward(q.data(), n.data(), P + w.wq, 1, C, D);
-      matmul_forward(Kl + std::int64_t(t) * D, n.data(), P + w.wk, 1, C, D);
-      matmul_forward(Vl + std::int64_t(t) * D, n.data(), P + w.wv, 1, C, D);
-      const float scale = 1.f / std::sqrt(float(HS));
-      for (int hh = 0; hh < NH; ++hh) {
-        // scores against keys 0..t, the same products as the dense forward's row t
-        CMapR<float> Kh(Kl, t + 1, D);
-        Eigen::Map<Eigen::RowVectorXf> s(sc.data(), t + 1);
-        s.noalias() = Eigen::Map<const Eigen::RowVectorXf>(q.data() + hh * HS, HS) *
-                      Kh.middleCols(hh * HS, HS).transpose();
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int j = 0; j <= t; ++j) mx = std::max(mx, sc[std::size_t(j)] * scale);
-        float sum = 0;
-        for (int j = 0; j <= t; ++j) sum += (sc[std::size_t(j)] = std::exp(sc[std::size_t(j)] * scale - mx));
-        const float inv = 1.f / sum;
-        for (int j = 0; j <= t; ++j) sc[std::size_t(j)] *= inv;
-        CMapR<float> Vh(Vl, t + 1, D);
-        Eigen::Map<Eigen::RowVectorXf>(ao.data() + hh * HS, HS).noalias() = s * Vh.middleCols(hh * HS, HS);
-      }
-      matmul_forward(tmp.data(), ao.data(), P + w.wo, 1, D, C);
-      residual_forward(res.data(), x.data(), tmp.data(), C);
-      rmsnorm_forward(x1.data(), &r, res.data(), P + w.attn_norm2, 1, C, eps);
-      rmsnorm_forward(n.data(), &r, x1.data(), P + w.ffn_norm1, 1, C, eps);
-      matmul_forward(h.data(), n.data(), P + w.wi, 1, C, 2 * F);
-      geglu_forward(gg.data(), h.data(), 1, F);
-      matmul_forward(tmp.data(), gg.data(), P + w.wo_ff, 1, F, C);
-      residual_forward(res.data(), x1.data(), tmp.data(), C);
-      rmsnorm_forward(x.data(), &r, res.data(), P + w.ffn_norm2, 1, C, eps);
-    }
-    if (t + 1 < int(prefix.size())) continue;  // still reading the prompt
-    rmsnorm_forward(n.data(), &r, x.data(), P + lay.final_norm, 1, C, eps);
-    matmul_forward(logits.data(), n.data(), P + lay.lm_head, 1, C, V);
-    const int best = int(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    tok = std::uint8_t(best);
+  if (max_new < 1) return out;
+  Acts<float> a;  // its keys/values are the cache
+  auto rows = [&](const std::uint8_t* tok, int t, int n) {  // positions t..t+n-1
+    BatchView x;
+    x.B = 1, x.T = n, x.tokens = tok;
+    for (int lv = 0; lv < Lv; ++lv) x.pos[lv] = pos[lv].data() + t;
+    return x;
+  };
+  auto argmax = [&](int row) {  // lowest index on ties, as the teacher-forced evaluation
+    const float* z = a.logits.data() + std::int64_t(row) * V;
+    return std::uint8_t(std::max_element(z, z + V) - z);
+  };
+  // The prompt in one pass, then one token per pass against the cached keys/values.
+  model_forward(a, m, rows(prefix.data(), 0, P));
+  std::uint8_t tok = argmax(P - 1);
+  out.push_back(tok);
+  for (int t = P; t + 1 < total && tok != kDollar; ++t) {
+    model_forward(a, m, rows(&tok, t, 1), t);
+    tok = argmax(0);
     out.push_back(tok);
-    if (tok == kDollar) break;
   }
   return out;
 }
@@ -395,11 +602,11 @@ template struct Acts<float>;
 template struct Acts<double>;
 template struct GradScratch<float>;
 template struct GradScratch<double>;
-template float model_forward<float>(Acts<float>&, const ModelConfig&, const Layout&, const float*, const Example&);
-template double model_forward<double>(Acts<double>&, const ModelConfig&, const Layout&, const double*, const Example&);
-template void model_backward<float>(float*, GradScratch<float>&, const Acts<float>&, const ModelConfig&, const Layout&,
-                                    const float*, const Example&, float);
-template void model_backward<double>(double*, GradScratch<double>&, const Acts<double>&, const ModelConfig&,
-                                     const Layout&, const double*, const Example&, double);
+template float model_forward<float>(Acts<float>&, const ModelView<float>&, const BatchView&, int);
+template double model_forward<double>(Acts<double>&, const ModelView<double>&, const BatchView&, int);
+template void model_backward<float>(float*, GradScratch<float>&, const Acts<float>&, const ModelView<float>&,
+                                    const BatchView&, float);
+template void model_backward<double>(double*, GradScratch<double>&, const Acts<double>&, const ModelView<double>&,
+                                     const BatchView&, double);
 
 }  // namespace manyadd::learn

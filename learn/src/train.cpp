@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 #include <fmt/format.h>
 
@@ -52,6 +51,8 @@ void TrainConfig::validate() const {
   need(log_every >= 1, "train.log_every must be >= 1");
   need(eval_every >= 0 && checkpoint_every >= 0, "train.eval_every and train.checkpoint_every must be >= 0");
   need(eval_samples >= 1, "train.eval_samples must be >= 1");
+  need(data_seed >= -1, fmt::format("train.data_seed must be >= 0, or -1 for the seed (got {})", data_seed));
+  need(precision == "fp32" || precision == "bf16", fmt::format("train.precision '{}' unknown (fp32|bf16)", precision));
 }
 
 void to_json(nlohmann::json& j, const TrainConfig& c) {
@@ -61,7 +62,8 @@ void to_json(nlohmann::json& j, const TrainConfig& c) {
                      {"beta2", c.beta2},         {"adam_eps", c.adam_eps},       {"weight_decay", c.weight_decay},
                      {"grad_clip", c.grad_clip}, {"seed", c.seed},               {"threads", c.threads},
                      {"log_every", c.log_every}, {"eval_every", c.eval_every},   {"eval_samples", c.eval_samples},
-                     {"checkpoint_every", c.checkpoint_every}};
+                     {"checkpoint_every", c.checkpoint_every}, {"warmup_from_zero", c.warmup_from_zero},
+                     {"data_seed", c.data_seed}, {"precision", c.precision}};
 }
 
 void from_json(const nlohmann::json& j, TrainConfig& c) {
@@ -104,11 +106,23 @@ void from_json(const nlohmann::json& j, TrainConfig& c) {
   geti("eval_every", c.eval_every);
   geti("eval_samples", c.eval_samples);
   geti("checkpoint_every", c.checkpoint_every);
+  geti("data_seed", c.data_seed);
+  if (j.contains("warmup_from_zero")) {
+    if (!j["warmup_from_zero"].is_boolean()) throw InputError("train.warmup_from_zero must be true or false");
+    c.warmup_from_zero = j["warmup_from_zero"].get<bool>();
+  }
+  if (j.contains("precision")) {
+    if (!j["precision"].is_string()) throw InputError("train.precision must be a string (fp32|bf16)");
+    c.precision = j["precision"].get<std::string>();
+  }
   c.validate();
 }
 
-double lr_at(const TrainConfig& c, std::int64_t t) {
+double lr_at(const TrainConfig& c, std::int64_t t_step) {
   const auto warm = std::max<std::int64_t>(1, std::llround(c.warmup_frac * double(c.steps)));
+  // The schedule at index t: t = the step (1-based), or the step - 1 when the warm-up starts from 0.
+  // Both branches give lr at t = warm.
+  const std::int64_t t = c.warmup_from_zero ? t_step - 1 : t_step;
   if (t <= warm) return c.lr * double(t) / double(warm);
   const double prog = c.steps > warm ? double(t - warm) / double(c.steps - warm) : 1.0;
   const double cosv = 0.5 * (1.0 + std::cos(3.14159265358979323846 * std::min(1.0, prog)));
@@ -120,9 +134,8 @@ Trainer::Trainer(const ModelConfig& mc, const TrainConfig& tc) : mc_(mc), tc_(tc
   params_ = init_params<float>(mc_, lay_, mix(tc_.seed, 0x1417));
   m_.assign(params_.size(), 0.f);
   v_.assign(params_.size(), 0.f);
-  grad_.assign(params_.size(), 0.f);
-  tgrads_.assign(std::size_t(tc_.threads), std::vector<float>(params_.size(), 0.f));
-  Rng rng(mix(tc_.seed, 0xDA7A));
+  dev_ = make_cpu_device(mc_, tc_.threads, tc_.precision_value());
+  Rng rng(mix(tc_.data_seed_value(), 0xDA7A));
   data_ = sample_SA(rng, tc_.train_n, tc_.train_m, tc_.train_size);
   // Refuse a model whose position tables cannot hold the largest training shape.
   const Shape big = Shape::make(tc_.train_n, tc_.train_m, Padding::minimal);
@@ -139,7 +152,7 @@ std::int64_t Trainer::sample_index(std::int64_t k) {
   if (epoch != perm_epoch_) {
     perm_.resize(std::size_t(size));
     for (std::int64_t i = 0; i < size; ++i) perm_[std::size_t(i)] = i;
-    Rng rng(mix(tc_.seed, 0xE90C, std::uint64_t(epoch)));
+    Rng rng(mix(tc_.data_seed_value(), 0xE90C, std::uint64_t(epoch)));
     for (std::int64_t i = size - 1; i > 0; --i)
       std::swap(perm_[std::size_t(i)], perm_[std::size_t(rng.uniform(0, std::uint64_t(i)))]);
     perm_epoch_ = epoch;
@@ -148,9 +161,12 @@ std::int64_t Trainer::sample_index(std::int64_t k) {
 }
 
 void Trainer::attach_device(std::shared_ptr<TrainDevice> dev) {
+  if (dev && dev->precision() != tc_.precision_value())
+    throw InputError(fmt::format("device '{}' computes in {}, the run in {}", dev->name(),
+                                 precision_name(dev->precision()), tc_.precision));
   pull_from_device();
-  dev_ = std::move(dev);
-  push_to_device_ = dev_ != nullptr;
+  dev_ = dev ? std::move(dev) : std::shared_ptr<TrainDevice>(make_cpu_device(mc_, tc_.threads, tc_.precision_value()));
+  push_to_device_ = true;
 }
 
 void Trainer::pull_from_device() const {
@@ -165,7 +181,8 @@ std::vector<Example> Trainer::batch_examples(std::int64_t t) {
   exs.reserve(std::size_t(B));
   for (int b = 0; b < B; ++b) {
     const Problem& p = data_[std::size_t(sample_index((t - 1) * B + b))];
-    Rng rng(mix(tc_.seed, std::uint64_t(t), std::uint64_t(b) + 0x0FF5E7));  // as in step()
+    // Offsets depend only on (seed, step, slot): the same with any thread count, device and on resume.
+    Rng rng(mix(tc_.seed, std::uint64_t(t), std::uint64_t(b) + 0x0FF5E7));
     exs.push_back(make_train_example(p, mc_, rng));
   }
   return exs;
@@ -173,64 +190,23 @@ std::vector<Example> Trainer::batch_examples(std::int64_t t) {
 
 StepStats Trainer::step() {
   const std::int64_t t = step_ + 1;
-  const int B = tc_.batch, W = std::min(tc_.threads, B);
-  std::vector<const Problem*> probs(static_cast<std::size_t>(B));
+  const PackedBatch pb = pack_batch(batch_examples(t), mc_);
   StepStats st;
-  for (int b = 0; b < B; ++b) {
-    probs[std::size_t(b)] = &data_[std::size_t(sample_index(step_ * B + b))];
-    const Shape s = shape_of(*probs[std::size_t(b)]);
-    st.targets += response_len(s);
-    st.tokens += s.N();
-  }
+  st.tokens = pb.real_tokens;
+  st.targets = pb.counted_targets;
   const float scale = 1.f / float(st.targets);  // loss = mean over the batch's counted targets
-  if (dev_) {
-    // The same examples as the CPU path below (same problems, same offsets), packed on the host.
-    if (push_to_device_) dev_->set_state(params_, m_, v_), push_to_device_ = false;
-    const PackedBatch pb = pack_batch(batch_examples(t), mc_);
-    const auto r = dev_->step(pb, scale, tc_, t);
-    pull_from_device_ = true;
-    st.grad_norm = r.grad_norm;
-    st.loss = r.loss_sum / double(st.targets);
-    step_ = t;
-    return st;
-  }
-  std::vector<double> loss_sum(std::size_t(W), 0.0);
-  acts_.resize(std::size_t(W));
-  scr_.resize(std::size_t(W));
-  auto& acts = acts_;
-  auto& scr = scr_;
-  parallel_for(W, W, [&](int, std::int64_t w) {
-    auto& G = tgrads_[std::size_t(w)];
-    std::fill(G.begin(), G.end(), 0.f);
-    const int lo = int(std::int64_t(B) * w / W), hi = int(std::int64_t(B) * (w + 1) / W);
-    for (int b = lo; b < hi; ++b) {
-      // Offsets depend only on (seed, step, slot): the same with any thread count and on resume.
-      Rng rng(mix(tc_.seed, std::uint64_t(t), std::uint64_t(b) + 0x0FF5E7));
-      const Example ex = make_train_example(*probs[std::size_t(b)], mc_, rng);
-      loss_sum[std::size_t(w)] += double(model_forward(acts[std::size_t(w)], mc_, lay_, params_.data(), ex));
-      model_backward(G.data(), scr[std::size_t(w)], acts[std::size_t(w)], mc_, lay_, params_.data(), ex, scale);
-    }
-  });
-  // Reduce in thread order (deterministic), then global-norm clipping.
-  std::copy(tgrads_[0].begin(), tgrads_[0].end(), grad_.begin());
-  for (int w = 1; w < W; ++w)
-    for (std::size_t i = 0; i < grad_.size(); ++i) grad_[i] += tgrads_[std::size_t(w)][i];
-  double ss = 0;
-  for (float g : grad_) ss += double(g) * double(g);
-  st.grad_norm = std::sqrt(ss);
-  // AdamW (decoupled weight decay; 0 by default as the reference) after global-norm clipping.
-  adamw_update(params_.data(), m_.data(), v_.data(), grad_.data(), std::int64_t(params_.size()),
-               adam_scalars(tc_, t, st.grad_norm));
-  double total = 0;
-  for (double l : loss_sum) total += l;
-  st.loss = total / double(st.targets);
+  if (push_to_device_) dev_->set_state(params_, m_, v_), push_to_device_ = false;
+  const auto r = dev_->step(pb, scale, tc_, t);
+  pull_from_device_ = true;
+  st.grad_norm = r.grad_norm;
+  st.loss = r.loss_sum / double(st.targets);
   step_ = t;
   return st;
 }
 
 void Trainer::save(const std::string& dir) const {
   pull_from_device();
-  std::filesystem::create_directories(dir);
+  make_output_dir(dir);
   nlohmann::json cfg;
   cfg["model"] = mc_;
   cfg["train"] = tc_;
@@ -240,14 +216,12 @@ void Trainer::save(const std::string& dir) const {
                    {"padding", "minimal"},
                    {"sequence", "$ A_1 + ... + A_m = B_0 > B_1 > ... > B_m, operands zero-padded to l, "
                                 "partial sums reversed (least significant digit first)"}};
-  cfg["architecture"] = {
-      {"type", "decoder-only transformer"},
-      {"embedding", "tok_emb[token] + sum over levels of pos_emb.<level>[position id of that level]"},
-      {"block", "x = attn_norm2(x + attn(attn_norm1(x))); x = ffn_norm2(x + ffn(ffn_norm1(x)))"},
-      {"attention", "causal multi-head, no biases, q/k/v/o nn.Linear(bias=False), scores scaled by 1/sqrt(d_head)"},
-      {"ffn", "GEGLU: wi (2*d_ff, d_model) -> [gate | up]; gelu_tanh(gate) * up; wo (d_model, d_ff)"},
-      {"norm", "RMSNorm: w * x / sqrt(mean(x^2) + norm_eps)"},
-      {"readout", "final_norm then lm_head (vocab, d_model), no bias"}};
+  cfg["architecture"] = architecture_description(mc_);
+  cfg["architecture"]["precision"] =
+      tc_.precision_value() == Precision::bf16
+          ? "trained in bf16 mixed precision (fp32 master weights, Adam moments, gradients and residual stream; bf16 "
+            "inputs of every matrix product, fp32 accumulation); the stored weights are fp32"
+          : "trained in fp32";
   atomic_write(dir + "/config.json", cfg.dump(2) + "\n");
   const std::map<std::string, std::string> meta = {{"format", "pt"}, {"step", std::to_string(step_)}};
   write_safetensors(dir + "/model.safetensors", params_to_tensors(lay_, params_), meta);
@@ -258,15 +232,34 @@ void Trainer::save(const std::string& dir) const {
   ts.insert(ts.end(), tv.begin(), tv.end());
   nlohmann::json mj = mc_;
   write_safetensors(dir + "/checkpoint.safetensors", ts,
-                    {{"format", "pt"}, {"step", std::to_string(step_)}, {"model_config", mj.dump()}});
+                    {{"format", "pt"},
+                     {"step", std::to_string(step_)},
+                     {"model_config", mj.dump()},
+                     {"precision", tc_.precision}});
 }
 
-void Trainer::load_checkpoint(const std::string& dir) {
-  std::map<std::string, std::string> meta;
-  const auto ts = read_safetensors(dir + "/checkpoint.safetensors", &meta);
-  nlohmann::json mj = mc_;
-  if (!meta.count("model_config") || meta["model_config"] != mj.dump())
+void Trainer::load_checkpoint(const std::string& dir, bool allow_precision_change) {
+  const SafetensorsFile ts = read_safetensors(dir + "/checkpoint.safetensors");
+  auto meta = ts.metadata;
+  // Compared as configurations, not as text: a checkpoint written before a field existed holds that
+  // field's default.
+  bool same = false;
+  if (meta.count("model_config")) {
+    try {
+      ModelConfig saved;
+      from_json(nlohmann::json::parse(meta["model_config"]), saved);
+      same = nlohmann::json(saved) == nlohmann::json(mc_);
+    } catch (const std::exception&) {
+      same = false;
+    }
+  }
+  if (!same)
     throw InputError(fmt::format("'{}/checkpoint.safetensors' was written for another model configuration", dir));
+  const std::string saved_prec = meta.count("precision") ? meta["precision"] : std::string("fp32");
+  if (saved_prec != tc_.precision && !allow_precision_change)
+    throw InputError(fmt::format("'{}/checkpoint.safetensors' was trained in {}; resuming it in {} changes the "
+                                 "arithmetic of the run (pass --allow-precision-change to do so)",
+                                 dir, saved_prec, tc_.precision));
   std::int64_t s = -1;
   try {
     s = std::stoll(meta.count("step") ? meta["step"] : std::string("x"));
@@ -279,12 +272,12 @@ void Trainer::load_checkpoint(const std::string& dir) {
   tensors_to_params(lay_, ts, v_, "adam.v.");
   step_ = s;
   pull_from_device_ = false;
-  push_to_device_ = dev_ != nullptr;
+  push_to_device_ = true;
 }
 
 Trainer::EvalSummary Trainer::eval_in_distribution(std::int64_t samples) const {
   pull_from_device();
-  if (dev_ && push_to_device_) dev_->set_state(params_, m_, v_), push_to_device_ = false;
+  if (push_to_device_) dev_->set_state(params_, m_, v_), push_to_device_ = false;
   EvalSummary r;
   r.min = 1.0;
   double sum = 0;
@@ -292,8 +285,8 @@ Trainer::EvalSummary Trainer::eval_in_distribution(std::int64_t samples) const {
   for (int i = 1; i <= tc_.train_n; ++i) {
     r.acc.emplace_back();
     for (int j = 2; j <= tc_.train_m; ++j) {
-      const auto c = eval_cell(mc_, lay_, params_.data(), i, j, samples, tc_.seed + 1, tc_.threads, EvalMode::teacher,
-                               dev_.get());
+      const auto c = eval_cell(ModelView<float>{mc_, lay_, params_.data(), tc_.precision_value()}, i, j, samples,
+                               tc_.seed + 1, tc_.threads, EvalMode::teacher, dev_.get());
       r.acc.back().push_back(c.accuracy());
       sum += c.accuracy();
       r.min = std::min(r.min, c.accuracy());
@@ -306,15 +299,15 @@ Trainer::EvalSummary Trainer::eval_in_distribution(std::int64_t samples) const {
 
 nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const std::string& dir, bool resume,
                             std::int64_t stop_after, const std::function<void(const std::string&)>& log,
-                            std::shared_ptr<TrainDevice> device, double max_seconds) {
+                            std::shared_ptr<TrainDevice> device, double max_seconds, bool allow_precision_change) {
   namespace fs = std::filesystem;
   if (!resume && fs::exists(dir + "/checkpoint.safetensors"))
     throw InputError(fmt::format("'{}' already holds a run (checkpoint.safetensors); pass --resume or choose another --out",
                                  dir));
   Trainer tr(mc, tc);
-  if (resume) tr.load_checkpoint(dir);
+  if (resume) tr.load_checkpoint(dir, allow_precision_change);
   if (device) tr.attach_device(std::move(device));
-  fs::create_directories(dir);
+  make_output_dir(dir);
   // A run killed between checkpoints logged steps the checkpoint does not hold; on resume drop those
   // rows so the CSVs describe exactly one history.
   auto trim = [&](const std::string& path) {
@@ -334,9 +327,10 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
     trim(dir + "/eval.csv");
   }
   std::ofstream csv(dir + "/log.csv", std::ios::app);
-  if (!csv) throw std::runtime_error(fmt::format("cannot open '{}/log.csv'", dir));
+  if (!csv) throw InputError(fmt::format("cannot open '{}/log.csv'", dir));
   if (tr.steps_done() == 0) csv << "step,loss,lr,grad_norm,tokens_per_s,elapsed_s\n";
   std::ofstream ecsv(dir + "/eval.csv", std::ios::app);
+  if (!ecsv) throw InputError(fmt::format("cannot open '{}/eval.csv'", dir));
   if (tr.steps_done() == 0) ecsv << "step,mean_exact_match,min_exact_match,elapsed_s\n";
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
@@ -384,7 +378,7 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
   nlohmann::json out;
   const double secs = std::chrono::duration<double>(clock::now() - t0).count();
   out["steps"] = tr.steps_done();
-  out["device"] = tr.device() ? tr.device()->name() : "cpu";
+  out["device"] = tr.device().name();
   out["finished"] = tr.steps_done() >= tc.steps;
   out["final_loss"] = last_loss;
   out["seconds"] = secs;

@@ -7,10 +7,10 @@
 //   compare_attention --learned DIR --n 11 --m 11 --samples 1000          one shape: table, PNGs, JSON
 //   compare_attention --learned DIR --grid --samples 20                   per TA cell: alignment | accuracy
 // `--learned constructed` compares the construction with itself (a sanity check: every matched share
-// is 1 up to the finite lambda). Exit codes: 0 done, 2 bad usage or input.
+// is 1 up to the finite lambda). Exit codes: 0 done, 2 bad usage or input, 3 internal error.
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
+#include <iostream>
 #include <limits>
 
 #include <CLI/CLI.hpp>
@@ -18,10 +18,11 @@
 #include <nlohmann/json.hpp>
 
 #include "manyadd/learn/attention.hpp"
-#include "manyadd/learn/cli_common.hpp"
+#include "manyadd/core/cli.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
 #include "manyadd/learn/io.hpp"
+#include "manyadd/learn/plot.hpp"
 
 using namespace manyadd;
 using namespace manyadd::learn;
@@ -80,7 +81,7 @@ int run_single(const Args& a, const LoadedModel* lm) {
   const ShapeRun r = run_shape(a, lm, a.n, a.m);
   const auto& c = r.cmp;
   const int G = r.learned.heads(), T = r.learned.T;
-  std::filesystem::create_directories(a.out);
+  make_output_dir(a.out);
   // Both models' maps in dump_attention's format.
   std::vector<std::int32_t> p1, p2;
   position_ids_for(r.shape, PosMode::coupled, a.s1, a.s2, p1, p2);
@@ -205,7 +206,7 @@ int run_grid(const Args& a, const LoadedModel* lm) {
     std::fprintf(stderr, " %s <- %s", kConstructedHeadNames[std::size_t(h)],
                  ref_head[std::size_t(h)] >= 0 ? ref.learned.names[std::size_t(ref_head[std::size_t(h)])].c_str() : "none");
   std::fprintf(stderr, "\n");
-  std::filesystem::create_directories(a.out);
+  make_output_dir(a.out);
   std::string csv = "n,m,N,samples,accuracy,mean_matched_share";
   for (auto* nm : kConstructedHeadNames) csv += fmt::format(",{0}_learned,{0}_share,{0}_chance,{0}_fixed_share", nm);
   csv += "\n";
@@ -296,31 +297,30 @@ int run_grid(const Args& a, const LoadedModel* lm) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Compare a learned model's attention, head by head, with the constructed model's (Theorem 4.1)."};
+  CLI::App app{"Compare a learned model's attention, head by head, with the constructed model's (Theorem 4.1).",
+               "compare_attention"};
   Args a;
-  app.add_option("--learned", a.learned, "learned model directory, or 'constructed' (the construction vs itself)")
+  cli::add_string(app, "--learned", a.learned, "learned model directory, or 'constructed' (the construction vs itself)")
       ->required();
-  app.add_option("--n", a.n, "digits per operand (default 11, as Figure 7); with --grid: the reference shape");
-  app.add_option("--m", a.m, "operand count (default 11); with --grid: the reference shape");
-  app.add_option("--samples", a.samples, "TA(n, m) samples averaged (per cell with --grid; default 1000)");
-  app.add_option("--s1", a.s1, "level-1 position offset (default 1)");
-  app.add_option("--s2", a.s2, "level-2 position offset (default 1)");
-  app.add_option("--seed", a.seed, "seed of the samples (the same instances as evaluate/dump_attention)");
-  app.add_option("--lambda", a.lambda, "constructed model's attention scale (default: construct's default for N)");
-  app.add_option("--out", a.out, "output directory (default: <learned>/compare_TA<n>x<m>, or <learned>/compare_grid)");
+  cli::add_int(app, "--n", a.n, "digits per operand (Figure 7: 11); with --grid: the reference shape");
+  cli::add_int(app, "--m", a.m, "operand count; with --grid: the reference shape");
+  cli::add_int(app, "--samples", a.samples, "TA(n, m) samples averaged (per cell with --grid)", 1, 10'000'000);
+  cli::add_int(app, "--s1", a.s1, "level-1 position offset", 1, 1'000'000);
+  cli::add_int(app, "--s2", a.s2, "level-2 position offset", 1, 1'000'000);
+  cli::add_seed(app, a.seed, "seed of the samples (the same instances as evaluate/dump_attention)");
+  cli::add_real(app, "--lambda", a.lambda, "constructed model's attention scale; 0 = construct's default for N", 0);
+  cli::add_string(app, "--out", a.out,
+                  "output directory (default: <learned>/compare_TA<n>x<m>, or <learned>/compare_grid)");
   app.add_flag("--grid", a.grid, "score every TA cell of the grid (--n-min..--n-max x --m-min..--m-max)");
-  app.add_option("--n-min", a.n_min, "grid: smallest operand length (default 1)");
-  app.add_option("--n-max", a.n_max, "grid: largest operand length (default 30)");
-  app.add_option("--m-min", a.m_min, "grid: smallest operand count (default 2)");
-  app.add_option("--m-max", a.m_max, "grid: largest operand count (default 30)");
-  app.add_option("--threads", a.threads, "worker threads (default 2)");
-  app.add_option("--json", a.json_path, "also write the JSON report here");
-  if (const int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
-  try {
-    if (a.samples < 1 || a.samples > 10'000'000) throw InputError("--samples must be in [1, 1e7]");
-    if (a.threads < 1 || a.threads > 256) throw InputError("--threads must be in [1, 256]");
-    if (a.lambda < 0 || !std::isfinite(a.lambda)) throw InputError("--lambda must be > 0");
-    if (a.s1 < 1 || a.s2 < 1 || a.s1 > 1'000'000 || a.s2 > 1'000'000) throw InputError("--s1, --s2 must be in [1, 1e6]");
+  cli::add_int(app, "--n-min", a.n_min, "grid: smallest operand length");
+  cli::add_int(app, "--n-max", a.n_max, "grid: largest operand length");
+  cli::add_int(app, "--m-min", a.m_min, "grid: smallest operand count");
+  cli::add_int(app, "--m-max", a.m_max, "grid: largest operand count");
+  cli::add_threads(app, a.threads);
+  cli::add_json(app, a.json_path, "also write the JSON report here");
+  app.footer(cli::exit_codes_footer(false));
+  if (const int rc = cli::parse(app, argc, argv, std::cout, std::cerr); rc >= 0) return rc;
+  return run_tool("compare_attention", std::cerr, [&] {
     auto check_nm = [](int n, int m, const char* what) {
       if (n < 1 || m < 2 || n > 1000 || m > 1000)
         throw InputError(fmt::format("{}: need 1 <= n <= 1000 and 2 <= m <= 1000 (got n = {}, m = {})", what, n, m));
@@ -349,8 +349,5 @@ int main(int argc, char** argv) {
                                      "({}, {})", a.n, a.m, a.s1, a.s2, lm.cfg.max_pos1, lm.cfg.max_pos2));
     }
     return a.grid ? run_grid(a, self ? nullptr : &lm) : run_single(a, self ? nullptr : &lm);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "compare_attention: %s\n", e.what());
-    return 2;
-  }
+  });
 }

@@ -3,53 +3,52 @@
 // OUT/attention.safetensors (tensors "layers.<l>.head.<h>", shape (N, N)) and one PNG per head
 // (values below 0.01 black). `--constructed` dumps the constructed model of Theorem 4.1 (construct/,
 // built for TA(n, m) with minimal padding, dense engine) on the same instances in the same format.
-// Exit codes: 0 done, 2 bad usage or input.
-#include <cmath>
+// Exit codes: 0 done, 2 bad usage or input, 3 internal error.
 #include <cstdio>
-#include <filesystem>
+#include <iostream>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "manyadd/learn/cli_common.hpp"
+#include "manyadd/core/cli.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
 #include "manyadd/learn/attention.hpp"
 #include "manyadd/learn/io.hpp"
+#include "manyadd/learn/plot.hpp"
 
 using namespace manyadd;
 using namespace manyadd::learn;
 
 int main(int argc, char** argv) {
-  CLI::App app{"Average post-softmax attention maps of a trained (or the constructed) model over TA(n, m) samples."};
+  CLI::App app{"Average post-softmax attention maps of a trained (or the constructed) model over TA(n, m) samples.",
+               "dump_attention"};
   std::string model, out, json_path;
   bool constructed = false;
   int n = 11, m = 11, threads = 2;
   double lambda = 0;
   std::int64_t samples = 1000, s1 = 1, s2 = 1;
   std::uint64_t seed = 12345;
-  auto* o_model = app.add_option("--model", model, "model directory (config.json + model.safetensors)");
+  auto* o_model = cli::add_string(app, "--model", model, "model directory (config.json + model.safetensors)");
   auto* o_cons = app.add_flag("--constructed", constructed,
                               "dump the constructed model (Theorem 4.1, dims for TA(n, m)) instead of --model");
   o_model->excludes(o_cons);
-  app.add_option("--lambda", lambda, "attention scale of the constructed model (default: construct's default for N)");
-  app.add_option("--out", out, "output directory (created if missing)")->required();
-  app.add_option("--n", n, "digits per operand (default 11, as Figure 7)");
-  app.add_option("--m", m, "operand count (default 11)");
-  app.add_option("--samples", samples, "samples averaged (default 1000)");
-  app.add_option("--s1", s1, "level-1 position offset (default 1)");
-  app.add_option("--s2", s2, "level-2 position offset (default 1)");
-  app.add_option("--seed", seed, "seed of the samples");
-  app.add_option("--threads", threads, "worker threads (default 2)");
-  app.add_option("--json", json_path, "JSON report");
-  if (const int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
-  try {
+  cli::add_real(app, "--lambda", lambda, "attention scale of the constructed model; 0 = construct's default for N", 0);
+  cli::add_string(app, "--out", out, "output directory (created if missing)")->required();
+  cli::add_int(app, "--n", n, "digits per operand (Figure 7: 11)");
+  cli::add_int(app, "--m", m, "operand count");
+  cli::add_int(app, "--samples", samples, "samples averaged", 1, 100'000'000);
+  cli::add_int(app, "--s1", s1, "level-1 position offset");
+  cli::add_int(app, "--s2", s2, "level-2 position offset");
+  cli::add_seed(app, seed, "seed of the samples");
+  cli::add_threads(app, threads);
+  cli::add_json(app, json_path, "JSON report");
+  app.footer(cli::exit_codes_footer(false));
+  if (const int rc = cli::parse(app, argc, argv, std::cout, std::cerr); rc >= 0) return rc;
+  return run_tool("dump_attention", std::cerr, [&] {
     if (!constructed && model.empty()) throw InputError("give --model DIR or --constructed");
-    if (samples < 1 || samples > 100'000'000) throw InputError("--samples must be in [1, 1e8]");
-    if (threads < 1 || threads > 256) throw InputError("--threads must be in [1, 256]");
     if (n < 1 || m < 2 || n > 1000 || m > 1000) throw InputError("need 1 <= --n <= 1000 and 2 <= --m <= 1000");
-    if (lambda < 0 || !std::isfinite(lambda)) throw InputError("--lambda must be > 0");
     const Shape shape = Shape::make(n, m, Padding::minimal);
     if (shape.N() > 20000) throw InputError(fmt::format("TA({}, {}) has N = {} tokens: above the 20,000 a dense (N, N) "
                                                         "map per head allows", n, m, shape.N()));
@@ -83,8 +82,5 @@ int main(int argc, char** argv) {
     std::printf("averaged attention over %lld samples of TA(%d, %d) (N = %d): %s/attention.safetensors + %d PNGs\n",
                 static_cast<long long>(samples), n, m, maps.T, out.c_str(), maps.heads());
     return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "dump_attention: %s\n", e.what());
-    return 2;
-  }
+  });
 }

@@ -1,16 +1,16 @@
 // train: trains the learned transformer on SA(n, m) and writes a model directory
 // (config.json, model.safetensors, checkpoint.safetensors, log.csv, eval.csv).
-// Exit codes: 0 trained, 2 bad usage or input (message on stderr).
+// Exit codes: 0 trained, 2 bad usage or input, 3 internal error (message on stderr).
 #include <cstdio>
 #include <iostream>
-#include <map>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "manyadd/cuda_train.hpp"
+#include "manyadd/core/cli.hpp"
 #include "manyadd/learn/cli_common.hpp"
+#include "manyadd/learn/cuda_device.hpp"
 #include "manyadd/learn/io.hpp"
 #include "manyadd/learn/train.hpp"
 
@@ -22,31 +22,29 @@ int main(int argc, char** argv) {
       "Train the learned transformer (paper 000, Sec. 4 / Appendix B) on SA(n, m) with the scratchpad and\n"
       "bi-level Position Coupling format. Configuration = defaults, then --config FILE ({\"model\": {...},\n"
       "\"train\": {...}} with the fields below), then flags. With --resume the base is OUT/config.json and\n"
-      "training continues bit for bit from OUT/checkpoint.safetensors."};
+      "training continues bit for bit from OUT/checkpoint.safetensors.",
+      "train"};
   std::string config_path, out, json_path, device = "cpu";
-  bool resume = false;
+  bool resume = false, allow_precision_change = false;
   std::int64_t stop_after = 0;
-  app.add_option("--config", config_path, "JSON config file: {\"model\": {...}, \"train\": {...}}");
-  app.add_option("--out", out, "model directory to write (created if missing)")->required();
-  app.add_flag("--resume", resume, "continue the run in --out from its checkpoint");
-  app.add_option("--stop-after", stop_after, "stop (with a checkpoint) after this many total steps; 0 = run all");
   double max_seconds = 0;
-  app.add_option("--max-seconds", max_seconds,
-                 "also stop (with a checkpoint) after the first step ending past this wall time; 0 = no limit");
-  app.add_option("--json", json_path, "write a JSON report (steps, loss, tokens/s, accuracy) to this file");
-  app.add_option("--device", device,
-                 "cpu (default; deterministic for (seed, threads)) | cuda (the same batches on a GPU, fp32; exit 2 "
-                 "without a device). Not part of the config: a run may be resumed on the other device");
-  std::map<std::string, std::string> flags;
-  for (auto& f : config_fields()) {
-    std::string flag = f.name;
-    for (auto& ch : flag)
-      if (ch == '_') ch = '-';
-    app.add_option("--" + flag, flags[std::string(f.section) + "." + f.name],
-                   fmt::format("{}.{}: {}", f.section, f.name, f.help));
-  }
-  if (const int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
-  try {
+  cli::add_string(app, "--config", config_path, "JSON config file: {\"model\": {...}, \"train\": {...}}");
+  cli::add_string(app, "--out", out, "model directory to write (created if missing)")->required();
+  app.add_flag("--resume", resume, "continue the run in --out from its checkpoint");
+  app.add_flag("--allow-precision-change", allow_precision_change,
+               "with --resume: continue a checkpoint trained in another precision (--precision) than the run's");
+  cli::add_int(app, "--stop-after", stop_after, "stop (with a checkpoint) after this many total steps; 0 = run all", 0);
+  cli::add_real(app, "--max-seconds", max_seconds,
+                "also stop (with a checkpoint) after the first step ending past this wall time; 0 = no limit", 0);
+  cli::add_json(app, json_path, "write a JSON report (steps, loss, tokens/s, accuracy) to this file");
+  cli::add_device(app, device,
+                  "cpu: deterministic for (seed, threads) | cuda: the same batches on a GPU (fp32, this project's "
+                  "architecture options only for now); exit 2 without a device. Not part of the config: a run may "
+                  "be resumed on the other device");
+  const ConfigOptions flags(app);
+  app.footer(cli::exit_codes_footer(false));
+  if (const int rc = cli::parse(app, argc, argv, std::cout, std::cerr); rc >= 0) return rc;
+  return run_tool("train", std::cerr, [&] {
     nlohmann::json cfg = {{"model", nlohmann::json::object()}, {"train", nlohmann::json::object()}};
     auto merge = [&](const nlohmann::json& src, const std::string& what) {
       if (!src.is_object()) throw InputError(fmt::format("{} must be a JSON object", what));
@@ -58,40 +56,22 @@ int main(int argc, char** argv) {
     };
     if (resume) merge(read_json_file(out + "/config.json"), out + "/config.json");
     if (!config_path.empty()) merge(read_json_file(config_path), config_path);
-    for (auto& [key, val] : flags) {
-      if (val.empty()) continue;
-      const auto dot = key.find('.');
-      nlohmann::json v;
-      try {
-        v = nlohmann::json::parse(val);
-      } catch (const nlohmann::json::exception&) {
-        v = val;  // a bare word, e.g. --pos-mode coupled
-      }
-      cfg[key.substr(0, dot)][key.substr(dot + 1)] = v;
-    }
+    merge(flags.given(), "the flags");
     ModelConfig mc;
     TrainConfig tc;
     // config.json written by train holds the descriptive "vocabulary" key; from_json accepts it.
     from_json(cfg["model"], mc);
     from_json(cfg["train"], tc);
     std::shared_ptr<TrainDevice> dev;
-    if (max_seconds < 0) throw InputError("--max-seconds must be >= 0");
-    if (device == "cuda") dev = make_cuda_device(mc);  // InputError "no CUDA device: ..." -> exit 2
-    else if (device != "cpu") throw InputError(fmt::format("--device '{}' unknown (cpu|cuda)", device));
+    if (device == "cuda") dev = make_cuda_device(mc, tc.precision_value());  // InputError -> exit 2
     const auto report = run_training(mc, tc, out, resume, stop_after, [](const std::string& s) {
       std::fprintf(stderr, "%s\n", s.c_str());
       std::fflush(stderr);
-    }, dev, max_seconds);
+    }, dev, max_seconds, allow_precision_change);
     if (!json_path.empty()) atomic_write(json_path, report.dump(2) + "\n");
     std::printf("trained %lld steps in %.1f s (%.0f tokens/s); model in %s\n",
                 static_cast<long long>(report["steps"].get<std::int64_t>()), report["seconds"].get<double>(),
                 report["tokens_per_s"].get<double>(), out.c_str());
     return 0;
-  } catch (const InputError& e) {
-    std::fprintf(stderr, "train: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "train: %s\n", e.what());
-    return 2;
-  }
+  });
 }

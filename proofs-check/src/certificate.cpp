@@ -10,13 +10,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <tuple>
 
 #include <boost/multiprecision/gmp.hpp>
 #include <fmt/format.h>
 #include <mpfr.h>
 
+#include "manyadd/core/parallel.hpp"
 #include "manyadd/offset_cases.hpp"
 #include "manyadd/structured.hpp"
 
@@ -700,21 +700,24 @@ struct Certifier::Impl {
   //    bounded by |NUM| <= 9, |PRE_SUM|, |PRE_CARRY| <= 27, |PRE_ARROW|, |PRE_EOS| <= 1; the margin
   //    loses at most twice the resulting logit error (ffn_logit_error). The exact part of part 3
   //    uses the precision's own (cast) weights.
-    // The three tables are independent: build them on two threads.
-    std::thread side;
+    // The three tables are independent: the real one on one thread, the two floating-point ones on
+    // another.
     if (opt.floating_point) {
       for (int p = 0; p < 2; ++p) {
         const double r = p == 0 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
         for (int h = 0; h < 4; ++h) fpm[std::size_t(p)][std::size_t(h)] = fp_model(M, h, r);
         logit_err[std::size_t(p)] = ffn_logit_error(M, r);
       }
-      side = std::thread([&] {
+    }
+    const int parts = opt.floating_point ? 2 : 1;
+    parallel_for(parts, parts, [&](int, std::int64_t part) {
+      if (part == 0) {
+        Dreal = cached_tables(fpr, false, Eq, real, ubound);
+      } else {
         Dfp[0] = cached_tables(fpr, false, Eq, fpm[0], ubound);
         Dfp[1] = cached_tables(fpr, true, E32, fpm[1], ubound);
-      });
-    }
-    Dreal = cached_tables(fpr, false, Eq, real, ubound);
-    if (side.joinable()) side.join();
+      }
+    });
   }
 
   std::shared_ptr<const DigitTables<double>> tables_at(double lam) {
@@ -889,14 +892,16 @@ struct ClassCertifier::Impl {
   void exact_tables() const {
     std::call_once(exact_once, [&] {
       const std::string fpr = ffn_fingerprint(M);
-      std::thread side;
-      if (fp)
-        side = std::thread([&] {
+      // the real table on one thread, the two floating-point ones on another
+      const int parts = fp ? 2 : 1;
+      parallel_for(parts, parts, [&](int, std::int64_t part) {
+        if (part == 0) {
+          D[0] = cached_tables(fpr, false, E[0], fpm[0], ubound);
+        } else {
           D[1] = cached_tables(fpr, false, E[1], fpm[1], ubound);
           D[2] = cached_tables(fpr, true, E[2], fpm[2], ubound);
-        });
-      D[0] = cached_tables(fpr, false, E[0], fpm[0], ubound);
-      if (side.joinable()) side.join();
+        }
+      });
     });
   }
 

@@ -3,16 +3,15 @@
 // model's score structure, never typed twice.
 #include "manyadd/closed_form_smt.hpp"
 
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <functional>
-#include <mutex>
 #include <optional>
-#include <thread>
 
 #include <fmt/format.h>
 #include <z3++.h>
+
+#include "manyadd/core/parallel.hpp"
 
 namespace manyadd {
 
@@ -410,24 +409,16 @@ SmtReport prove_closed_form(const ConstructedModel& M, const SmtRange& R, const 
 
   SmtReport rep;
   rep.checks.resize(jobs.size());
-  std::atomic<std::size_t> next{0};
-  std::mutex ex_mu;
-  std::exception_ptr ex;
-  std::vector<std::thread> pool;
-  for (int th = 0; th < std::max(1, opt.threads); ++th)
-    pool.emplace_back([&] {
-      try {
-        for (std::size_t k; (k = next++) < jobs.size();) rep.checks[k] = jobs[k].run();
-      } catch (const z3::exception& e) {
-        std::lock_guard<std::mutex> g(ex_mu);
-        ex = std::make_exception_ptr(InputError(std::string("z3: ") + e.msg()));
-      } catch (...) {
-        std::lock_guard<std::mutex> g(ex_mu);
-        ex = std::current_exception();
-      }
-    });
-  for (auto& th : pool) th.join();
-  if (ex) std::rethrow_exception(ex);
+  parallel_for(
+      std::max(1, opt.threads), std::int64_t(jobs.size()),
+      [&](int, std::int64_t k) {
+        try {
+          rep.checks[std::size_t(k)] = jobs[std::size_t(k)].run();
+        } catch (const z3::exception& e) {
+          throw InputError(std::string("z3: ") + e.msg());
+        }
+      },
+      Schedule::dynamic);
   rep.proven = true;
   rep.non_vacuous = true;
   for (const auto& ck : rep.checks) {

@@ -5,13 +5,9 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <fstream>
 #include <limits>
 #include <functional>
 #include <memory>
-#include <thread>
-#include <atomic>
 #include <ostream>
 
 #include <boost/multiprecision/cpp_int.hpp>
@@ -19,9 +15,11 @@
 #include <fmt/ranges.h>
 
 #include "manyadd/closed_form.hpp"
+#include "manyadd/core/parallel.hpp"
 #include "manyadd/dense.hpp"
 #include "manyadd/structured.hpp"
 #include "manyadd/verify.hpp"
+#include "manyadd/verify/stages.hpp"
 
 namespace manyadd {
 
@@ -170,13 +168,17 @@ std::array<std::int64_t, 4> class_at(closed::Values v, std::int64_t j) {
   return {kind, expect, x[2], x[3]};
 }
 
-// Runs one concrete instance and reports the first wrong prediction: the dense engine (double)
-// when N <= 4000, else the exact row engine at the given positions and at the structured
-// engine's first mismatch (limit mode).
+// Runs one concrete instance and reports the first wrong prediction (confirm_counterexample: the
+// dense engine (double) when N <= 4000, else the exact row engine at the given positions and at the
+// structured engine's first mismatch (limit mode)).
 std::optional<ConfirmedCounterexample> confirm(const ConstructedModel& M, const CompiledFFN& F, const Shape& shape,
                                                std::int64_t s1, std::int64_t s2, const Problem& p, std::vector<std::int64_t> hints) {
-  const auto seq = build_sequence(p, shape);
-  const std::int64_t N = shape.N();
+  if (shape.N() > 4000) {
+    const auto S = structured_forward(M, F, build_sequence(p, shape), shape, s1, s2);
+    if (S.first_mismatch >= 0) hints.push_back(S.first_mismatch);
+  }
+  const auto ce = confirm_counterexample(M, F, p, shape, s1, s2, hints);
+  if (!ce || ce->position <= 0) return std::nullopt;  // every prediction right
   ConfirmedCounterexample c;
   c.n = shape.n;
   c.m = shape.m;
@@ -185,38 +187,11 @@ std::optional<ConfirmedCounterexample> confirm(const ConstructedModel& M, const 
   c.s2 = s2;
   c.padding = padding_name(shape.padding);
   c.problem = p.to_string();
-  if (N <= 4000) {
-    const auto R = dense_forward<double>(M, embed(M, seq, position_ids(shape, s1, s2)));
-    const auto r = check_instance(seq, shape, R.logits);
-    if (!r.mismatch) return std::nullopt;
-    c.position = r.mismatch->position;
-    c.expected = std::string(1, token_char(r.mismatch->expected));
-    c.got = std::string(1, token_char(r.mismatch->got));
-    c.engine = "dense";
-    return c;
-  }
-  const auto S = structured_forward(M, F, seq, shape, s1, s2);
-  if (S.first_mismatch >= 0) hints.push_back(S.first_mismatch);
-  std::sort(hints.begin(), hints.end());
-  RowEngine E(M, shape, s1, s2, seq);
-  for (std::int64_t j : hints) {
-    if (j < shape.eq_index() || j >= N) continue;
-    const auto rr = E.row(j, F);
-    const int expected = j + 1 < N ? seq[std::size_t(j + 1)] : int(kDollar);
-    int best = 0;
-    for (int t = 1; t < kVocab; ++t)
-      if (rr.logits[std::size_t(t)] > rr.logits[std::size_t(best)]) best = t;
-    double other = -1e300;
-    for (int t = 0; t < kVocab; ++t)
-      if (t != expected) other = std::max(other, rr.logits[std::size_t(t)]);
-    if (rr.logits[std::size_t(expected)] > other) continue;
-    c.position = j + 1;
-    c.expected = std::string(1, token_char(expected));
-    c.got = best == expected ? std::string("tie") : std::string(1, token_char(best));
-    c.engine = "row";
-    return c;
-  }
-  return std::nullopt;
+  c.position = ce->position;
+  c.expected = std::string(1, token_char(ce->expected));
+  c.got = ce->got < 0 ? std::string("tie") : std::string(1, token_char(ce->got));
+  c.engine = ce->confirmed_by;
+  return c;
 }
 
 // A shape of width l with m operands: the theorem's padding when it gives l, else the minimal one.
@@ -288,16 +263,18 @@ void lambda_windows(const std::function<bool(double, int)>& holds_at, double& la
 
 }  // namespace
 
-std::vector<WindowRow> lambda_window_table(int P_lo, int P_hi, int threads) {
+void check_window_table_range(int P_lo, int P_hi) {
   if (P_lo < 2 || P_hi > 30 || P_lo > P_hi) throw InputError("--windows-table A:B needs 2 <= A <= B <= 30");
+}
+
+std::vector<WindowRow> lambda_window_table(int P_lo, int P_hi, int threads) {
+  check_window_table_range(P_lo, P_hi);
   if (threads < 1 || threads > 256) throw InputError("--threads must be in [1, 256]");
   std::vector<WindowRow> rows(std::size_t(P_hi - P_lo + 1));
-  std::atomic<int> next{0};
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&] {
-      for (int k; (k = next++) < int(rows.size());) {
-        const int P = P_lo + k;
+  parallel_for(
+      threads, std::int64_t(rows.size()),
+      [&](int, std::int64_t k) {
+        const int P = P_lo + int(k);
         WindowRow& r = rows[std::size_t(k)];
         r.P = P;
         const ShapeRange claimed{1, pow2(P) - 2, 1, pow2(P) - 1};
@@ -305,18 +282,12 @@ std::vector<WindowRow> lambda_window_table(int P_lo, int P_hi, int threads) {
         const ConstructedModel M = build_model(P, P, default_lambda(r.n_tokens_max));
         const ClassCertifier cert(M, r.n_tokens_max);
         lambda_windows(boxes_hold(cert, claimed), r.lambda_min, r.windows);
-      }
-    });
-  for (auto& th : pool) th.join();
+      },
+      Schedule::dynamic);
   return rows;
 }
 
-namespace {
-}  // namespace
-
-WholeClaimResult whole_claim(const WholeClaimOptions& o) {
-  const auto t0 = Clock::now();
-  // ---- validate before building anything
+void check_whole_claim_options(const WholeClaimOptions& o) {
   if (o.P1 < 2 || o.P1 > 30)
     throw InputError(fmt::format("--p1 {} outside [2, 30] (P1 = 1 leaves no width l with l + 1 < 2^P1)", o.P1));
   if (o.P2 < 1 || o.P2 > 30) throw InputError(fmt::format("--p2 {} outside [1, 30]", o.P2));
@@ -325,6 +296,11 @@ WholeClaimResult whole_claim(const WholeClaimOptions& o) {
     throw InputError(fmt::format("--lambda must be > 0 (got {})", o.lambda));
   if (o.threads < 1 || o.threads > 256) throw InputError("--threads must be in [1, 256]");
   if (o.sample_shapes < 0 || o.sample_shapes > 100000) throw InputError("--sample-shapes must be in [0, 100000]");
+}
+
+WholeClaimResult whole_claim(const WholeClaimOptions& o) {
+  const auto t0 = Clock::now();
+  check_whole_claim_options(o);  // before building anything
 
   WholeClaimResult R;
   R.P1 = o.P1;
@@ -695,51 +671,31 @@ void print_whole_claim(std::ostream& out, const WholeClaimResult& r) {
   out << fmt::format("  result      {}  ({:.2f} s)\n", verdict, r.seconds);
 }
 
-int whole_claim_cli(const WholeClaimCli& c, std::ostream& out) {
-  const auto t0 = Clock::now();
-  nlohmann::json report;
-  int code = 0;
-  if (!c.windows_table.empty()) {
-    int a = 0, b = 0;
-    char extra = 0;
-    if (std::sscanf(c.windows_table.c_str(), "%d:%d%c", &a, &b, &extra) != 2)
-      throw InputError(fmt::format("--windows-table '{}': expected A:B (P1 = P2 from A to B)", c.windows_table));
-    if (c.p1_given || c.p2_given || c.opt.lambda > 0) throw InputError("--windows-table takes no --p1, --p2 or --lambda (it scans P1 = P2)");
-    const auto rows = lambda_window_table(a, b, c.opt.threads);
-    auto win = [](const LambdaWindow& w) {
-      if (w.empty) return std::string("empty");
-      return std::isfinite(w.hi) ? fmt::format("[{:.4g}, {:.4g}]", w.lo, w.hi) : fmt::format("[{:.4g}, inf)", w.lo);
-    };
-    out << fmt::format("lambda windows of the whole claim, P1 = P2 = P (claimed range l <= 2^P - 2, m <= 2^P - 1; bisection, rel. 1e-3)\n");
-    out << fmt::format("{:>3} {:>10} {:>10} {:>26} {:>22}\n", "P", "N_max", "lambda_min", "float64", "float32");
-    nlohmann::json table = nlohmann::json::array();
-    const char* names[] = {"real", "float64", "float32"};
-    for (const auto& r : rows) {
-      out << fmt::format("{:>3} {:>10.3e} {:>10.4g} {:>26} {:>22}\n", r.P, double(r.n_tokens_max), r.lambda_min, win(r.windows[1]),
-                         win(r.windows[2]));
-      nlohmann::json row = {{"P", r.P}, {"N_max", r.n_tokens_max}, {"lambda_min", r.lambda_min}};
-      for (int p = 0; p < 3; ++p) {
-        const auto& w = r.windows[std::size_t(p)];
-        row[names[p]] = {{"empty", w.empty}, {"lo", w.empty ? nlohmann::json(nullptr) : nlohmann::json(w.lo)},
-                         {"hi", w.empty || !std::isfinite(w.hi) ? nlohmann::json(nullptr) : nlohmann::json(w.hi)}};
-      }
-      table.push_back(row);
+void print_window_table(std::ostream& out, const std::vector<WindowRow>& rows) {
+  auto win = [](const LambdaWindow& w) {
+    if (w.empty) return std::string("empty");
+    return std::isfinite(w.hi) ? fmt::format("[{:.4g}, {:.4g}]", w.lo, w.hi) : fmt::format("[{:.4g}, inf)", w.lo);
+  };
+  out << fmt::format("lambda windows of the whole claim, P1 = P2 = P (claimed range l <= 2^P - 2, m <= 2^P - 1; bisection, rel. 1e-3)\n");
+  out << fmt::format("{:>3} {:>10} {:>10} {:>26} {:>22}\n", "P", "N_max", "lambda_min", "float64", "float32");
+  for (const auto& r : rows)
+    out << fmt::format("{:>3} {:>10.3e} {:>10.4g} {:>26} {:>22}\n", r.P, double(r.n_tokens_max), r.lambda_min, win(r.windows[1]),
+                       win(r.windows[2]));
+}
+
+nlohmann::json window_table_json(const std::vector<WindowRow>& rows) {
+  nlohmann::json table = nlohmann::json::array();
+  const char* names[] = {"real", "float64", "float32"};
+  for (const auto& r : rows) {
+    nlohmann::json row = {{"P", r.P}, {"N_max", r.n_tokens_max}, {"lambda_min", r.lambda_min}};
+    for (int p = 0; p < 3; ++p) {
+      const auto& w = r.windows[std::size_t(p)];
+      row[names[p]] = {{"empty", w.empty}, {"lo", w.empty ? nlohmann::json(nullptr) : nlohmann::json(w.lo)},
+                       {"hi", w.empty || !std::isfinite(w.hi) ? nlohmann::json(nullptr) : nlohmann::json(w.hi)}};
     }
-    report["lambda_windows_table"] = table;
-  } else {
-    if (!c.p1_given || !c.p2_given) throw InputError("--whole-claim needs --p1 P1 --p2 P2 (the model's hypercube dimensions)");
-    const WholeClaimResult r = whole_claim(c.opt);
-    print_whole_claim(out, r);
-    report["whole_claim"] = whole_claim_json(r);
-    code = r.proven ? 0 : 1;
+    table.push_back(row);
   }
-  report["seconds"] = since(t0);
-  if (!c.json_path.empty()) {
-    std::ofstream f(c.json_path);
-    if (!f) throw InputError(fmt::format("cannot write --json file '{}'", c.json_path));
-    f << report.dump(2) << '\n';
-  }
-  return code;
+  return table;
 }
 
 }  // namespace manyadd

@@ -30,3 +30,16 @@ compare_model models/cpu-sa1010-2l2h-d64 $R/2l2h
 build/learn/compare_attention --learned models/cpu-sa1010-1l4h-d64 --n 5 --m 14 --samples 1000 --out /tmp/cmp_TA5x14 \
   > $R/compare_TA5x14.txt
 cp /tmp/cmp_TA5x14/side_by_side.png $R/side_by_side_TA5x14.png
+
+# The figures (matplotlib, python/manyadd/figures.py) from the files above and the compare_attention
+# outputs left in /tmp; the PNGs beside the CSVs are the C++ quick looks.
+export PYTHONPATH=$PWD/python
+F="/usr/bin/python3 -m manyadd.figures"
+for M in 1l4h 1l2h 2l2h; do
+  if [ $M = 1l4h ]; then OUT=$R; else OUT=$R/$M; fi
+  mkdir -p "$OUT/figures"
+  $F alignment "$OUT/grid_alignment.csv" --model models/cpu-sa1010-$M-d64 -o "$OUT/figures/grid.png"
+  $F grid "$OUT/in_distribution_1000.csv" --model models/cpu-sa1010-$M-d64 -o "$OUT/figures/in_distribution_1000.png"
+  $F compare /tmp/cmp_cpu-sa1010-$M-d64/TA11x11 -o "$OUT/figures/side_by_side_TA11x11.png"
+done
+$F compare /tmp/cmp_TA5x14 -o $R/figures/side_by_side_TA5x14.png

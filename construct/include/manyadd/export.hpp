@@ -1,4 +1,4 @@
-// Export of the constructed model as `model.safetensors` + `config.json` (design.md, Formats), so
+// Export of the constructed model as `model.safetensors` + `config.json` (docs/design.md, Formats), so
 // that PyTorch (or anything that reads safetensors and JSON) can load and run it without this
 // project. bench/load_constructed.py is such a reader.
 #pragma once

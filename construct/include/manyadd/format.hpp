@@ -1,4 +1,4 @@
-// Task format of paper 000 (Sec. 4.1, Appendix D.3/D.4.2): vocabulary, the scratchpad sequence
+// Task format of Cho et al. (ICLR 2025; Sec. 4.1, Appendix D.3/D.4.2; docs/construction.md): vocabulary, the scratchpad sequence
 // `$ A_1 + ... + A_m = B_0 > B_1 > ... > B_m`, the two padding rules, bi-level position IDs with
 // offsets, Boost.Multiprecision reference sums, and the SA/TA samplers of Sec. 4.2.
 // Indices in code are 0-based; the paper's token k is our index k-1.
@@ -12,13 +12,9 @@
 
 #include <boost/multiprecision/cpp_int.hpp>
 
-namespace manyadd {
+#include "manyadd/core/error.hpp"
 
-// Raised for every user-correctable problem (bad shape, bad string, offset out of range); the CLIs
-// turn it into exit code 2.
-struct InputError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+namespace manyadd {
 
 // Vocabulary V = (0, ..., 9, '+', '=', '>', '$') in the paper's order (D.1); '$' is BOS and EOS.
 enum Tok : std::uint8_t { kPlus = 10, kEq = 11, kArrow = 12, kDollar = 13 };

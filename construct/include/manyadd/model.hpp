@@ -1,4 +1,5 @@
-// The 1-layer 4-head transformer of Theorem 4.1 (paper 000, Appendix D) as real weights.
+// The 1-layer 4-head transformer of Theorem 4.1 (Cho et al., ICLR 2025, Appendix D) as real weights
+// (docs/construction.md restates the construction).
 // The residual stream is a sum of named subspaces (the paper's names); every weight is built from
 // what it does to named directions, and cites the equation it implements.
 #pragma once

@@ -1,5 +1,6 @@
-// The verify_construction command (CLI contract: ../shared/design.md), callable in-process so
-// tests can drive it. Returns the exit code: 0 verified, 1 counterexample, 2 bad input.
+// The verify_construction command, callable in-process so tests can drive it: options -> plan ->
+// stages -> report (verify/plan.hpp, verify/stages.hpp). Returns the exit code: 0 verified,
+// 1 a check failed (printed), 2 bad input or usage, 3 internal error (the message on err).
 #pragma once
 
 #include <iosfwd>

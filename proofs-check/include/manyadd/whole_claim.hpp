@@ -115,8 +115,10 @@ struct WholeClaimResult {
          seconds = 0;
 };
 
-// Validates (InputError on P1 outside [2, 30], P2 outside [1, 30], P1 + P2 > 60, lambda <= 0 or
-// not finite, threads outside [1, 256], sample_shapes < 0) before building anything.
+// InputError on P1 outside [2, 30], P2 outside [1, 30], P1 + P2 > 60, lambda < 0 (0: the default)
+// or not finite, threads outside [1, 256], sample_shapes outside [0, 100000].
+void check_whole_claim_options(const WholeClaimOptions& opt);
+// Validates (check_whole_claim_options) before building anything.
 WholeClaimResult whole_claim(const WholeClaimOptions& opt);
 
 // How far the theorem holds in floating point: for P1 = P2 = P in [P_lo, P_hi], the claimed range's
@@ -128,19 +130,15 @@ struct WindowRow {
   double lambda_min = 0;
   std::array<LambdaWindow, 3> windows;
 };
+// InputError unless 2 <= P_lo <= P_hi <= 30.
+void check_window_table_range(int P_lo, int P_hi);
 std::vector<WindowRow> lambda_window_table(int P_lo, int P_hi, int threads = 2);
 
-// verify_construction --whole-claim: runs whole_claim (or, with windows_table "A:B", the window
-// table), prints it, writes {"whole_claim": ...} (or {"lambda_windows_table": [...]}) to json_path.
-// Returns the exit code (0 proven for the claimed range, 1 failed); bad input throws InputError.
-struct WholeClaimCli {
-  WholeClaimOptions opt;
-  bool p1_given = false, p2_given = false;
-  std::string windows_table;  // "A:B" or empty
-  std::string json_path;
-};
-int whole_claim_cli(const WholeClaimCli& cli, std::ostream& out);
+// What verify_construction --whole-claim prints, and its JSON ({"whole_claim": ...} or
+// {"lambda_windows_table": [...]}).
 nlohmann::json whole_claim_json(const WholeClaimResult& r);
 void print_whole_claim(std::ostream& out, const WholeClaimResult& r);
+nlohmann::json window_table_json(const std::vector<WindowRow>& rows);
+void print_window_table(std::ostream& out, const std::vector<WindowRow>& rows);
 
 }  // namespace manyadd

@@ -1,12 +1,13 @@
 // Batched training for devices: a batch of examples of different lengths packed into one padded
-// (B, T) layout, the CPU twin of the device pipeline on that layout (kernels/src/cuda_trainer.cpp
-// mirrors it pass by pass), the AdamW update shared by every trainer, and the interface a device
-// implements (TrainDevice; kernels/ provides CUDA, PackedCpuDevice here is its CPU twin).
+// (B, T) layout, the AdamW update shared by every trainer, and the interface a device implements
+// (TrainDevice) with its two CPU implementations: CpuDevice (the default trainer: threads over
+// sequences, one sequence at a time) and PackedCpuDevice (the whole packed batch at once, the CPU twin
+// of the CUDA device in cuda_device.cpp, which mirrors model_forward/model_backward pass by pass).
 //
 // Layout: sequence b occupies rows [b T, b T + len_b) of every (B T, ...) buffer; rows len_b..T-1 are
 // padding (token 0, position IDs 0, target -1). Padding sits *after* the real tokens, so with the causal
-// mask no real query ever sees a padded key: every real row equals learn's per-sequence forward, and
-// padded rows carry no loss, hence exactly zero gradient (see packed_backward).
+// mask no real query ever sees a padded key: every real row equals the forward of its sequence alone,
+// and padded rows carry no loss, hence exactly zero gradient (see model_backward).
 // Shape legend: B sequences, T padded length, R = B T rows, C d_model, NH heads, HS d_head, F d_ff,
 // V vocabulary.
 #pragma once
@@ -35,28 +36,9 @@ struct PackedBatch {
 PackedBatch pack_batch(const std::vector<Example>& exs, const ModelConfig& c);
 // The per-sequence slices of a (B T, width) buffer: result[b] is (len_b, width), padding dropped.
 std::vector<std::vector<float>> unpack_rows(const PackedBatch& pb, const float* x, int width);
-
-// Activations of the packed pipeline: every buffer is the per-sequence one of Acts with T -> R rows,
-// except attention probabilities (B, NH, T, T) (the device saves the row log-sum-exp instead).
-template <class S>
-struct PackedActs {
-  std::vector<S> x0;                // (R, C)
-  std::vector<typename Acts<S>::Block> blocks;
-  std::vector<S> xf, rf;            // (R, C), (R)
-  std::vector<S> logits, probs;     // (R, V)
-  std::vector<S> losses;            // (R)
-  void resize(const ModelConfig& c, int B, int T);
-};
-
-// Forward of the whole packed batch; returns the sum of the losses at counted targets.
-//   row-wise passes (embedding, norms, matmuls, GEGLU, residuals, loss) run on all R rows at once,
-//   attention runs per sequence over its T (padded) rows with the causal mask.
-template <class S>
-S packed_forward(PackedActs<S>& a, const ModelConfig& c, const Layout& lay, const S* params, const PackedBatch& pb);
-// Backward of loss_scale * (sum of losses); accumulates into grads (same layout as params).
-template <class S>
-void packed_backward(S* grads, const PackedActs<S>& a, const ModelConfig& c, const Layout& lay, const S* params,
-                     const PackedBatch& pb, S loss_scale);
+// The whole padded batch as model_forward's input, and sequence b alone (its len_b rows, a batch of one).
+BatchView batch_of(const PackedBatch& pb);
+BatchView sequence_of(const PackedBatch& pb, int b);
 
 // ---- AdamW with global-norm clipping (learn/train.cpp's update, shared with the devices) ----------
 // The step's scalars are computed once in double, exactly as the CPU trainer always did.
@@ -71,12 +53,16 @@ AdamScalars adam_scalars(const TrainConfig& tc, std::int64_t t, double grad_norm
 void adamw_update(float* p, float* m, float* v, const float* g, std::int64_t n, const AdamScalars& s);
 
 // ---- a device that computes a batch's loss and gradient and applies the optimizer ----------------
-// Trainer (train.hpp) keeps the data, the sampling order, the schedule and the checkpoints; with a
-// device attached it packs each step's batch on the host and hands it over.
+// Trainer (train.hpp) keeps the data, the sampling order, the schedule and the checkpoints; it packs
+// each step's batch on the host and hands it to its device (the CPU trainer unless another is attached).
+// The arithmetic precision is a property of the device (fixed when it is made): every step, gradient and
+// prediction of a device runs in its precision(), and Trainer refuses a device whose precision is not
+// the run's (TrainConfig::precision).
 class TrainDevice {
  public:
   virtual ~TrainDevice() = default;
   virtual std::string name() const = 0;
+  virtual Precision precision() const = 0;
   // Weights and Adam moments (layout order), e.g. after initialization or a resume.
   virtual void set_state(const std::vector<float>& p, const std::vector<float>& m, const std::vector<float>& v) = 0;
   virtual void get_state(std::vector<float>& p, std::vector<float>& m, std::vector<float>& v) = 0;
@@ -89,13 +75,19 @@ class TrainDevice {
   // Forward and backward only (no update): the gradient of loss_scale * loss_sum in layout order. For
   // checking a device against its twin tensor by tensor; returns the loss sum.
   virtual double gradient(const PackedBatch& pb, float loss_scale, std::vector<float>& grads) = 0;
-  // Teacher-forced argmax of every row (lowest index on ties), (B T).
+  // Teacher-forced argmax of every real row (lowest index on ties), (B T); padded rows unspecified.
   virtual void predict(const PackedBatch& pb, std::vector<std::uint8_t>& argmax) = 0;
 };
 
-// The CPU twin of a device: the packed pipeline above in fp32, one thread. It runs everything the
-// CUDA device runs around its kernels (packing, the trainer's device path, sync, checkpoints, resume,
-// batched evaluation) on machines without a GPU.
-std::unique_ptr<TrainDevice> make_packed_cpu_device(const ModelConfig& c);
+// The CPU trainer (the default device): the batch's sequences split over `threads` threads in fixed
+// contiguous blocks, each thread running model_forward/model_backward on one sequence at a time into its
+// own gradient buffer; the buffers are reduced in thread order. A run is a deterministic function of
+// (config, threads). fp32 or bf16 (the same forward/backward with its rounding points). Named "cpu".
+std::unique_ptr<TrainDevice> make_cpu_device(const ModelConfig& c, int threads, Precision p = Precision::fp32);
+// The CPU twin of the CUDA device: model_forward/model_backward on the whole packed batch, one thread,
+// in fp32 or with the bf16 rounding points (the twin of bf16 training on the GPU). It runs everything
+// the CUDA device runs around its kernels (packing, sync, checkpoints, resume, batched evaluation) on
+// machines without a GPU. Named "cpu-packed".
+std::unique_ptr<TrainDevice> make_packed_cpu_device(const ModelConfig& c, Precision p = Precision::fp32);
 
 }  // namespace manyadd::learn

@@ -1,11 +1,15 @@
-// Shared pieces of the learn/ CLIs: the exit-code contract (0 done, 1 failed check, 2 bad input) and
-// the table of configuration fields that `train` exposes both as JSON keys and as flags.
+// Shared pieces of the learn/ CLIs: the table of configuration fields that `train` exposes both as
+// JSON keys and as flags, and the options built from it. The table holds names and help texts only:
+// each flag's type and the default its help states come from the config structs themselves
+// (to_json(ModelConfig{}), to_json(TrainConfig{})), so the help cannot drift from the code.
 #pragma once
 
+#include <deque>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 namespace manyadd::learn {
 
@@ -15,17 +19,27 @@ struct FieldDoc {
   const char* help;
 };
 const std::vector<FieldDoc>& config_fields();
+std::string config_flag(const FieldDoc& f);  // "--d-model" for model.d_model
 
-// Parses the command line. Returns -1 to go on, else the exit code: 0 after --help, 2 on a parse
-// error (CLI11 has printed the message).
-inline int parse_cli(CLI::App& app, int argc, char** argv) {
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
-  return -1;
-}
+// One strict option per field (core/cli.hpp: integers, unsigned integers, finite reals, non-empty
+// strings, as the field's default value is typed), help "section.name: help (default V)" with V the
+// struct's default. given() returns the fields set on the command line, {"model": {...}, "train": {...}}.
+class ConfigOptions {
+ public:
+  explicit ConfigOptions(CLI::App& app);
+  nlohmann::json given() const;
+
+ private:
+  struct Field {
+    const FieldDoc* doc = nullptr;
+    CLI::Option* opt = nullptr;
+    nlohmann::json::value_t type{};
+    std::int64_t i = 0;
+    std::uint64_t u = 0;
+    double r = 0;
+    std::string s;
+  };
+  std::deque<Field> fields_;  // stable addresses: the options write into them
+};
 
 }  // namespace manyadd::learn

@@ -7,24 +7,21 @@
 #include <functional>
 #include <vector>
 
+#include "manyadd/core/parallel.hpp"
 #include "manyadd/learn/model.hpp"
 
 namespace manyadd::learn {
 
 class TrainDevice;  // batch.hpp
 
-// Runs f(i) for i in [0, n) on `threads` threads, each taking a contiguous block of indices, so that
-// anything f writes per index is independent of scheduling.
-void parallel_for(int threads, std::int64_t n, const std::function<void(int thread, std::int64_t i)>& f);
-
 // Teacher-forced prediction: argmax at every counted target position (response tokens + EOS).
 // Returns true iff all equal the targets; pred (if given) receives the argmax tokens in order.
-bool teacher_forced_correct(Acts<float>& a, const ModelConfig& c, const Layout& lay, const float* params,
-                            const Example& ex, std::vector<std::uint8_t>* pred = nullptr);
+// `a` receives the forward's activations (logits, attention).
+bool teacher_forced_correct(Acts<float>& a, const ModelView<float>& model, const Example& ex,
+                            std::vector<std::uint8_t>* pred = nullptr);
 // Greedy decoding from the query (up to and including '='), at most response_len tokens, stopping
 // at EOS. Returns true iff the generated tokens equal the targets; out receives them.
-bool greedy_correct(const ModelConfig& c, const Layout& lay, const float* params, const Example& ex,
-                    std::vector<std::uint8_t>* out = nullptr);
+bool greedy_correct(const ModelView<float>& model, const Example& ex, std::vector<std::uint8_t>* out = nullptr);
 
 // Samples of TA(n, m) for one cell: a generator seeded from (seed, n, m) so cells are independent
 // of which other cells are evaluated.
@@ -39,8 +36,8 @@ struct CellResult {
   double accuracy() const { return samples ? double(exact) / double(samples) : 0.0; }
 };
 // With `dev` (teacher mode only) the forward passes run there in packed batches, with the device's
-// weights (`params` unused); the samples and the verdict rule are the same.
-CellResult eval_cell(const ModelConfig& c, const Layout& lay, const float* params, int n, int m, std::int64_t samples,
-                     std::uint64_t seed, int threads, EvalMode mode, TrainDevice* dev = nullptr);
+// weights (model.params unused); the samples and the verdict rule are the same.
+CellResult eval_cell(const ModelView<float>& model, int n, int m, std::int64_t samples, std::uint64_t seed,
+                     int threads, EvalMode mode, TrainDevice* dev = nullptr);
 
 }  // namespace manyadd::learn

@@ -3,10 +3,11 @@
 // on the scalar so the same code runs in fp32 (training) and double (finite-difference checks).
 // Every backward *accumulates* (+=) into its parameter gradients and into dinp, so callers zero once.
 //
-// Shape legend (one sequence at a time; the batch is a loop over sequences, see trainer.cpp):
-//   T  tokens in the sequence          C  d_model           V  vocabulary (14)
-//   NH heads      HS d_head            F  d_ff (GEGLU hidden width)
-// All activations are row-major (T, ...) buffers; a weight W of an nn.Linear(C -> OC) is (OC, C).
+// Shape legend (model.hpp runs these on a batch of B sequences of T rows each, R = B T rows):
+//   R  rows (every row-wise layer takes R rows; a single sequence is R = T)
+//   T  rows of one sequence (attention runs per sequence)          Tk  key rows (attention_forward)
+//   C  d_model      V  vocabulary (14)      NH heads      HS d_head      F  d_ff (GEGLU hidden width)
+// All activations are row-major (R, ...) buffers; a weight W of an nn.Linear(C -> OC) is (OC, C).
 #pragma once
 
 #include <cmath>
@@ -29,11 +30,11 @@ template <class S>
 using CMapV = Eigen::Map<const Eigen::Matrix<S, Eigen::Dynamic, 1>>;
 
 // ---- embedding: token table plus one position table per level, summed ----------------------------
-// out (T, C) = wte[tok[t]] + sum_{lv < L} wpe[lv][pos[lv][t]]
+// out (R, C) = wte[tok[t]] + sum_{lv < L} wpe[lv][pos[lv][t]]
 template <class S>
 void embedding_forward(S* out, const std::uint8_t* tok, const std::int32_t* const* pos, int L, const S* wte,
-                       const S* const* wpe, int T, int C) {
-  for (int t = 0; t < T; ++t) {
+                       const S* const* wpe, int R, int C) {
+  for (int t = 0; t < R; ++t) {
     S* o = out + std::int64_t(t) * C;
     const S* e = wte + std::int64_t(tok[t]) * C;
     for (int c = 0; c < C; ++c) o[c] = e[c];
@@ -46,8 +47,8 @@ void embedding_forward(S* out, const std::uint8_t* tok, const std::int32_t* cons
 // d of the sum above: each row of dout flows to the rows it was read from.
 template <class S>
 void embedding_backward(S* dwte, S* const* dwpe, const S* dout, const std::uint8_t* tok,
-                        const std::int32_t* const* pos, int L, int T, int C) {
-  for (int t = 0; t < T; ++t) {
+                        const std::int32_t* const* pos, int L, int R, int C) {
+  for (int t = 0; t < R; ++t) {
     const S* g = dout + std::int64_t(t) * C;
     S* e = dwte + std::int64_t(tok[t]) * C;
     for (int c = 0; c < C; ++c) e[c] += g[c];
@@ -60,8 +61,8 @@ void embedding_backward(S* dwte, S* const* dwpe, const S* dout, const std::uint8
 
 // ---- RMSNorm: out = w * x * rstd, rstd = (mean(x^2) + eps)^(-1/2) ---------------------------------
 template <class S>
-void rmsnorm_forward(S* out, S* rstd, const S* inp, const S* w, int T, int C, S eps) {
-  for (int t = 0; t < T; ++t) {
+void rmsnorm_forward(S* out, S* rstd, const S* inp, const S* w, int R, int C, S eps) {
+  for (int t = 0; t < R; ++t) {
     const S* x = inp + std::int64_t(t) * C;
     S ss = 0;
     for (int c = 0; c < C; ++c) ss += x[c] * x[c];
@@ -74,8 +75,8 @@ void rmsnorm_forward(S* out, S* rstd, const S* inp, const S* w, int T, int C, S 
 // From y_c = w_c x_c r with dr/dx_j = -r^3 x_j / C:
 //   dx_j = w_j g_j r - x_j r^3 / C * sum_c g_c w_c x_c ;  dw_c += g_c x_c r
 template <class S>
-void rmsnorm_backward(S* dinp, S* dw, const S* dout, const S* inp, const S* w, const S* rstd, int T, int C) {
-  for (int t = 0; t < T; ++t) {
+void rmsnorm_backward(S* dinp, S* dw, const S* dout, const S* inp, const S* w, const S* rstd, int R, int C) {
+  for (int t = 0; t < R; ++t) {
     const S* x = inp + std::int64_t(t) * C;
     const S* g = dout + std::int64_t(t) * C;
     S* dx = dinp + std::int64_t(t) * C;
@@ -90,57 +91,107 @@ void rmsnorm_backward(S* dinp, S* dw, const S* dout, const S* inp, const S* w, c
   }
 }
 
-// ---- linear without bias: out (T, OC) = inp (T, C) @ w^T, w (OC, C) ------------------------------
+// ---- LayerNorm: out = w * (x - mean) * rstd + b, rstd = (var + eps)^(-1/2), var = mean((x - mean)^2)
+// (the biased variance, as torch.nn.LayerNorm). mean and rstd (R) are saved for the backward.
 template <class S>
-void matmul_forward(S* out, const S* inp, const S* w, int T, int C, int OC) {
-  MapR<S>(out, T, OC).noalias() = CMapR<S>(inp, T, C) * CMapR<S>(w, OC, C).transpose();
+void layernorm_forward(S* out, S* mean, S* rstd, const S* inp, const S* w, const S* b, int R, int C, S eps) {
+  for (int t = 0; t < R; ++t) {
+    const S* x = inp + std::int64_t(t) * C;
+    S m = 0;
+    for (int c = 0; c < C; ++c) m += x[c];
+    m /= S(C);
+    S var = 0;
+    for (int c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
+    const S r = S(1) / std::sqrt(var / S(C) + eps);
+    mean[t] = m, rstd[t] = r;
+    S* o = out + std::int64_t(t) * C;
+    for (int c = 0; c < C; ++c) o[c] = w[c] * (x[c] - m) * r + b[c];
+  }
 }
-// dinp (T, C) += dout @ w ; dw (OC, C) += dout^T @ inp
+// With xhat_c = (x_c - mean) r and gw_c = g_c w_c (d mean/dx_j = 1/C, dr/dx_j = -r^3 (x_j - mean)/C):
+//   dx_j = r (gw_j - mean_c(gw_c) - xhat_j mean_c(gw_c xhat_c)) ;  dw_c += g_c xhat_c ;  db_c += g_c
 template <class S>
-void matmul_backward(S* dinp, S* dw, const S* dout, const S* inp, const S* w, int T, int C, int OC) {
-  CMapR<S> g(dout, T, OC);
-  MapR<S>(dinp, T, C).noalias() += g * CMapR<S>(w, OC, C);
-  MapR<S>(dw, OC, C).noalias() += g.transpose() * CMapR<S>(inp, T, C);
+void layernorm_backward(S* dinp, S* dw, S* db, const S* dout, const S* inp, const S* w, const S* mean, const S* rstd,
+                        int R, int C) {
+  for (int t = 0; t < R; ++t) {
+    const S* x = inp + std::int64_t(t) * C;
+    const S* g = dout + std::int64_t(t) * C;
+    S* dx = dinp + std::int64_t(t) * C;
+    const S m = mean[t], r = rstd[t];
+    S sg = 0, sgx = 0;
+    for (int c = 0; c < C; ++c) {
+      const S xh = (x[c] - m) * r;
+      sg += g[c] * w[c];
+      sgx += g[c] * w[c] * xh;
+    }
+    sg /= S(C), sgx /= S(C);
+    for (int c = 0; c < C; ++c) {
+      const S xh = (x[c] - m) * r;
+      dx[c] += r * (g[c] * w[c] - sg - xh * sgx);
+      dw[c] += g[c] * xh;
+      db[c] += g[c];
+    }
+  }
+}
+
+// ---- linear without bias: out (R, OC) = inp (R, C) @ w^T, w (OC, C) ------------------------------
+template <class S>
+void matmul_forward(S* out, const S* inp, const S* w, int R, int C, int OC) {
+  MapR<S>(out, R, OC).noalias() = CMapR<S>(inp, R, C) * CMapR<S>(w, OC, C).transpose();
+}
+// dinp (R, C) += dout @ w ; dw (OC, C) += dout^T @ inp
+template <class S>
+void matmul_backward(S* dinp, S* dw, const S* dout, const S* inp, const S* w, int R, int C, int OC) {
+  CMapR<S> g(dout, R, OC);
+  MapR<S>(dinp, R, C).noalias() += g * CMapR<S>(w, OC, C);
+  MapR<S>(dw, OC, C).noalias() += g.transpose() * CMapR<S>(inp, R, C);
 }
 
 // ---- causal multi-head self-attention (no biases) ------------------------------------------------
-// q, k, v (T, NH*HS), head h in columns [h HS, (h+1) HS); att (NH, T, T) post-softmax, zero above the
-// diagonal; out (T, NH*HS) = per head att_h @ v_h. Scores are scaled by 1/sqrt(HS).
+// One sequence. q (Tq, NH*HS) are the queries of its last Tq positions, k, v (Tk, NH*HS) the keys and
+// values of all its Tk positions (Tq <= Tk), head h in columns [h HS, (h+1) HS): query row i is
+// position Tk - Tq + i and sees keys 0..Tk - Tq + i. Training runs Tq = Tk = T (att (NH, T, T), zero
+// above the diagonal); decoding with a key/value cache runs the new row(s) against every cached key.
+// att (NH, Tq, Tk) post-softmax, zero on masked keys; out (Tq, NH*HS) = per head att_h @ v_h. Scores
+// are q.k times `scale`: 1/sqrt(HS) (attention_scale(HS, true), the overload without it) or 1 (T5).
 template <class S>
-void attention_forward(S* out, S* att, const S* q, const S* k, const S* v, int T, int NH, int HS) {
-  const int D = NH * HS;
-  const S scale = S(1) / std::sqrt(S(HS));
-  CMapR<S> Q(q, T, D), K(k, T, D), Vv(v, T, D);
-  MapR<S> O(out, T, D);
+S attention_scale(int HS, bool inv_sqrt_dhead) {
+  return inv_sqrt_dhead ? S(1) / std::sqrt(S(HS)) : S(1);
+}
+template <class S>
+void attention_forward(S* out, S* att, const S* q, const S* k, const S* v, int Tq, int Tk, int NH, int HS, S scale) {
+  const int D = NH * HS, past = Tk - Tq;
+  CMapR<S> Q(q, Tq, D), K(k, Tk, D), Vv(v, Tk, D);
+  MapR<S> O(out, Tq, D);
   for (int h = 0; h < NH; ++h) {
-    MapR<S> P(att + std::int64_t(h) * T * T, T, T);
+    MapR<S> P(att + std::int64_t(h) * Tq * Tk, Tq, Tk);
     P.noalias() = Q.middleCols(h * HS, HS) * K.middleCols(h * HS, HS).transpose();
-    for (int i = 0; i < T; ++i) {
+    for (int i = 0; i < Tq; ++i) {
+      const int last = past + i;
       S mx = -std::numeric_limits<S>::infinity();
-      for (int j = 0; j <= i; ++j) mx = std::max(mx, P(i, j) * scale);
+      for (int j = 0; j <= last; ++j) mx = std::max(mx, P(i, j) * scale);
       S sum = 0;
-      for (int j = 0; j <= i; ++j) {
+      for (int j = 0; j <= last; ++j) {
         const S e = std::exp(P(i, j) * scale - mx);
         P(i, j) = e;
         sum += e;
       }
       const S inv = S(1) / sum;
-      for (int j = 0; j <= i; ++j) P(i, j) *= inv;
-      for (int j = i + 1; j < T; ++j) P(i, j) = 0;
+      for (int j = 0; j <= last; ++j) P(i, j) *= inv;
+      for (int j = last + 1; j < Tk; ++j) P(i, j) = 0;
     }
     O.middleCols(h * HS, HS).noalias() = P * Vv.middleCols(h * HS, HS);
   }
 }
-// Reverse of the forward per head, with P = att_h and S = scaled scores:
+// Reverse of the forward with Tq = Tk = T (training), per head, with P = att_h and S = scaled scores:
 //   out_h = P v_h                 -> dP = dout_h v_h^T ; dv_h += P^T dout_h
 //   P = softmax_row(S) (causal)   -> dS_ij = P_ij (dP_ij - sum_j' P_ij' dP_ij')
 //   S = scale q_h k_h^T           -> dq_h += scale dS k_h ; dk_h += scale dS^T q_h
 // scratch: (T, T) workspace.
 template <class S>
 void attention_backward(S* dq, S* dk, S* dv, S* scratch, const S* dout, const S* att, const S* q, const S* k,
-                        const S* v, int T, int NH, int HS) {
+                        const S* v, int T, int NH, int HS, S scale) {
   const int D = NH * HS;
-  const S scale = S(1) / std::sqrt(S(HS));
   CMapR<S> Q(q, T, D), K(k, T, D), Vv(v, T, D), G(dout, T, D);
   MapR<S> dQ(dq, T, D), dK(dk, T, D), dV(dv, T, D);
   MapR<S> dP(scratch, T, T);
@@ -159,7 +210,18 @@ void attention_backward(S* dq, S* dk, S* dv, S* scratch, const S* dout, const S*
   }
 }
 
-// ---- GEGLU: inp (T, 2F) = [a | b] (gate, up), out (T, F) = gelu(a) * b ---------------------------
+// The 1/sqrt(HS) forms (this project's default scale).
+template <class S>
+void attention_forward(S* out, S* att, const S* q, const S* k, const S* v, int Tq, int Tk, int NH, int HS) {
+  attention_forward(out, att, q, k, v, Tq, Tk, NH, HS, attention_scale<S>(HS, true));
+}
+template <class S>
+void attention_backward(S* dq, S* dk, S* dv, S* scratch, const S* dout, const S* att, const S* q, const S* k,
+                        const S* v, int T, int NH, int HS) {
+  attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, T, NH, HS, attention_scale<S>(HS, true));
+}
+
+// ---- GEGLU: inp (R, 2F) = [a | b] (gate, up), out (R, F) = gelu(a) * b ---------------------------
 // gelu is the tanh approximation (HF "gelu_new", what T5's gated-gelu uses).
 template <class S>
 inline S gelu_tanh(S x, S* dgelu) {
@@ -170,8 +232,8 @@ inline S gelu_tanh(S x, S* dgelu) {
   return S(0.5) * x * (S(1) + th);
 }
 template <class S>
-void geglu_forward(S* out, const S* inp, int T, int F) {
-  for (int t = 0; t < T; ++t) {
+void geglu_forward(S* out, const S* inp, int R, int F) {
+  for (int t = 0; t < R; ++t) {
     const S* a = inp + std::int64_t(t) * 2 * F;
     const S* b = a + F;
     S* o = out + std::int64_t(t) * F;
@@ -180,8 +242,8 @@ void geglu_forward(S* out, const S* inp, int T, int F) {
 }
 // da = g * b * gelu'(a) ; db = g * gelu(a)
 template <class S>
-void geglu_backward(S* dinp, const S* dout, const S* inp, int T, int F) {
-  for (int t = 0; t < T; ++t) {
+void geglu_backward(S* dinp, const S* dout, const S* inp, int R, int F) {
+  for (int t = 0; t < R; ++t) {
     const S* a = inp + std::int64_t(t) * 2 * F;
     const S* b = a + F;
     const S* g = dout + std::int64_t(t) * F;
@@ -202,12 +264,22 @@ void residual_forward(S* out, const S* a, const S* b, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
-// ---- softmax cross-entropy on the positions with target >= 0 --------------------------------------
-// probs (T, V) softmax of logits; losses (T) = -log probs[target] (0 where target < 0). Returns the sum.
+// ---- scale: out = s * inp (the tied readout's d_model^-1/2); backward dinp += s * dout ---------------
 template <class S>
-S crossentropy_forward(S* losses, S* probs, const S* logits, const std::int32_t* targets, int T, int V) {
+void scale_forward(S* out, const S* inp, S s, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = s * inp[i];
+}
+template <class S>
+void scale_backward(S* dinp, const S* dout, S s, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) dinp[i] += s * dout[i];
+}
+
+// ---- softmax cross-entropy on the positions with target >= 0 --------------------------------------
+// probs (R, V) softmax of logits; losses (R) = -log probs[target] (0 where target < 0). Returns the sum.
+template <class S>
+S crossentropy_forward(S* losses, S* probs, const S* logits, const std::int32_t* targets, int R, int V) {
   S total = 0;
-  for (int t = 0; t < T; ++t) {
+  for (int t = 0; t < R; ++t) {
     const S* z = logits + std::int64_t(t) * V;
     S* p = probs + std::int64_t(t) * V;
     S mx = z[0];
@@ -222,8 +294,8 @@ S crossentropy_forward(S* losses, S* probs, const S* logits, const std::int32_t*
 }
 // d(scale * sum of losses)/dlogits = scale (probs - onehot(target)) on counted rows, 0 elsewhere.
 template <class S>
-void crossentropy_backward(S* dlogits, const S* probs, const std::int32_t* targets, S scale, int T, int V) {
-  for (int t = 0; t < T; ++t) {
+void crossentropy_backward(S* dlogits, const S* probs, const std::int32_t* targets, S scale, int R, int V) {
+  for (int t = 0; t < R; ++t) {
     S* d = dlogits + std::int64_t(t) * V;
     if (targets[t] < 0) {
       for (int i = 0; i < V; ++i) d[i] = 0;

@@ -1,7 +1,14 @@
 // The learned decoder-only transformer (paper 000, Appendix B, Table 2): token embedding plus one
 // learned position table per position-ID level, summed; L blocks of causal MHA and GEGLU FFN, each
-// sublayer wrapped as h = Norm2(x + Sublayer(Norm1(x))) with RMSNorm; a final RMSNorm; a linear readout.
+// sublayer wrapped as h = Norm2(x + Sublayer(Norm1(x))) with RMSNorm; a final norm; a linear readout.
+// Options (ModelConfig; the defaults are this project's first model, the alternatives the authors'
+// T5-style model): attention scores scaled by 1/sqrt(d_head) or unscaled; N(0, init_std) or T5
+// initialization; a separate lm_head or the readout tied to the token table (hidden state scaled by
+// d_model^-1/2); a final RMSNorm or LayerNorm (weight and bias).
 // Parameters live in one flat buffer with a named layout (the names are the safetensors keys).
+// One forward/backward (model_forward/model_backward) serves every caller: it runs on a batch of padded
+// sequences, a single sequence being a batch of one, and with cached keys/values for decoding; in fp32
+// or with the bf16 rounding points of mixed-precision training (Precision, ModelView::precision).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +31,36 @@ PosMode parse_pos_mode(const std::string& s);  // throws InputError
 const char* pos_mode_name(PosMode m);
 int pos_levels(PosMode m);
 
+// Attention score scale: q.k / sqrt(d_head) (this project's default) or q.k unscaled (T5 / Mesh
+// TensorFlow, the authors' model: the initialization of q carries the 1/sqrt(d_head) instead).
+enum class AttnScale { inv_sqrt_dhead, none };
+// Initialization: normal = N(0, init_std) for every matrix and table; t5 = the authors' (HuggingFace T5
+// with initializer_factor 1): q ~ N(0, (d_model d_head)^-1/2), k, v ~ N(0, d_model^-1/2),
+// o ~ N(0, (n_heads d_head)^-1/2), wi ~ N(0, d_model^-1/2), ffn wo ~ N(0, d_ff^-1/2), token and
+// position tables (and an untied lm_head) N(0, 1). Both: norm weights 1, LayerNorm bias 0.
+enum class InitScheme { normal, t5 };
+// Final norm: RMSNorm (weight) or LayerNorm (weight and bias), both with norm_eps.
+enum class NormKind { rms, layer };
+AttnScale parse_attn_scale(const std::string& s);  // throw InputError
+InitScheme parse_init(const std::string& s);
+NormKind parse_norm_kind(const std::string& s);
+const char* attn_scale_name(AttnScale a);
+const char* init_name(InitScheme i);
+const char* norm_kind_name(NormKind n);
+
+// Arithmetic of a forward/backward. fp32: every value in float (the reference; bitwise tests). bf16:
+// mixed precision as PyTorch autocast trains the authors' model, emulated on floats with round to
+// nearest even (core's float_to_bf16): the inputs of every matrix product (weights, norm outputs,
+// q/k/v, attention output, GEGLU input and output, and in the backward the output gradients a product
+// reads) are rounded to bf16; products accumulate in fp32; the residual stream, norm statistics,
+// attention scores and probabilities, logits, loss and every parameter gradient stay fp32. The
+// rounding points are listed at model_forward/model_backward (model.cpp).
+enum class Precision { fp32, bf16 };
+Precision parse_precision(const std::string& s);  // throws InputError
+const char* precision_name(Precision p);
+// x rounded to the nearest bf16 value (ties to even), as a float: bf16_to_float(float_to_bf16(x)).
+float round_bf16(float x);
+
 struct ModelConfig {
   int vocab = kVocab;
   int n_layers = 1;
@@ -35,13 +72,19 @@ struct ModelConfig {
   int max_pos2 = 20;  // level 2 (coupled only)
   PosMode pos_mode = PosMode::coupled;
   float norm_eps = 1e-6f;
-  float init_std = 0.02f;
+  float init_std = 0.02f;  // init normal only
+  AttnScale attn_scale = AttnScale::inv_sqrt_dhead;
+  InitScheme init = InitScheme::normal;
+  bool tie_readout = false;  // logits = tok_emb (final_norm(x) d_model^-1/2); no lm_head tensor
+  NormKind final_norm = NormKind::rms;
 
   void validate() const;  // throws InputError
   int max_pos(int level) const { return level == 0 ? max_pos1 : max_pos2; }
 };
 void to_json(nlohmann::json& j, const ModelConfig& c);
 void from_json(const nlohmann::json& j, ModelConfig& c);  // throws InputError on bad fields
+// The architecture in plain words, as config.json's "architecture" section states it (every option).
+nlohmann::json architecture_description(const ModelConfig& c);
 
 // One named tensor inside the flat parameter buffer.
 struct TensorSpec {
@@ -57,13 +100,17 @@ struct Layout {
   struct Block {
     std::int64_t attn_norm1, wq, wk, wv, wo, attn_norm2, ffn_norm1, wi, wo_ff, ffn_norm2;
   };
-  std::int64_t wte = 0, wpe[2] = {0, 0}, final_norm = 0, lm_head = 0;
+  std::int64_t wte = 0, wpe[2] = {0, 0}, final_norm = 0;
+  std::int64_t final_norm_bias = -1;  // final_norm layer only
+  std::int64_t lm_head = -1;          // -1 when the readout is tied to tok_emb
+  std::int64_t readout() const { return lm_head >= 0 ? lm_head : wte; }  // the readout matrix (vocab, C)
   std::vector<Block> blocks;
   static Layout make(const ModelConfig& c);
   const TensorSpec& find(const std::string& name) const;  // throws InputError
 };
 
-// Deterministic initialization: N(0, init_std) for matrices and embeddings, 1 for norm weights.
+// Deterministic initialization (InitScheme): one standard normal draw per matrix or table entry, in
+// layout order, scaled by that tensor's std; norm weights 1 and LayerNorm biases 0 take no draw.
 template <class S>
 std::vector<S> init_params(const ModelConfig& c, const Layout& lay, std::uint64_t seed);
 
@@ -76,59 +123,95 @@ struct Example {
   int T() const { return int(tokens.size()); }
 };
 
-// Activations of one sequence (every buffer forward writes and backward reads). Shapes per buffer.
+// A model to run: its configuration, the layout of its flat parameter buffer, and the parameters (not
+// owned; fp32 for training and evaluation, double for the finite-difference checks). Every forward,
+// backward, decoder and evaluator takes one of these.
+template <class S>
+struct ModelView {
+  const ModelConfig& cfg;
+  const Layout& lay;
+  const S* params;
+  Precision precision = Precision::fp32;  // bf16: float only (the rounding is float's)
+  const S* at(std::int64_t offset) const { return params + offset; }
+};
+
+// The input rows of a forward: B sequences of T rows each, row-major (B, T), sequence b in rows
+// [b T, (b + 1) T). A single sequence is a batch of one; a packed batch (batch.hpp) pads its sequences
+// to a common T after their real tokens. Points into the caller's buffers.
+struct BatchView {
+  int B = 0, T = 0;
+  const std::uint8_t* tokens = nullptr;              // (B, T)
+  const std::int32_t* pos[2] = {nullptr, nullptr};   // (B, T) per position level in use
+  const std::int32_t* targets = nullptr;             // (B, T), -1 = no loss; nullptr: no loss pass (decoding)
+  std::int64_t rows() const { return std::int64_t(B) * T; }
+};
+// One sequence as a batch of one; throws InputError for an empty sequence or mismatched lengths.
+BatchView batch_of(const Example& ex);
+
+// Activations of a batch: every buffer forward writes and backward reads, R = B T rows. The keys and
+// values keep Tk >= T rows per sequence: Tk = T in training; when decoding (B = 1) they are the cache,
+// positions 0..Tk-1, of which the last T are the rows of the current call.
 template <class S>
 struct Acts {
-  int T = 0;
-  std::vector<S> x0;  // (T, C) embedding
+  int B = 0, T = 0, Tk = 0;
+  std::vector<S> x0;  // (R, C) embedding
   struct Block {
-    std::vector<S> a_in;    // (T, C) input of the block
-    std::vector<S> n1, r1;  // (T, C), (T) attn pre-norm out, its rstd
-    std::vector<S> q, k, v; // (T, NH*HS)
-    std::vector<S> att;     // (NH, T, T) post-softmax
-    std::vector<S> ao;      // (T, NH*HS) attention values
-    std::vector<S> proj;    // (T, C) output projection
-    std::vector<S> res1;    // (T, C) x + attn
-    std::vector<S> x1, r2;  // (T, C), (T) attn post-norm
-    std::vector<S> n3, r3;  // (T, C), (T) ffn pre-norm
-    std::vector<S> h;       // (T, 2F) [gate | up]
-    std::vector<S> g;       // (T, F) geglu
-    std::vector<S> fo;      // (T, C) ffn out
-    std::vector<S> res2;    // (T, C) x1 + ffn
-    std::vector<S> x2, r4;  // (T, C), (T) ffn post-norm = block output
+    std::vector<S> n1, r1;  // (R, C), (R) attn pre-norm out, its rstd
+    std::vector<S> q;       // (R, NH*HS)
+    std::vector<S> k, v;    // (B, Tk, NH*HS)
+    std::vector<S> att;     // (B, NH, T, Tk) post-softmax
+    std::vector<S> ao;      // (R, NH*HS) attention values
+    std::vector<S> proj;    // (R, C) output projection
+    std::vector<S> res1;    // (R, C) x + attn
+    std::vector<S> x1, r2;  // (R, C), (R) attn post-norm
+    std::vector<S> n3, r3;  // (R, C), (R) ffn pre-norm
+    std::vector<S> h;       // (R, 2F) [gate | up]
+    std::vector<S> g;       // (R, F) geglu
+    std::vector<S> fo;      // (R, C) ffn out
+    std::vector<S> res2;    // (R, C) x1 + ffn
+    std::vector<S> x2, r4;  // (R, C), (R) ffn post-norm = block output
   };
   std::vector<Block> blocks;
-  std::vector<S> xf, rf;        // (T, C), (T) final norm
-  std::vector<S> logits, probs; // (T, V)
-  std::vector<S> losses;        // (T)
-  void resize(const ModelConfig& c, int T);
+  std::vector<S> xf, rf, mf;    // (R, C), (R), (R) final norm output, rstd, mean (LayerNorm only)
+  std::vector<S> xr;            // (R, C) readout input when it is not xf (tied: xf d_model^-1/2; bf16: rounded)
+  std::vector<S> logits, probs; // (R, V)
+  std::vector<S> wgemm;         // bf16: the parameters with every matrix-product weight rounded (per forward)
+  std::vector<S> losses;        // (R)
+  // Keeps the first min(old, new) key/value rows of a batch of one (the cache grows in place).
+  void resize(const ModelConfig& c, int B, int T, int Tk);
 };
 
-// Scratch for backward (gradients w.r.t. activations), reused between sequences.
+// Scratch for backward (gradients w.r.t. activations), reused between calls.
 template <class S>
 struct GradScratch {
-  std::vector<S> dlogits, dxf, dx, dres, dn, dh, dg, dao, dq, dk, dv, datt;
-  void resize(const ModelConfig& c, int T);
+  std::vector<S> dlogits, dxf, dx, dres, dn, dh, dg, dao, dq, dk, dv;  // (R, ...) as the activations
+  std::vector<S> dres16;                                               // bf16: dres rounded (a product's input)
+  std::vector<S> datt;                                                 // (T, T)
+  void resize(const ModelConfig& c, std::int64_t R, int T);
 };
 
-// Forward pass of one sequence; returns the sum of the losses at counted targets.
+// Forward of a batch: the numbered passes 1 (embedding), 2-7 per block (norm, q/k/v, attention, output
+// projection and residual, FFN, residual and norm), 8 (final norm, readout, loss), each layer on all
+// R rows at once except attention, which runs per sequence. Returns the sum of the losses at counted
+// targets (0 when x.targets is null). Validates tokens and position IDs against the model (InputError).
+// past > 0 (decoding, B = 1): x holds positions past..past+T-1 of the sequence, and the keys/values of
+// positions 0..past-1 are already in a (from the earlier calls on the same Acts); the new rows attend
+// to all of them.
 template <class S>
-S model_forward(Acts<S>& a, const ModelConfig& c, const Layout& lay, const S* params, const Example& ex);
-// Backward of loss_scale * (sum of losses); accumulates into grads (same layout as params).
+S model_forward(Acts<S>& a, const ModelView<S>& m, const BatchView& x, int past = 0);
+// Backward of loss_scale * (sum of losses) of the last model_forward on x (past = 0); accumulates into
+// grads (same layout as params). Padded rows (target -1) carry zero gradient through every pass.
 template <class S>
-void model_backward(S* grads, GradScratch<S>& g, const Acts<S>& a, const ModelConfig& c, const Layout& lay,
-                    const S* params, const Example& ex, S loss_scale);
+void model_backward(S* grads, GradScratch<S>& g, const Acts<S>& a, const ModelView<S>& m, const BatchView& x,
+                    S loss_scale);
 
-// Greedy decoding with a key/value cache: feeds `prefix` (tokens and positions for every index the
-// caller will use, i.e. positions sized to the full length) and then generates up to `max_new` tokens,
+// Greedy decoding with a key/value cache: model_forward on `prefix` (positions sized to the full
+// length), then on one new token at a time against the cached keys/values, up to `max_new` tokens,
 // stopping after EOS. Returns the generated tokens (the prediction after the last prefix token first).
-// Each new token costs O(t d) attention against the cached keys/values instead of a full forward;
-// the numbered passes mirror model_forward (tests check they pick the same tokens).
+// Each new token costs O(t d) attention instead of a full forward.
 struct KvDecoder {
-  const ModelConfig& c;
-  const Layout& lay;
-  const float* params;
-  KvDecoder(const ModelConfig& cc, const Layout& ll, const float* p) : c(cc), lay(ll), params(p) {}
+  ModelView<float> m;
+  explicit KvDecoder(const ModelView<float>& mv) : m(mv) {}
   std::vector<std::uint8_t> greedy(const std::vector<std::uint8_t>& prefix, const std::vector<std::int32_t> pos[2],
                                    int max_new) const;
 };

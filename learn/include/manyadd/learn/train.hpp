@@ -1,7 +1,8 @@
 // Training: SA(n, m) data with random position offsets, AdamW (betas 0.9/0.95, no weight decay,
 // global-norm clipping at 1.0 as the reference implementation), linear warm-up over 1% of the steps
 // then cosine decay to 0.1 x lr, periodic evaluation, atomic checksummed checkpoints, bit-identical
-// resume. The batch is split over threads in fixed contiguous blocks with one gradient buffer each,
+// resume; fp32 or bf16 mixed precision (TrainConfig::precision, model.hpp's Precision). The arithmetic of a step runs on a TrainDevice (batch.hpp): by default the CPU trainer,
+// which splits the batch over threads in fixed contiguous blocks with one gradient buffer each,
 // reduced in thread order, so a run is deterministic for a given (seed, threads).
 #pragma once
 
@@ -25,14 +26,22 @@ struct TrainConfig {
   int batch = 64;
   double lr = 1e-3;
   double warmup_frac = 0.01, min_lr_frac = 0.1;
+  // false: step t (1-based) trains at the schedule's value at t (warm-up lr/W, 2 lr/W, .., lr).
+  // true: at its value at t - 1, the convention of PyTorch's LambdaLR that the authors' scheduler uses:
+  // the warm-up starts from 0 (the first step runs at lr 0, its Adam moments still update).
+  bool warmup_from_zero = false;
   double beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8, weight_decay = 0.0, grad_clip = 1.0;
-  std::uint64_t seed = 1;
+  std::uint64_t seed = 1;         // initialization and per-sample position offsets
+  std::int64_t data_seed = -1;    // training set and its sampling order; -1 = seed (the earlier runs)
+  std::string precision = "fp32"; // fp32 | bf16 (learn::Precision); a checkpoint records it
   int threads = 2;
   std::int64_t log_every = 50;
   std::int64_t eval_every = 1000;        // 0 = never (except at the end)
   std::int64_t eval_samples = 100;       // per in-distribution TA cell during training
   std::int64_t checkpoint_every = 1000;  // 0 = only at the end
   void validate() const;                 // throws InputError
+  std::uint64_t data_seed_value() const { return data_seed < 0 ? seed : std::uint64_t(data_seed); }
+  Precision precision_value() const { return parse_precision(precision); }
 };
 void to_json(nlohmann::json& j, const TrainConfig& c);
 void from_json(const nlohmann::json& j, TrainConfig& c);  // throws InputError on unknown/bad fields
@@ -59,14 +68,17 @@ class Trainer {
   }
   std::vector<float>& params() {  // the caller may write: the device gets the weights before its next step
     pull_from_device();
-    push_to_device_ = dev_ != nullptr;
+    push_to_device_ = true;
     return params_;
   }
+  // The model with the current weights (valid until the next step or write through params()).
+  ModelView<float> view() const { return {mc_, lay_, params().data()}; }
 
-  // Runs the steps on a device from now on (nullptr: back to the CPU path). The batches, their order and
-  // offsets, the schedule and the checkpoints are the host's as before; only the arithmetic moves.
+  // Runs the steps on another device from now on (nullptr: back to the CPU trainer). The batches, their
+  // order and offsets, the schedule and the checkpoints are the host's as before; only the arithmetic
+  // moves.
   void attach_device(std::shared_ptr<TrainDevice> dev);
-  const TrainDevice* device() const { return dev_.get(); }
+  const TrainDevice& device() const { return *dev_; }
   // The examples of step t (1-based) in batch order, and the same packed: exactly what step t trains on.
   std::vector<Example> batch_examples(std::int64_t t);
   PackedBatch packed_batch(std::int64_t t) { return pack_batch(batch_examples(t), mc_); }
@@ -75,10 +87,13 @@ class Trainer {
   const Layout& layout() const { return lay_; }
 
   // A model directory: config.json, model.safetensors (weights only, PyTorch-loadable) and
-  // checkpoint.safetensors (weights + Adam moments + step; what --resume reads). Atomic per file.
+  // checkpoint.safetensors (weights + Adam moments + step + precision; what --resume reads). Atomic per
+  // file.
   void save(const std::string& dir) const;
-  // Restores weights, moments and step from dir/checkpoint.safetensors; the model config must match.
-  void load_checkpoint(const std::string& dir);
+  // Restores weights, moments and step from dir/checkpoint.safetensors; the model config must match,
+  // and so must the precision it was trained in (a checkpoint without one is fp32) unless
+  // allow_precision_change.
+  void load_checkpoint(const std::string& dir, bool allow_precision_change = false);
 
   // Exact match per in-distribution TA cell (i in 1..train_n, j in 2..train_m), teacher-forced.
   struct EvalSummary {
@@ -91,15 +106,11 @@ class Trainer {
   ModelConfig mc_;
   TrainConfig tc_;
   Layout lay_;
-  mutable std::vector<float> params_, m_, v_;  // host copy; with a device, synced on demand
+  mutable std::vector<float> params_, m_, v_;  // host copy, synced with the device on demand
   std::shared_ptr<TrainDevice> dev_;
   mutable bool pull_from_device_ = false;  // the device holds newer weights/moments than the host
-  mutable bool push_to_device_ = false;    // the host holds newer ones than the device
+  mutable bool push_to_device_ = true;     // the host holds newer ones than the device
   void pull_from_device() const;
-  std::vector<std::vector<float>> tgrads_;  // per thread
-  std::vector<float> grad_;
-  std::vector<Acts<float>> acts_;          // per thread, reused between steps
-  std::vector<GradScratch<float>> scr_;
   std::vector<Problem> data_;
   std::int64_t step_ = 0;
   std::int64_t perm_epoch_ = -1;
@@ -111,11 +122,14 @@ class Trainer {
 // evaluates every eval_every steps (appends to dir/eval.csv), appends dir/log.csv, checkpoints.
 // stop_after > 0 stops (with a checkpoint) after that many total steps, simulating an interruption.
 // Returns a JSON summary.
-// With `device` the steps (and the periodic evaluations) run there; nullptr = the CPU trainer.
+// With `device` the steps (and the periodic evaluations) run there; nullptr = the CPU trainer
+// (make_cpu_device with tc.threads).
 // max_seconds > 0 also stops (with a checkpoint) after the first step that ends past that wall time:
 // pieces of a run that fit a time-limited machine (resume continues bit for bit wherever it stopped).
+// allow_precision_change: resume a checkpoint written in another precision (see load_checkpoint).
 nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const std::string& dir, bool resume,
                             std::int64_t stop_after, const std::function<void(const std::string&)>& log,
-                            std::shared_ptr<TrainDevice> device = nullptr, double max_seconds = 0);
+                            std::shared_ptr<TrainDevice> device = nullptr, double max_seconds = 0,
+                            bool allow_precision_change = false);
 
 }  // namespace manyadd::learn

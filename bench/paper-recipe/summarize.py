@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""The median heatmap of one configuration over its evaluated runs, and one line comparing it with the
+paper's figure; standard library only.
+
+usage: summarize.py ROOT/<config name> [--bin build/learn] [--threshold 0.9]
+
+Reads every run directory (s<seed>_d<data seed>/) whose run.json says it was evaluated, takes its
+grid.csv, and writes into the configuration's directory:
+  median_grid.csv   n,m,runs,accuracy: the median over the runs per cell (the paper's heatmaps are
+                    medians over seeds x data seeds; with an even count, the mean of the middle two)
+  median_grid.png   that grid drawn by grid_png (the project's heatmap, as evaluate draws it), or by
+                    matplotlib when grid_png is not there and matplotlib imports; else none (said so)
+  summary.json      per run and for the median: cells >= threshold of all cells, the worst cell, the
+                    longest operand length at m = 2 and the most operands at n = 1 (see metrics())
+  summary.txt       the comparison line, also printed
+Exit codes: 0 written; 1 no evaluated run; 2 bad usage.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+# What the paper says about each configuration in words (its heatmaps carry the rest; Sec. 4.3 and
+# Appendix C of the paper).
+PAPER = {
+    "fig1-6l8h": "Figure 1 (median of 8): every cell >= 67.8% (Sec. 4.3)",
+    "fig10-1l2h": "Figure 10 (median of 6): generalizes in operand count, fails at once for longer operands (Sec. 4.3)",
+    "fig10-1l4h": "Figure 10 (median of 6): 'surprisingly high accuracy, even outperforming' the 6L8H baseline (Sec. 4.3)",
+    "fig10-2l2h": "Figure 10 (median of 6): >= 90.0% on all 870 cells (Sec. 4.3)",
+    "fig12-d64": "Figure 12 (median of 8): the weakest width; no numbers in the text, compare the heatmaps",
+    "fig12-d128": "Figure 12 (median of 8): between d64 and d256; no numbers in the text, compare the heatmaps",
+    "fig12-d256": "Figure 12 (median of 8): no numbers in the text, compare the heatmaps",
+    "fig12-d512": "Figure 12 (median of 8): the strongest width; no numbers in the text, compare the heatmaps",
+}
+
+
+def read_grid(path):
+    """{(n, m): accuracy or None} from a grid CSV with columns n, m, accuracy."""
+    with open(path) as f:
+        lines = [l.strip() for l in f.read().splitlines() if l.strip()]
+    head = lines[0].split(",")
+    i_n, i_m, i_a = head.index("n"), head.index("m"), head.index("accuracy")
+    grid = {}
+    for l in lines[1:]:
+        f = l.split(",")
+        grid[(int(f[i_n]), int(f[i_m]))] = None if f[i_a] == "NA" else float(f[i_a])
+    return grid
+
+
+def median(values):
+    v = sorted(values)
+    k = len(v)
+    return v[k // 2] if k % 2 else 0.5 * (v[k // 2 - 1] + v[k // 2])
+
+
+def metrics(grid, thr):
+    """cells >= thr (of the evaluated cells); the worst cell; the longest operand length n such that
+    (1, 2) .. (n, 2) are all >= thr (0 if (1, 2) is not); the most operands m such that (1, 2) .. (1, m)
+    are all >= thr (1 if (1, 2) is not)."""
+    vals = [a for a in grid.values() if a is not None]
+    n_max = max(n for n, _ in grid)
+    m_max = max(m for _, m in grid)
+    longest = 0
+    for n in range(1, n_max + 1):
+        a = grid.get((n, 2))
+        if a is None or a < thr:
+            break
+        longest = n
+    most = 1
+    for m in range(2, m_max + 1):
+        a = grid.get((1, m))
+        if a is None or a < thr:
+            break
+        most = m
+    return {"cells_at_threshold": sum(a >= thr for a in vals), "cells": len(vals), "worst_cell": min(vals),
+            "longest_operand_at_m2": longest, "most_operands_at_n1": most}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("config_dir", help="ROOT/<config name> as run_config.py writes it")
+    p.add_argument("--bin", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build",
+                                                 "learn"), help="directory of grid_png")
+    p.add_argument("--threshold", type=float, default=0.9, help="exact-match threshold (default 0.9)")
+    a = p.parse_args()
+    d = a.config_dir.rstrip("/")
+    if not os.path.isdir(d):
+        print("summarize.py: no directory %s" % d, file=sys.stderr)
+        return 2
+    name = os.path.basename(d)
+    runs = []
+    for r in sorted(os.listdir(d)):
+        rj = os.path.join(d, r, "run.json")
+        if os.path.isfile(rj):
+            with open(rj) as f:
+                info = json.load(f)
+            if info.get("evaluated"):
+                runs.append((r, info, read_grid(os.path.join(d, r, "grid.csv"))))
+    if not runs:
+        print("summarize.py: no evaluated run in %s" % d, file=sys.stderr)
+        return 1
+    cells = sorted(runs[0][2])
+    for r, _, g in runs:
+        if sorted(g) != cells:
+            print("summarize.py: %s has another grid than %s" % (r, runs[0][0]), file=sys.stderr)
+            return 2
+    med = {}
+    for c in cells:
+        vals = [g[c] for _, _, g in runs if g[c] is not None]
+        med[c] = median(vals) if len(vals) == len(runs) else None
+    lines = ["n,m,runs,accuracy"] + ["%d,%d,%d,%s" % (n, m, len(runs), "NA" if med[(n, m)] is None else
+                                                     "%.4f" % med[(n, m)]) for n, m in cells]
+    csv = os.path.join(d, "median_grid.csv")
+    with open(csv, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    tc = None
+    try:
+        with open(os.path.join(d, runs[0][0], "config.json")) as f:
+            tc = json.load(f)["train"]
+    except (OSError, KeyError, ValueError):
+        pass
+    png = os.path.join(d, "median_grid.png")
+    grid_png = os.path.join(a.bin, "grid_png")
+    how = "none (neither grid_png nor matplotlib)"
+    if os.access(grid_png, os.X_OK):
+        cmd = [grid_png, "--csv", csv, "--png", png]
+        if tc:
+            cmd += ["--train-n", str(tc["train_n"]), "--train-m", str(tc["train_m"])]
+        if subprocess.run(cmd, capture_output=True).returncode == 0:
+            how = "grid_png"
+    else:
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+            ns = sorted({n for n, _ in cells})
+            ms = sorted({m for _, m in cells})
+            img = [[float("nan") if med[(n, m)] is None else med[(n, m)] for m in ms] for n in ns]
+            fig, ax = plt.subplots(figsize=(6, 6))
+            ax.imshow(img, cmap="RdBu", vmin=0, vmax=1, extent=(ms[0] - .5, ms[-1] + .5, ns[-1] + .5, ns[0] - .5))
+            ax.set_xlabel("number of operands")
+            ax.set_ylabel("length of each operand")
+            ax.set_title("%s: median of %d runs" % (name, len(runs)))
+            fig.savefig(png, dpi=100)
+            how = "matplotlib"
+        except ImportError:
+            pass
+    mm = metrics(med, a.threshold)
+    per_run = {r: dict(metrics(g, a.threshold), seed=i["seed"], data_seed=i["data_seed"],
+                       train_seconds=i.get("train_seconds"), eval_seconds=i.get("eval_seconds"), gpu=i.get("gpu"))
+               for r, i, g in runs}
+    pct = int(round(100 * a.threshold))
+    line = ("%s, median of %d runs (%s): %d/%d cells >= %d%%, worst cell %.1f%%, longest operand at m = 2: %d, "
+            "most operands at n = 1: %d | paper: %s" % (
+                name, len(runs), " ".join(r for r, _, _ in runs), mm["cells_at_threshold"], mm["cells"], pct,
+                100 * mm["worst_cell"], mm["longest_operand_at_m2"], mm["most_operands_at_n1"],
+                PAPER.get(name, "no figure of the paper for this configuration")))
+    with open(os.path.join(d, "summary.json"), "w") as f:
+        json.dump({"config": name, "threshold": a.threshold, "median": mm, "runs": per_run, "png": how,
+                   "line": line}, f, indent=2)
+        f.write("\n")
+    with open(os.path.join(d, "summary.txt"), "w") as f:
+        f.write(line + "\n")
+    print(line)
+    print("median heatmap: %s, png: %s" % (csv, how if how.startswith("none") else png))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+// The one progress reporter of long work: "what: done/total unit (pct) | rate unit/s | elapsed E ETA R",
+// redrawn in place on a terminal (at most 10 times a second) and printed as a plain line every
+// `period_s` seconds otherwise (a pipe or a log file), plus a final line. add() is thread-safe and
+// cheap (an atomic add and a clock read), so workers call it directly. Quiet: nothing is printed.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <iosfwd>
+#include <mutex>
+#include <string>
+
+namespace manyadd {
+
+struct ProgressOptions {
+  std::ostream* out = nullptr;  // default std::cerr
+  bool quiet = false;
+  int live = -1;                // 1 redraw in place, 0 plain lines, -1 decide: live when `out` is a terminal
+  double period_s = 10;         // plain lines: at most one per period
+};
+
+class Progress {
+ public:
+  Progress(std::string what, std::int64_t total, std::string unit, ProgressOptions opt = {});
+  ~Progress();  // finishes if finish() was not called
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+  void add(std::int64_t k = 1);
+  void set(std::int64_t done);
+  void note(const std::string& s);  // extra text shown after the counts (e.g. "loss 0.021")
+  void finish();                    // the final line (once)
+  std::int64_t done() const { return done_.load(); }
+  // The line as it would be printed now (for tests and for callers that log it themselves).
+  std::string line() const;
+
+ private:
+  using clock = std::chrono::steady_clock;
+  std::string what_, unit_;
+  std::int64_t total_;
+  ProgressOptions opt_;
+  bool live_ = false;
+  std::atomic<std::int64_t> done_{0};
+  std::atomic<std::int64_t> next_print_ns_{0};
+  clock::time_point t0_;
+  mutable std::mutex mu_;
+  std::string note_;
+  bool finished_ = false;
+  std::size_t last_len_ = 0;
+  void maybe_print();
+  void print(bool final_line);    // with mu_ held
+  std::string compose() const;    // with mu_ held
+};
+
+std::string human_seconds(double s);  // "42s", "3m07s", "2h05m", "?" for non-finite
+
+}  // namespace manyadd

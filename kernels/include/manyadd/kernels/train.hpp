@@ -1,0 +1,106 @@
+// The CUDA kernels of learned-model training (kernels/src/train.cu), as plain C++ launchers on device
+// pointers (no CUDA headers here, so learn's CUDA device and the kernel tests are plain C++). Memory:
+// device.hpp; matrix products: blas.hpp.
+// Each launcher's CPU twin is the function of the same name in learn/layers.hpp (or batch.hpp);
+// tests/test_cuda_train_kernels.cpp checks every one against its twin on random inputs.
+// Every launcher runs on the default stream and throws std::runtime_error on a CUDA error.
+// No kernel uses atomics: every reduction has a fixed order, so results are run-to-run identical.
+// Shape legend: R rows (B T), C width, V vocabulary, NH heads, HS d_head, D = NH HS, F d_ff.
+//
+// Mixed precision (bf16 overloads): a bf16 buffer holds values rounded to nearest even (bf16.hpp); every
+// kernel widens its bf16 inputs to float exactly, computes in fp32 and rounds only where it writes a
+// bf16 output. The fp32 and bf16 versions of a kernel are one template (the same operations in the same
+// order), so the fp32 path is the bf16 path without the roundings.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "manyadd/kernels/bf16.hpp"
+
+namespace manyadd::kernels::train {
+
+// out (R, C) = wte[tok] + sum_{lv < L} wpe_lv[pos_lv]
+void embedding_forward(float* out, const std::uint8_t* tok, const std::int32_t* pos0, const std::int32_t* pos1, int L,
+                       const float* wte, const float* wpe0, const float* wpe1, int R, int C);
+// dwte (V, C), dwpe_lv (rows_lv, C) += scatter of dout (R, C). One thread per (table row, channel) sums
+// the rows that read it in row order, then adds that sum to the entry: bitwise the CPU twin's
+// (which adds row by row into the entry) when the gradients start at zero, as in training.
+void embedding_backward(float* dwte, float* dwpe0, float* dwpe1, const float* dout, const std::uint8_t* tok,
+                        const std::int32_t* pos0, const std::int32_t* pos1, int L, int R, int C, int V, int rows0,
+                        int rows1);
+
+// out (n) = in rounded to bf16 (to nearest, ties to even: core's float_to_bf16, NaN aside), e.g. the
+// bf16 copies of the fp32 master weights; and the exact widening back.
+void convert(bf16* out, const float* in, std::int64_t n);
+void convert(float* out, const bf16* in, std::int64_t n);
+
+// RMSNorm over an fp32 input (the residual stream) with fp32 statistics: out, rstd (R). The bf16 out is
+// the fp32 result rounded once (the input of the next GEMM). backward accumulates into the fp32 dinp
+// and dw; dout fp32 or bf16 (widened exactly). scratch: >= rmsnorm_scratch_floats(R, C).
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int R, int C, float eps);
+void rmsnorm_forward(bf16* out, float* rstd, const float* inp, const float* w, int R, int C, float eps);
+std::size_t rmsnorm_scratch_floats(int R, int C);
+void rmsnorm_backward(float* dinp, float* dw, float* scratch, const float* dout, const float* inp, const float* w,
+                      const float* rstd, int R, int C);
+void rmsnorm_backward(float* dinp, float* dw, float* scratch, const bf16* dout, const float* inp, const float* w,
+                      const float* rstd, int R, int C);
+
+// out = a + b (n), fp32 out and a (the residual stream), b fp32 or bf16.
+void residual_forward(float* out, const float* a, const float* b, std::int64_t n);
+void residual_forward(float* out, const float* a, const bf16* b, std::int64_t n);
+// out (R, F) = gelu_tanh(inp[:, :F]) * inp[:, F:]  (fp32 math; bf16 in -> bf16 out).
+void geglu_forward(float* out, const float* inp, int R, int F);
+void geglu_forward(bf16* out, const bf16* inp, int R, int F);
+// fp32: ACCUMULATES into dinp (R, 2F). bf16: WRITES dinp (a bf16 sum would round twice), from an fp32
+// or a bf16 dout (R, F), in fp32 math.
+void geglu_backward(float* dinp, const float* dout, const float* inp, int R, int F);
+void geglu_backward(bf16* dinp, const float* dout, const bf16* inp, int R, int F);
+void geglu_backward(bf16* dinp, const bf16* dout, const bf16* inp, int R, int F);
+
+// Causal attention over B sequences of T padded rows, flash style (no T x T matrix; one warp per row,
+// online softmax; kernels/src/attention_rows.cuh): q, k, v, out (R, D) fp32 or bf16 (all the same
+// type), fp32 math; lse (B, NH, T) fp32, the log-sum-exp of each query row's scaled scores, saved for
+// backward. Scores are scale q.k: 1 / sqrt(HS) (the default) or 1 (T5: unscaled). 1 <= HS <= 512.
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int B, int T, int NH,
+                       int HS, float scale);
+void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int B, int T, int NH,
+                       int HS, float scale);
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int B, int T, int NH,
+                       int HS);  // scale 1 / sqrt(HS)
+// Writes (not accumulates) dq, dk, dv (R, D), of the I/O type (bf16: they feed the q/k/v GEMMs), from
+// dout and the forward's lse; the probabilities are recomputed. scratch: (B, NH, T) floats, filled with
+// the row terms dsum_i = sum_j P_ij dP_ij (computed from P and dP, so the forward output is not needed).
+void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout, const float* lse,
+                        const float* q, const float* k, const float* v, int B, int T, int NH, int HS, float scale);
+void attention_backward(bf16* dq, bf16* dk, bf16* dv, float* scratch, const bf16* dout, const float* lse,
+                        const bf16* q, const bf16* k, const bf16* v, int B, int T, int NH, int HS, float scale);
+// The fp32 signature before the scale parameter: scale 1 / sqrt(HS); `out` is not read.
+void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout, const float* out,
+                        const float* lse, const float* q, const float* k, const float* v, int B, int T, int NH, int HS);
+
+// The row kernels of the tensor-core attention (attention_gemm.hpp), on (B, NH, T, Tp) score matrices
+// (Tp >= T the row stride): P_ij = exp(scale S_ij - lse_i) (j <= i; 0 for i < j < T) rounded to bf16, and
+// lse_i, from the unscaled fp32 scores S; dS_ij = scale P_ij (dP_ij - sum_j' P_ij' dP_ij') rounded to bf16
+// (0 above the diagonal), with P recomputed in fp32 from S and lse. One warp per row, fixed order.
+void attention_softmax_rows(bf16* P, float* lse, const float* S, int B, int T, int NH, int Tp, float scale);
+void attention_dscore_rows(bf16* dS, const float* S, const float* lse, const float* dP, int B, int T, int NH, int Tp,
+                           float scale);
+
+// Cross-entropy on rows with target >= 0: probs (R, V), losses (R) (0 elsewhere). fp32 only (the
+// logits are an fp32 GEMM output in the bf16 pipeline too).
+void crossentropy_forward(float* losses, float* probs, const float* logits, const std::int32_t* targets, int R, int V);
+// dlogits (R, V) = scale (probs - onehot(target)) on counted rows, 0 elsewhere (written, not accumulated).
+void crossentropy_backward(float* dlogits, const float* probs, const std::int32_t* targets, float scale, int R, int V);
+
+// sum_i x_i (sum_sq = false) or sum_i x_i^2 (true) in double, in a fixed order (fixed grid, tree in
+// shared memory, then the block partials in order). scratch: >= reduce_scratch_doubles() doubles.
+std::size_t reduce_scratch_doubles();
+double reduce_sum(const float* x, std::int64_t n, bool sum_sq, double* scratch);
+
+// AdamW element-wise, the same float operations as learn::adamw_update (explicit _rn intrinsics: no
+// FMA contraction), so the update is bitwise the CPU's for the same inputs.
+void adamw_update(float* p, float* m, float* v, const float* g, std::int64_t n, double clip, float b1, float b2,
+                  float eps, float step_size, float inv_sqrt_bc2, float wd);
+
+}  // namespace manyadd::kernels::train

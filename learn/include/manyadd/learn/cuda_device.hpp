@@ -1,0 +1,30 @@
+// Training and teacher-forced evaluation of the learned model on a CUDA device: a learn::TrainDevice
+// (learn/batch.hpp) whose steps run the packed pipeline on the GPU (cuBLAS SGEMM for the matrix
+// products, kernels/src/train.cu for everything else, fp32). A plain C++ header: without CUDA in the
+// build make_cuda_device always throws ("no CUDA device: built without CUDA ...").
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "manyadd/learn/batch.hpp"
+
+namespace manyadd::learn {
+
+// True when a CUDA device can be used; any cudaGetDeviceCount error or zero devices is "no device",
+// with the reason in `why`.
+bool cuda_training_available(std::string* why);
+
+// What the CUDA device cannot run yet, as an InputError ("--device cuda does not support attn_scale none
+// yet"): precision bf16, attn_scale none, tie_readout, final_norm layer, d_head > 128. Checked before
+// any device is touched, so the message is the same on machines with and without a GPU. (The T5
+// initialization is computed on the host and is supported.)
+void check_cuda_supports(const ModelConfig& c, Precision p);
+
+// The CUDA device for a model, holding weights, gradients, Adam moments and activations on the GPU, in
+// precision p (the run's; a property of the device like the CPU devices'). Throws the InputError of
+// check_cuda_supports, or InputError("no CUDA device: <reason>") when none can be used (the CLIs exit 2
+// on either).
+std::unique_ptr<TrainDevice> make_cuda_device(const ModelConfig& c, Precision p = Precision::fp32);
+
+}  // namespace manyadd::learn

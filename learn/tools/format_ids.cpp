@@ -1,0 +1,172 @@
+// format_ids: the sequence, the position IDs (every mode of learn/, construct's coupled IDs) and the
+// targets of one problem, or of a list of cases as JSON (tests/data/format_cases.json ->
+// tests/data/format_golden.json, the golden file python/manyadd/format.py is checked against). Also the
+// samplers' draws (TA, SA, the per-cell seed of evaluate/dump_attention), so the Python twin of the
+// samplers is checked on the same file. Exit codes: 0 done, 2 bad usage or input, 3 internal error.
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "manyadd/core/cli.hpp"
+#include "manyadd/core/files.hpp"
+#include "manyadd/learn/data.hpp"
+#include "manyadd/learn/eval.hpp"
+
+using namespace manyadd;
+using namespace manyadd::learn;
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+// A case's integer field, bounded (the shape's own validation follows).
+std::int64_t get_int(const nlohmann::json& c, const char* key, std::int64_t dflt, std::int64_t lo, std::int64_t hi) {
+  if (!c.contains(key)) return dflt;
+  if (!c[key].is_number_integer()) throw InputError(fmt::format("case field '{}' must be an integer", key));
+  const auto v = c[key].get<std::int64_t>();
+  if (v < lo || v > hi) throw InputError(fmt::format("case field '{}' = {} outside [{}, {}]", key, v, lo, hi));
+  return v;
+}
+std::string get_str(const nlohmann::json& c, const char* key, const std::string& dflt) {
+  if (!c.contains(key)) return dflt;
+  if (!c[key].is_string()) throw InputError(fmt::format("case field '{}' must be a string", key));
+  return c[key].get<std::string>();
+}
+
+// One sequence case: {"problem", "padding" (default minimal), "n" (default: the longest operand),
+// "pos_mode" (default coupled), "s1", "s2" (default 1)}. The answer repeats the inputs and adds the
+// shape, the tokens, the IDs of every level of the mode and the targets (learn's rule: the next token
+// from '=' on, EOS last, -1 on the query). An input the C++ refuses gives {"error": message}.
+ojson sequence_case(const nlohmann::json& c) {
+  ojson out;
+  const std::string text = get_str(c, "problem", "");
+  const std::string pad = get_str(c, "padding", "minimal"), mode_s = get_str(c, "pos_mode", "coupled");
+  const std::int64_t s1 = get_int(c, "s1", 1, -1000, 1'000'000), s2 = get_int(c, "s2", 1, -1000, 1'000'000);
+  out["problem"] = text;
+  out["padding"] = pad;
+  out["pos_mode"] = mode_s;
+  out["s1"] = s1;
+  out["s2"] = s2;
+  try {
+    const Problem p = parse_problem(text);
+    const std::int64_t n = get_int(c, "n", p.max_digits(), -1000, 1'000'000);
+    out["n"] = n;
+    const Shape shape = Shape::make(n, std::int64_t(p.operands.size()), parse_padding(pad));
+    const PosMode mode = parse_pos_mode(mode_s);
+    const auto toks = build_sequence(p, shape);
+    std::vector<std::int32_t> p1, p2;
+    position_ids_for(shape, mode, s1, s2, p1, p2);
+    ojson pos = ojson::array();
+    if (pos_levels(mode) >= 1) pos.push_back(p1);
+    if (pos_levels(mode) >= 2) pos.push_back(p2);
+    std::vector<int> targets(toks.size(), -1);
+    for (std::int64_t k = shape.eq_index(); k + 1 < shape.N(); ++k) targets[std::size_t(k)] = toks[std::size_t(k + 1)];
+    targets.back() = kDollar;
+    out["operands"] = p.operands;
+    out["m"] = shape.m;
+    out["l"] = shape.l;
+    out["N"] = shape.N();
+    out["eq_index"] = shape.eq_index();
+    out["tokens"] = tokens_to_string(toks);
+    out["pos"] = pos;
+    out["targets"] = targets;
+  } catch (const InputError& e) {
+    out["error"] = e.what();
+  }
+  return out;
+}
+
+// {"sample": "TA" | "SA", "n", "m", "count", "seed", "cell" (TA: seed the generator with
+// cell_seed(seed, n, m), as evaluate and dump_attention do)} -> the problems drawn, in order.
+ojson sample_case(const nlohmann::json& c) {
+  const std::string kind = get_str(c, "sample", "");
+  const int n = int(get_int(c, "n", 1, 1, 1000)), m = int(get_int(c, "m", 2, 1, 1000));
+  const std::int64_t count = get_int(c, "count", 1, 1, 10000);
+  if (!c.contains("seed") || !c["seed"].is_number_unsigned()) throw InputError("a sample case needs an unsigned 'seed'");
+  const std::uint64_t seed = c["seed"].get<std::uint64_t>();
+  const bool cell = c.contains("cell") && c["cell"].is_boolean() && c["cell"].get<bool>();
+  ojson out = {{"sample", kind}, {"n", n}, {"m", m}, {"count", count}, {"seed", seed}, {"cell", cell}};
+  Rng rng(cell ? cell_seed(seed, n, m) : seed);
+  ojson problems = ojson::array();
+  if (kind == "TA") {
+    for (std::int64_t i = 0; i < count; ++i) problems.push_back(sample_TA(rng, n, m).to_string());
+  } else if (kind == "SA") {
+    for (const auto& p : sample_SA(rng, n, m, count)) problems.push_back(p.to_string());
+  } else {
+    throw InputError(fmt::format("sample kind '{}' unknown (TA|SA)", kind));
+  }
+  if (cell) out["cell_seed"] = cell_seed(seed, n, m);
+  out["problems"] = problems;
+  return out;
+}
+
+// {"width": "theorem" | "minimal", "n", "m"} -> l.
+ojson width_case(const nlohmann::json& c) {
+  const std::string rule = get_str(c, "width", "");
+  const std::int64_t n = get_int(c, "n", 1, 1, 100'000'000), m = get_int(c, "m", 1, 1, 100'000'000);
+  return {{"width", rule}, {"n", n}, {"m", m}, {"l", width(parse_padding(rule), n, m)}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Print the token sequence and position IDs of a problem (or of a JSON list of cases).", "format_ids"};
+  std::string problem, cases, json_path, padding = "minimal", mode = "coupled";
+  std::int64_t n = 0, s1 = 1, s2 = 1;
+  auto* o_problem = cli::add_string(app, "--problem", problem, "one problem, e.g. 57+48+96");
+  auto* o_cases = cli::add_string(app, "--cases", cases,
+                                  "a JSON list of cases (see learn/tools/format_ids.cpp); the answers go to --json");
+  o_problem->excludes(o_cases);
+  cli::add_string(app, "--padding", padding, "padding rule: minimal (learn/, the paper's experiments) or theorem");
+  cli::add_int(app, "--n", n, "digits per operand (0 = the longest operand)", 0, 100'000'000);
+  cli::add_string(app, "--pos-mode", mode, "position IDs: coupled|digits|absolute|none (learn/'s modes)");
+  cli::add_int(app, "--s1", s1, "level-1 position offset", 1, 1'000'000);
+  cli::add_int(app, "--s2", s2, "level-2 position offset", 1, 1'000'000);
+  cli::add_json(app, json_path, "write the answer(s) as JSON to FILE");
+  app.footer(cli::exit_codes_footer(false));
+  if (const int rc = cli::parse(app, argc, argv, std::cout, std::cerr); rc >= 0) return rc;
+  return run_tool("format_ids", std::cerr, [&] {
+    if (!cases.empty()) {
+      if (json_path.empty()) throw InputError("--cases writes its answers to --json FILE");
+      const nlohmann::json in = read_json_file(cases);
+      if (!in.is_array()) throw InputError(fmt::format("{}: expected a JSON list of cases", cases));
+      std::string text = "[\n";  // one case per line: a diff of the golden file reads case by case
+      for (std::size_t i = 0; i < in.size(); ++i) {
+        const auto& c = in[i];
+        if (!c.is_object()) throw InputError(fmt::format("{}: every case must be a JSON object", cases));
+        const ojson r = c.contains("sample") ? sample_case(c) : c.contains("width") ? width_case(c) : sequence_case(c);
+        text += r.dump() + (i + 1 < in.size() ? ",\n" : "\n");
+      }
+      atomic_write(json_path, text + "]\n");
+      return 0;
+    }
+    if (problem.empty()) throw InputError("give --problem P (e.g. 57+48+96) or --cases FILE");
+    nlohmann::json c = {{"problem", problem}, {"padding", padding}, {"pos_mode", mode}, {"s1", s1}, {"s2", s2}};
+    if (n > 0) c["n"] = n;
+    const ojson r = sequence_case(c);
+    if (r.contains("error")) throw InputError(r["error"].get<std::string>());
+    std::printf("sequence %s  (n=%d m=%d l=%d N=%d, %s padding, pos_mode %s, s1=%lld s2=%lld)\n",
+                r["tokens"].get<std::string>().c_str(), r["n"].get<int>(), r["m"].get<int>(), r["l"].get<int>(),
+                r["N"].get<int>(), padding.c_str(), mode.c_str(), static_cast<long long>(s1),
+                static_cast<long long>(s2));
+    const std::string toks = r["tokens"].get<std::string>();
+    std::string line = "index ", tline = "token ";
+    for (std::size_t k = 0; k < toks.size(); ++k) {
+      line += fmt::format(" {:>3}", k);
+      tline += fmt::format(" {:>3}", toks[k]);
+    }
+    std::printf("%s\n%s\n", line.c_str(), tline.c_str());
+    int lv = 1;
+    for (const auto& ids : r["pos"]) {
+      std::string pl = fmt::format("pos{}  ", lv++);
+      for (const auto& v : ids) pl += fmt::format(" {:>3}", v.get<int>());
+      std::printf("%s\n", pl.c_str());
+    }
+    if (!json_path.empty()) atomic_write(json_path, r.dump(1) + "\n");
+    return 0;
+  });
+}

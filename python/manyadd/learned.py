@@ -1,0 +1,312 @@
+"""The learned transformer of learn/ as a torch module: load_learned(DIR) reads a `train` output directory
+(config.json + model.safetensors) and reproduces learn/'s forward (learn/src/model.cpp,
+learn/include/manyadd/learn/layers.hpp) for every position mode. This is the project's torch twin:
+bench/torch_twin.py trains it against the C++ trainer, tests/test_python_models.py checks its logits
+against `evaluate --problem ... --json` and its attention against `dump_attention`.
+
+    from manyadd import load_learned
+    model = load_learned("models/cpu-sa1010-1l4h-d64")          # fp32, eval mode, on the CPU
+    ex = model.example("57+48+96")                              # tokens and IDs as learn/ builds them
+    logits, cache = model.run_with_cache(ex.tokens, ex.pos)     # (1, N, 14), {hook name: activation}
+    cache["blocks.0.attn.hook_pattern"]                         # (1, n_heads, N, N) post-softmax
+    model.generate("57+48+96")                                  # '000>750>501>102$' (greedy)
+
+The forward (shapes: B batch, T tokens, C d_model, H n_heads, D d_head, F d_ff, V = 14):
+    x = tok_emb[tokens] + sum over levels lv of pos_emb.lv[pos[lv]]     (pos_mode: coupled 2 levels,
+                                                                         digits/absolute 1, none 0)
+    per layer:  x = attn_norm2(x + attn(attn_norm1(x)))                 (the reference's "PreNorm and
+                x = ffn_norm2(x + ffn(ffn_norm1(x)))                     PostNorm")
+    logits = lm_head(final_norm(x))
+    attn: q, k, v = x Wq^T, x Wk^T, x Wv^T split in H heads of D; causal softmax(q k^T * scale) v;
+          output projection o (no biases anywhere); scale = 1/sqrt(D)
+    ffn: GEGLU, [gate | up] = x wi^T (2F), gelu_tanh(gate) * up, then wo
+    norm: RMSNorm w * x / sqrt(mean(x^2) + norm_eps)
+Sequences of a batch may have different lengths: pad them at the end (attention is causal, so the real
+rows never see the padding) and read the logits of the real rows only.
+
+Hook points (TransformerLens names; shapes for a batch (B, T)):
+    hook_embed (B, T, C)              token embedding
+    hook_pos_embed (B, T, C)          sum of the position embeddings (absent for pos_mode none)
+    blocks.{l}.hook_resid_pre         (B, T, C) block input
+    blocks.{l}.ln1.hook_normalized    (B, T, C) attn_norm1 output
+    blocks.{l}.attn.hook_q/hook_k/hook_v   (B, T, H, D)
+    blocks.{l}.attn.hook_attn_scores  (B, H, T, T) scaled scores, -inf above the diagonal
+    blocks.{l}.attn.hook_pattern      (B, H, T, T) post-softmax attention (row = query, column = key)
+    blocks.{l}.attn.hook_z            (B, T, H, D) per-head attention output, before the projection
+    blocks.{l}.hook_attn_out          (B, T, C) output projection
+    blocks.{l}.hook_resid_mid         (B, T, C) attn_norm2(resid_pre + attn_out)
+    blocks.{l}.ln2.hook_normalized    (B, T, C) ffn_norm1 output
+    blocks.{l}.mlp.hook_pre           (B, T, F) gate before gelu      blocks.{l}.mlp.hook_pre_linear (B, T, F) up
+    blocks.{l}.mlp.hook_post          (B, T, F) gelu_tanh(gate) * up
+    blocks.{l}.hook_mlp_out           (B, T, C) wo output
+    blocks.{l}.hook_resid_post        (B, T, C) ffn_norm2(resid_mid + mlp_out): the block output
+    ln_final.hook_normalized          (B, T, C) final_norm output
+    hook_logits                       (B, T, V)
+The parameters keep model.safetensors' names (tok_emb.weight, pos_emb.0.weight, layers.0.attn.q.weight,
+...), so model.state_dict() and the file hold the same tensors.
+
+config.json: every field of its "model" section is read and checked (see ARCHITECTURE_SWITCHES); a
+field this module does not know, or a value of a known switch it does not implement, is an InputError:
+a model written by a newer `train` is refused rather than run with a different forward.
+"""
+import json
+import math
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import format as fmt
+from . import safetensors
+from .files import InputError
+from .hooks import HookedModule, HookPoint
+
+__all__ = ["LearnedConfig", "LearnedTransformer", "load_learned", "ARCHITECTURE_SWITCHES"]
+
+# Fields of config.json "model" and what each does to the forward.
+#   sizes: integers that shape the tensors; checked against the C++ limits (learn/src/model.cpp).
+_SIZES = {"vocab": (14, 14), "n_layers": (1, 64), "n_heads": (1, 64), "d_model": (1, 8192), "d_head": (1, 1024),
+          "d_ff": (1, 65536), "max_pos1": (2, 1_000_000), "max_pos2": (2, 1_000_000)}
+# Switches of the architecture: field -> {value this module implements: meaning}. A switch absent from
+# config.json takes its first value (what every `train` so far has done). A value not listed here is
+# refused: implementing one is adding its entry and its branch in the module below (and a test against
+# the C++ that writes it).
+ARCHITECTURE_SWITCHES = {
+    "pos_mode": {"coupled": "two position tables (significance, operand)", "digits": "level 1 only",
+                 "absolute": "one ID per index", "none": "no position table (NoPE)"},
+    "attn_scale": {"inv_sqrt_dhead": "scores q.k / sqrt(d_head)"},
+    "final_norm": {"rms": "RMSNorm with weight, eps norm_eps"},
+    "tie_readout": {False: "lm_head.weight is its own tensor"},
+}
+# Fields that do not change the forward: the initialization, the descriptions.
+_INERT = {"init_std", "init", "vocabulary", "architecture"}
+# train.precision: the arithmetic of training (the saved weights are fp32 masters either way); this module
+# runs the dtype load_learned is given, so a bf16-trained model runs here in fp32 unless asked otherwise.
+_PRECISIONS = ("fp32", "bf16")
+
+
+class LearnedConfig:
+    """The checked "model" section of config.json (attributes of the same names) and the training region."""
+
+    def __init__(self, model, train=None):
+        if not isinstance(model, dict):
+            raise InputError("config.json: 'model' must be an object")
+        for k in model:
+            if k not in _SIZES and k not in ARCHITECTURE_SWITCHES and k not in _INERT and k != "norm_eps":
+                raise InputError("config.json: model.%s is unknown to this version of manyadd (python/manyadd/learned.py):"
+                                 " refusing to guess how it changes the forward" % k)
+        for k, (lo, hi) in _SIZES.items():
+            if k not in model:
+                raise InputError("config.json: model.%s is missing" % k)
+            v = model[k]
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise InputError("config.json: model.%s must be an integer in [%d, %d] (got %r)" % (k, lo, hi, v))
+            setattr(self, k, v)
+        for k, allowed in ARCHITECTURE_SWITCHES.items():
+            v = model.get(k, next(iter(allowed)))
+            if k == "pos_mode" and k not in model:
+                raise InputError("config.json: model.pos_mode is missing")
+            if not any(v == a and type(v) is type(a) for a in allowed):
+                raise InputError("config.json: model.%s = %r is not implemented by this version of manyadd "
+                                 "(python/manyadd/learned.py knows %s)" % (k, v, ", ".join(repr(a) for a in allowed)))
+            setattr(self, k, v)
+        eps = model.get("norm_eps")
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
+            raise InputError("config.json: model.norm_eps must be a number in (0, 1) (got %r)" % (eps,))
+        # The C++ reads norm_eps into a float: use that float's value.
+        self.norm_eps = float(torch.tensor(eps, dtype=torch.float32))
+        voc = model.get("vocabulary", fmt.VOCAB)
+        if voc != fmt.VOCAB:
+            raise InputError("config.json: model.vocabulary %r is not %r" % (voc, fmt.VOCAB))
+        self.levels = fmt.pos_levels(self.pos_mode)
+        self.max_pos = (self.max_pos1, self.max_pos2)
+        train = train if isinstance(train, dict) else {}
+        self.train_n, self.train_m = train.get("train_n"), train.get("train_m")
+        self.precision = train.get("precision", "fp32")
+        if self.precision not in _PRECISIONS:
+            raise InputError("config.json: train.precision = %r unknown (%s)" % (self.precision, "|".join(_PRECISIONS)))
+
+    @classmethod
+    def read(cls, path):
+        try:
+            with open(path, "rb") as f:
+                raw = f.read((1 << 20) + 1)
+            if len(raw) > 1 << 20:
+                raise InputError("%s is larger than 1 MiB: not a `train` config.json" % path)
+            cfg = json.loads(raw.decode("utf-8"))
+        except OSError as e:
+            raise InputError("cannot read %s: %s" % (path, e.strerror or e)) from None
+        except (UnicodeDecodeError, ValueError) as e:
+            raise InputError("%s is not valid JSON: %s" % (path, e)) from None
+        if not isinstance(cfg, dict) or "model" not in cfg:
+            raise InputError("%s: no 'model' section (is this a `train` output directory?)" % path)
+        return cls(cfg["model"], cfg.get("train"))
+
+    def __repr__(self):
+        return ("LearnedConfig(n_layers=%d, n_heads=%d, d_model=%d, d_head=%d, d_ff=%d, pos_mode=%r, max_pos=%s)"
+                % (self.n_layers, self.n_heads, self.d_model, self.d_head, self.d_ff, self.pos_mode, self.max_pos))
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, C, eps, name):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(C))
+        self.eps = eps
+        self.hook_normalized = HookPoint(name) if name else None
+
+    def forward(self, x):
+        y = self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.hook_normalized(y) if self.hook_normalized is not None else y
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg, l):
+        super().__init__()
+        C, self.H, self.D = cfg.d_model, cfg.n_heads, cfg.d_head
+        self.q, self.k, self.v = (nn.Linear(C, self.H * self.D, bias=False) for _ in range(3))
+        self.o = nn.Linear(self.H * self.D, C, bias=False)
+        self.scale = {"inv_sqrt_dhead": 1.0 / math.sqrt(self.D)}[cfg.attn_scale]
+        # torch's fused attention (torch >= 2.0) where nothing asks for the scores or the pattern: the same
+        # mathematics, another summation order; off by default so that hooked and unhooked runs agree.
+        self.fused = False
+        p = "blocks.%d.attn." % l
+        for n in ("q", "k", "v", "attn_scores", "pattern", "z"):
+            setattr(self, "hook_" + n, HookPoint(p + "hook_" + n))
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q = self.hook_q(self.q(x).view(B, T, self.H, self.D)).transpose(1, 2)  # (B, H, T, D)
+        k = self.hook_k(self.k(x).view(B, T, self.H, self.D)).transpose(1, 2)
+        v = self.hook_v(self.v(x).view(B, T, self.H, self.D)).transpose(1, 2)
+        if self.fused and self.scale == 1.0 / math.sqrt(self.D) and hasattr(F, "scaled_dot_product_attention") \
+                and not (self.hook_attn_scores.has_hooks() or self.hook_pattern.has_hooks()):
+            z = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # scale 1/sqrt(D) by default
+        else:
+            s = (q @ k.transpose(-2, -1)) * self.scale
+            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+            s = self.hook_attn_scores(s.masked_fill(mask, float("-inf")))
+            z = self.hook_pattern(torch.softmax(s, dim=-1)) @ v
+        z = self.hook_z(z.transpose(1, 2))  # (B, T, H, D)
+        return self.o(z.reshape(B, T, self.H * self.D))
+
+
+class GEGLU(nn.Module):
+    def __init__(self, cfg, l):
+        super().__init__()
+        self.F = cfg.d_ff
+        self.wi = nn.Linear(cfg.d_model, 2 * self.F, bias=False)
+        self.wo = nn.Linear(self.F, cfg.d_model, bias=False)
+        p = "blocks.%d.mlp." % l
+        self.hook_pre, self.hook_pre_linear, self.hook_post = (HookPoint(p + n) for n in (
+            "hook_pre", "hook_pre_linear", "hook_post"))
+
+    def forward(self, x):
+        h = self.wi(x)
+        gate, up = self.hook_pre(h[..., :self.F]), self.hook_pre_linear(h[..., self.F:])
+        return self.wo(self.hook_post(F.gelu(gate, approximate="tanh") * up))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg, l):
+        super().__init__()
+        C, eps, p = cfg.d_model, cfg.norm_eps, "blocks.%d." % l
+        self.attn_norm1 = RMSNorm(C, eps, p + "ln1.hook_normalized")
+        self.attn = Attention(cfg, l)
+        self.attn_norm2 = RMSNorm(C, eps, None)
+        self.ffn_norm1 = RMSNorm(C, eps, p + "ln2.hook_normalized")
+        self.ffn = GEGLU(cfg, l)
+        self.ffn_norm2 = RMSNorm(C, eps, None)
+        for n in ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"):
+            setattr(self, "hook_" + n, HookPoint(p + "hook_" + n))
+
+    def forward(self, x):
+        x = self.hook_resid_pre(x)
+        x = self.hook_resid_mid(self.attn_norm2(x + self.hook_attn_out(self.attn(self.attn_norm1(x)))))
+        return self.hook_resid_post(self.ffn_norm2(x + self.hook_mlp_out(self.ffn(self.ffn_norm1(x)))))
+
+
+class LearnedTransformer(HookedModule):
+    """learn/'s decoder-only transformer for one LearnedConfig (weights: load_learned, or load_state_dict)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        C, V = cfg.d_model, cfg.vocab
+        self.tok_emb = nn.Embedding(V, C)
+        self.pos_emb = nn.ModuleList(nn.Embedding(cfg.max_pos[lv] + 1, C) for lv in range(cfg.levels))
+        self.layers = nn.ModuleList(Block(cfg, l) for l in range(cfg.n_layers))
+        self.final_norm = {"rms": RMSNorm}[cfg.final_norm](C, cfg.norm_eps, "ln_final.hook_normalized")
+        self.lm_head = nn.Linear(C, V, bias=False)
+        self.hook_embed, self.hook_logits = HookPoint("hook_embed"), HookPoint("hook_logits")
+        self.hook_pos_embed = HookPoint("hook_pos_embed") if cfg.levels else None
+        self._setup_hooks()
+
+    def set_fused_attention(self, on=True):
+        """Use torch's scaled_dot_product_attention (torch >= 2.0) where no hook reads the scores or the
+        pattern: faster on a GPU, same mathematics (bench/torch_twin.py's benchmark uses it)."""
+        for blk in self.layers:
+            blk.attn.fused = bool(on)
+        return self
+
+    def forward(self, tokens, pos=None):
+        """tokens (B, T) or (T,) ids; pos: one (B, T) or (T,) tensor/list per position level (None for
+        pos_mode none). Returns logits (B, T, 14) (or (T, 14))."""
+        tok, pos, squeeze = self._batch(tokens, pos, self.cfg.levels, self.cfg.max_pos, self.cfg.vocab)
+        x = self.hook_embed(self.tok_emb(tok))
+        if self.cfg.levels:
+            pe = self.pos_emb[0](pos[0])
+            for lv in range(1, self.cfg.levels):
+                pe = pe + self.pos_emb[lv](pos[lv])
+            # tok + (pos_1 + pos_2); the C++ adds (tok + pos_1) + pos_2: the same up to one rounding.
+            x = x + self.hook_pos_embed(pe)
+        for blk in self.layers:
+            x = blk(x)
+        logits = self.hook_logits(self.lm_head(self.final_norm(x)))
+        return logits[0] if squeeze else logits
+
+    # ---- the task ----------------------------------------------------------------------------------
+
+    def example(self, problem, s1=1, s2=1):
+        """learn's input for a problem (its own shape, minimal padding) at offsets (s1, s2): a
+        format.Example whose tokens (1, N) and pos (levels x (1, N)) are long tensors on the model's device
+        and targets a list (the next token from '=' on, -1 on the query)."""
+        ex = fmt.make_example(problem, self.cfg.pos_mode, self.cfg.max_pos, s1, s2)
+        dev = self._device()
+        ex.tokens = torch.tensor([ex.tokens], dtype=torch.long, device=dev)
+        ex.pos = [torch.tensor([p], dtype=torch.long, device=dev) for p in ex.pos]
+        return ex
+
+    def teacher_forced(self, problem, s1=1, s2=1):
+        """The argmax prediction at every response position, as `evaluate --problem` prints it."""
+        return self._teacher_forced(self.example(problem, s1, s2))
+
+    def generate(self, problem, s1=1, s2=1):
+        """Greedy decoding from the query through '=' (a full forward per step), at most the response
+        length, stopping after EOS: the string `evaluate --problem` prints as greedy."""
+        return self._greedy(self.example(problem, s1, s2))
+
+
+def load_learned(model_dir, device="cpu", dtype=torch.float32, checkpoint=False):
+    """The model of a `train` output directory (config.json + model.safetensors, or checkpoint.safetensors
+    with checkpoint=True) in eval mode. dtype float32 reproduces the C++ (fp32); float64 runs the same
+    weights in double. The file is read by manyadd.safetensors (every check, the checksum verified)."""
+    cfg = LearnedConfig.read(os.path.join(model_dir, "config.json"))
+    tensors, meta = safetensors.read(os.path.join(model_dir, "checkpoint.safetensors" if checkpoint
+                                                  else "model.safetensors"), use_numpy=True)
+    model = LearnedTransformer(cfg)
+    sd = model.state_dict()
+    missing = sorted(set(sd) - set(tensors))
+    if missing:
+        raise InputError("%s: model.safetensors lacks %s (config.json says %r)" % (model_dir, ", ".join(missing[:4]), cfg))
+    extra = sorted(k for k in set(tensors) - set(sd) if not k.startswith("adam."))
+    if extra:
+        raise InputError("%s: model.safetensors holds tensors this config does not use: %s" % (model_dir, ", ".join(extra[:4])))
+    for k, v in sd.items():
+        if tuple(tensors[k].shape) != tuple(v.shape):
+            raise InputError("%s: tensor %s has shape %s, config.json implies %s" % (
+                model_dir, k, tuple(tensors[k].shape), tuple(v.shape)))
+    model.load_state_dict({k: torch.from_numpy(tensors[k]) for k in sd})
+    model.metadata = meta
+    model.tensors = {k: v for k, v in tensors.items() if k not in sd}  # e.g. the Adam moments of a checkpoint
+    return model.to(device=device, dtype=dtype).eval()

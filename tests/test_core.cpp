@@ -1,0 +1,307 @@
+// core/: the safetensors reader/writer (round trips for every dtype, the committed every-dtype file
+// both writers produce, and every malformed file of tests/data/safetensors_cases.json refused with
+// InputError before allocation), the atomic writer's refusals, parallel_for, the strict option
+// parsers and the exit-code policy.
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "manyadd/core/cli.hpp"
+#include "manyadd/core/error.hpp"
+#include "manyadd/core/files.hpp"
+#include "manyadd/core/parallel.hpp"
+#include "manyadd/core/progress.hpp"
+#include "manyadd/core/safetensors.hpp"
+#include "test_util.hpp"
+
+using namespace manyadd;
+namespace fs = std::filesystem;
+
+namespace {
+std::string tmpdir() {
+  const std::string d = (fs::temp_directory_path() / fmt::format("manyadd_core_{}", ::getpid())).string();
+  fs::create_directories(d);
+  return d;
+}
+// A file of one F32 tensor "a" of shape [2] plus one "b"; header edited as JSON text.
+std::string with_header(const std::string& header_json, const std::string& data) {
+  std::string h = header_json;
+  while (h.size() % 8) h += ' ';
+  std::string out(8, '\0');
+  const std::uint64_t n = h.size();
+  std::memcpy(out.data(), &n, 8);
+  return out + h + data;
+}
+std::string f32_bytes(std::initializer_list<float> v) {
+  std::string s;
+  for (float x : v) s.append(reinterpret_cast<const char*>(&x), 4);
+  return s;
+}
+void expect_refused(const std::string& bytes, const std::string& needle, bool require_checksum = false) {
+  ReadOptions o;
+  o.require_checksum = require_checksum;
+  try {
+    parse_safetensors(bytes, "test", o);
+    ADD_FAILURE() << "accepted; expected a refusal mentioning '" << needle << "'";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+}  // namespace
+
+TEST(Safetensors, RoundTripEveryDtype) {
+  for (DType t : {DType::F64, DType::F32, DType::BF16, DType::F16, DType::I64, DType::I32, DType::I16, DType::I8}) {
+    // Values every listed dtype holds exactly.
+    const std::vector<double> v = {0.0, 1.0, dtype_is_float(t) ? -2.5 : -2.0, 3.0, 100.0, -7.0};
+    const auto bytes = safetensors_bytes({make_tensor("x", {2, 3}, v, t)}, {{"k", "v"}});
+    const auto f = parse_safetensors(bytes, "mem");
+    ASSERT_EQ(f.tensors.size(), 1u);
+    EXPECT_EQ(f.tensors[0].dtype, t);
+    EXPECT_EQ(f.tensors[0].shape, (std::vector<std::int64_t>{2, 3}));
+    EXPECT_EQ(f.tensors[0].to_f64(), v) << dtype_name(t);  // all values exact in every dtype listed
+    EXPECT_EQ(f.metadata.at("k"), "v");
+  }
+}
+
+TEST(Safetensors, Bf16RoundsToNearestEven) {
+  // 1 + 2^-8 lies halfway between bf16 neighbours 1 and 1 + 2^-7: ties go to the even mantissa (1).
+  EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f + std::ldexp(1.0f, -8))), 1.0f);
+  EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8))), 1.0f + std::ldexp(1.0f, -6));
+  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(std::nanf("")))));
+  // Property: the error of the rounding is at most half a bf16 ulp (2^-8 relative).
+  rc::check([](float x) {
+    if (!std::isfinite(x) || std::fabs(x) > 1e38f || std::fabs(x) < 1e-37f) return;
+    const float y = bf16_to_float(float_to_bf16(x));
+    RC_ASSERT(std::fabs(double(y) - double(x)) <= std::ldexp(std::fabs(double(x)), -8));
+  });
+}
+
+TEST(Safetensors, StreamingWriterEqualsInMemoryBytes) {
+  const std::string d = tmpdir();
+  const std::vector<float> a = {1, 2, 3, 4, 5, 6};
+  const std::vector<double> b = {7, 8};
+  const std::vector<Tensor> ts = {make_tensor("a", {2, 3}, a), make_tensor("b", {2}, b, DType::F64)};
+  {
+    SafetensorsWriter w(d + "/s.safetensors", {{"a", DType::F32, {2, 3}}, {"b", DType::F64, {2}}}, {{"x", "y"}});
+    w.write(ts[0].bytes.data(), 8);
+    w.write(ts[0].bytes.data() + 8, ts[0].bytes.size() - 8);
+    w.write(ts[1].bytes.data(), ts[1].bytes.size());
+    w.commit();
+  }
+  EXPECT_EQ(read_file(d + "/s.safetensors"), safetensors_bytes(ts, {{"x", "y"}}));
+  {  // abandoned before commit: nothing left behind
+    SafetensorsWriter w(d + "/t.safetensors", {{"a", DType::F32, {2, 3}}}, {});
+    w.write(ts[0].bytes.data(), 4);
+  }
+  EXPECT_FALSE(fs::exists(d + "/t.safetensors"));
+  for (const auto& e : fs::directory_iterator(d)) EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos);
+  fs::remove_all(d);
+}
+
+namespace {
+// The cases shared with tests/test_python_io.py (the Python reader and writer).
+nlohmann::json shared_cases() {
+  return read_json_file(manyadd::testing::source_path("tests/data/safetensors_cases.json"));
+}
+std::string from_hex(const std::string& h) {
+  std::string out;
+  for (std::size_t k = 0; k + 1 < h.size(); k += 2) out += char(std::stoi(h.substr(k, 2), nullptr, 16));
+  return out;
+}
+}  // namespace
+
+TEST(Safetensors, EveryDtypeFileIsByteIdenticalAcrossWriters) {
+  // tests/data/every_dtype.safetensors was written by the Python writer; this writer must produce the
+  // same bytes from the same values, and this reader must return the stored (rounded) values.
+  const auto cases = shared_cases()["every_dtype"];
+  std::vector<Tensor> ts;
+  for (const auto& t : cases["tensors"])
+    ts.push_back(make_tensor(t["name"].get<std::string>(), t["shape"].get<std::vector<std::int64_t>>(),
+                             t["values"].get<std::vector<double>>(), parse_dtype(t["dtype"].get<std::string>())));
+  const auto meta = cases["metadata"].get<std::map<std::string, std::string>>();
+  const std::string golden = read_file(manyadd::testing::source_path("tests/data/every_dtype.safetensors"));
+  EXPECT_EQ(safetensors_bytes(ts, meta), golden);
+  const auto f = parse_safetensors(golden, "every_dtype");
+  ASSERT_EQ(f.tensors.size(), cases["tensors"].size());
+  for (const auto& t : cases["tensors"]) {
+    const Tensor& got = f.get(t["name"].get<std::string>());
+    EXPECT_EQ(got.to_f64(), t.value("stored", t["values"]).get<std::vector<double>>()) << got.name;
+    EXPECT_EQ(got.shape, t["shape"].get<std::vector<std::int64_t>>()) << got.name;
+  }
+  for (const auto& [k, v] : meta) EXPECT_EQ(f.metadata.at(k), v);
+  // A tensor order that leaves one misaligned would write a file every reader refuses.
+  EXPECT_THROW(safetensors_bytes({make_tensor("u", {1}, std::vector<double>{1}, DType::U8),
+                                  make_tensor("f", {1}, std::vector<float>{1})},
+                                 {}),
+               InvariantError);
+}
+
+TEST(Safetensors, MalformedFilesAreRefusedBeforeAllocation) {
+  const std::string ab = f32_bytes({1, 2, 3});
+  const std::string good = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})";
+  EXPECT_NO_THROW(parse_safetensors(with_header(good, ab), "t", ReadOptions{false, false, 1 << 20}));
+  const auto cases = shared_cases()["malformed"];
+  ASSERT_GT(cases.size(), 20u);
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c["why"].get<std::string>());
+    std::string bytes = c.contains("file_hex") ? from_hex(c["file_hex"].get<std::string>())
+                                               : with_header(c["header"].get<std::string>(), from_hex(c["data_hex"].get<std::string>()));
+    if (c.contains("truncate")) bytes = bytes.substr(0, c["truncate"].get<std::size_t>());
+    expect_refused(bytes, c["needle"].get<std::string>(), c.value("require_checksum", false));
+  }
+  // A flipped data byte breaks the checksum.
+  std::string w = safetensors_bytes({make_tensor("a", {3}, std::vector<float>{1, 2, 3})}, {});
+  w[w.size() - 2] ^= 1;
+  expect_refused(w, "checksum mismatch", true);
+  // Every truncation of a valid file is refused.
+  const std::string v = safetensors_bytes({make_tensor("a", {3}, std::vector<float>{1, 2, 3})}, {});
+  for (std::size_t k = 0; k < v.size(); ++k) expect_refused(v.substr(0, k), "", true);
+}
+
+TEST(AtomicFile, RefusesWhatARenameWouldDestroy) {
+  const std::string d = tmpdir();
+  EXPECT_THROW(atomic_write("/dev/null", "x"), InputError);
+  EXPECT_THROW(atomic_write(d, "x"), InputError);
+  EXPECT_THROW(atomic_write(d + "/", "x"), InputError);
+  EXPECT_THROW(atomic_write(d + "/missing_dir/f", "x"), InputError);
+  atomic_write(d + "/target", "old");
+  fs::create_symlink(d + "/target", d + "/link");
+  EXPECT_THROW(atomic_write(d + "/link", "new"), InputError);
+  EXPECT_TRUE(fs::is_symlink(d + "/link"));
+  EXPECT_EQ(read_file(d + "/target"), "old");
+  atomic_write(d + "/target", "new");  // a regular file is replaced
+  EXPECT_EQ(read_file(d + "/target"), "new");
+  {
+    AtomicFile f(d + "/abandoned");
+    f.append("partial");
+  }
+  EXPECT_FALSE(fs::exists(d + "/abandoned"));
+  for (const auto& e : fs::directory_iterator(d)) EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos);
+  EXPECT_THROW(read_file(d + "/target", 2), InputError);  // longer than the limit
+  EXPECT_THROW(read_file(d), InputError);
+  fs::remove_all(d);
+}
+
+TEST(ParallelFor, CoversEveryIndexOnceAndRethrows) {
+  for (auto sched : {Schedule::blocks, Schedule::dynamic})
+    for (int threads : {1, 2, 7})
+      for (std::int64_t n : {0, 1, 5, 100}) {
+        std::vector<std::atomic<int>> hits(std::size_t(std::max<std::int64_t>(n, 1)));
+        parallel_for(threads, n, [&](int, std::int64_t i) { hits[std::size_t(i)]++; }, sched);
+        for (std::int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[std::size_t(i)].load(), 1);
+      }
+  // blocks: the thread of an index is fixed (contiguous blocks)
+  std::vector<int> who(10);
+  parallel_for(3, 10, [&](int t, std::int64_t i) { who[std::size_t(i)] = t; });
+  EXPECT_EQ(who, (std::vector<int>{0, 0, 0, 1, 1, 1, 2, 2, 2, 2}));
+  EXPECT_THROW(parallel_for(2, 10, [](int, std::int64_t i) { if (i == 7) throw InputError("x"); }, Schedule::dynamic),
+               InputError);
+}
+
+TEST(Cli, StrictNumbers) {
+  EXPECT_EQ(cli::parse_int("42", "--n", 1, 100), 42);
+  for (const char* bad : {"", "3.5", "1e3", "+5", " 5", "5 ", "0x10", "abc"})
+    EXPECT_THROW(cli::parse_int(bad, "--n", 0, 100), InputError) << bad;
+  EXPECT_THROW(cli::parse_int("101", "--n", 0, 100), InputError);
+  EXPECT_THROW(cli::parse_int("99999999999999999999", "--n", 0, std::numeric_limits<std::int64_t>::max()), InputError);
+  EXPECT_EQ(cli::parse_uint("4294967296", "--s", std::numeric_limits<std::uint64_t>::max()), 4294967296ull);
+  EXPECT_THROW(cli::parse_uint("-1", "--s", 10), InputError);
+  EXPECT_DOUBLE_EQ(cli::parse_real("2.5e-1", "--x", 0, 1), 0.25);
+  for (const char* bad : {"", "nan", "inf", "-inf", "0x1p3", "1e999", "1,5", " 1"})
+    EXPECT_THROW(cli::parse_real(bad, "--x", -1e300, 1e300), InputError) << bad;
+  EXPECT_THROW(cli::parse_real("2", "--x", 0, 1), InputError);
+}
+
+TEST(Cli, OptionsReportUsageErrorsWithExitCode2) {
+  auto run = [](std::vector<const char*> argv) {
+    CLI::App app{"t"};
+    std::int64_t n = 3;
+    std::string out;
+    cli::add_int(app, "--n", n, "count", 1, 10);
+    cli::add_output(app, "--json", out, "report");
+    argv.insert(argv.begin(), "t");
+    std::ostringstream o, e;
+    const int rc = cli::parse(app, int(argv.size()), argv.data(), o, e);
+    return std::make_pair(rc, n);
+  };
+  EXPECT_EQ(run({"--n", "7"}), std::make_pair(-1, std::int64_t(7)));
+  EXPECT_EQ(run({"--n", "11"}).first, 2);
+  EXPECT_EQ(run({"--n", ""}).first, 2);
+  EXPECT_EQ(run({"--json", "/dev/null"}).first, 2);
+  EXPECT_EQ(run({"--json", ""}).first, 2);
+  EXPECT_EQ(run({"--help"}).first, 0);
+}
+
+TEST(ErrorPolicy, ExitCodes) {
+  std::ostringstream err;
+  EXPECT_EQ(run_tool("t", err, [] { return 1; }), 1);
+  EXPECT_EQ(run_tool("t", err, []() -> int { throw InputError("bad n"); }), 2);
+  EXPECT_EQ(run_tool("t", err, []() -> int { throw std::bad_alloc(); }), 2);
+  EXPECT_EQ(run_tool("t", err, []() -> int { throw std::runtime_error("boom"); }), 3);
+  EXPECT_EQ(run_tool("t", err, []() -> int {
+              MANYADD_INVARIANT(1 + 1 == 3, "arithmetic");
+              return 0;
+            }),
+            3);
+  EXPECT_NE(err.str().find("t: bad n"), std::string::npos);
+  EXPECT_NE(err.str().find("internal error: boom"), std::string::npos);
+  EXPECT_NE(err.str().find("invariant (1 + 1 == 3) broken: arithmetic"), std::string::npos);
+}
+
+TEST(Progress, LinesCountsAndQuiet) {
+  {
+    std::ostringstream o;
+    ProgressOptions opt;
+    opt.out = &o;
+    opt.live = 0;
+    opt.period_s = 1e9;  // no periodic line: only the final one
+    Progress p("certify", 10, "pairs", opt);
+    parallel_for(4, 10, [&](int, std::int64_t) { p.add(); });
+    p.note("3 failed");
+    EXPECT_EQ(p.done(), 10);
+    p.finish();
+    p.finish();  // once
+    const std::string s = o.str();
+    EXPECT_EQ(std::count(s.begin(), s.end(), '\n'), 1) << s;
+    EXPECT_NE(s.find("certify: 10/10 pairs (100%)"), std::string::npos) << s;
+    EXPECT_NE(s.find("| 3 failed"), std::string::npos) << s;
+    EXPECT_EQ(s.find("ETA"), std::string::npos) << s;  // done: no ETA
+  }
+  {
+    std::ostringstream o;
+    ProgressOptions opt;
+    opt.out = &o;
+    opt.quiet = true;
+    Progress p("x", 5, "items", opt);
+    p.add(5);
+    p.finish();
+    EXPECT_TRUE(o.str().empty());
+  }
+  {
+    std::ostringstream o;
+    ProgressOptions opt;
+    opt.out = &o;
+    opt.live = 1;  // redraw in place: carriage returns, one newline at the end
+    Progress p("x", 0, "steps", opt);
+    p.add(3);
+    p.finish();
+    EXPECT_NE(o.str().find('\r'), std::string::npos);
+    EXPECT_NE(o.str().find("x: 3 steps"), std::string::npos);
+  }
+  EXPECT_EQ(human_seconds(42), "42s");
+  EXPECT_EQ(human_seconds(187), "3m07s");
+  EXPECT_EQ(human_seconds(7500), "2h05m");
+  EXPECT_EQ(human_seconds(NAN), "?");
+}
