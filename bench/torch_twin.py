@@ -14,11 +14,19 @@ with global-norm clipping and the same warm-up + cosine schedule.
       Exit 0 when both agree within the tolerances printed (justified below), 1 otherwise.
       (tests/test_python_models.py runs it on a tiny run.)
 
-  torch_twin.py bench RUN BATCHES [--device cuda] [--steps N] [--warmup W] [--json FILE]
+  torch_twin.py bench RUN BATCHES [--device cuda] [--steps N] [--warmup W] [--json FILE] [--ours FILE]
       Training throughput (tokens/s: real tokens of every sequence, padding excluded, as our trainer
-      counts) from RUN's model.safetensors over the batches in BATCHES (cycled), eager and
-      torch.compile (skipped with a message where torch has no torch.compile, e.g. Debian's 1.13), with
-      torch's fused attention where it has one and the input checks off.
+      counts) from RUN's model.safetensors over the batches in BATCHES (cycled: the first W warm up, the
+      next N are timed), in four variants: eager and torch.compile (skipped with a message where torch
+      has no torch.compile, e.g. Debian's 1.13), each in fp32 and under bf16 autocast (the authors'
+      setting: torch.autocast(dtype=torch.bfloat16) around forward and loss, fp32 master weights), with
+      torch's fused attention where it has one and the input checks off. The optimizer is the one the
+      authors' trainer uses, torch.optim.AdamW (fused where torch has it, else foreach) after
+      torch.nn.utils.clip_grad_norm_, with this project's schedule set per step: nothing reads a value
+      back to the host inside a step (the `check` AdamW below reads the norm: exactness, not speed).
+      --ours FILE: bench_cuda_train's Google Benchmark JSON (--benchmark_out=FILE
+      --benchmark_out_format=json, on the same run: `bench_cuda_train --run RUN`); prints ours / torch
+      for each precision against the fastest torch variant of that precision.
 """
 import argparse
 import json
@@ -79,6 +87,8 @@ def load_twin(run, device, checkpoint=False):
 
 def lr_at(tc, t):  # learn/src/train.cpp lr_at
     warm = max(1, round(tc["warmup_frac"] * tc["steps"]))
+    if tc.get("warmup_from_zero", False):  # the schedule at t - 1: the first step at lr 0 (LambdaLR)
+        t = t - 1
     if t <= warm:
         return tc["lr"] * t / warm
     prog = (t - warm) / (tc["steps"] - warm) if tc["steps"] > warm else 1.0
@@ -175,6 +185,33 @@ def check(args):
     return 0 if ok else 1
 
 
+def torch_adamw(params, tc, dev):
+    """torch.optim.AdamW with the run's betas, eps and weight decay, fused where torch has it."""
+    kw = dict(lr=tc["lr"], betas=(tc["beta1"], tc["beta2"]), eps=tc["adam_eps"], weight_decay=tc["weight_decay"])
+    for extra in ([dict(fused=True)] if dev == "cuda" else []) + [dict(foreach=True), {}]:
+        try:
+            return torch.optim.AdamW(params, **kw, **extra)
+        except (TypeError, RuntimeError):
+            continue
+    raise RuntimeError("no usable torch.optim.AdamW")
+
+
+def ours_tokens_per_s(path):
+    """{precision: tokens/s} from bench_cuda_train's Google Benchmark JSON (one shape: --run)."""
+    with open(path) as f:
+        doc = json.load(f)
+    out = {}
+    for b in doc.get("benchmarks", []):
+        name = b.get("name", "")
+        if not name.startswith("cuda_train/") or "tokens/s" not in b:
+            continue
+        prec = name.rsplit("/", 1)[1]
+        out[prec] = float(b["tokens/s"])
+    if not out:
+        raise SystemExit("torch_twin: %s holds no cuda_train/... benchmark with a tokens/s counter" % path)
+    return out
+
+
 def bench(args):
     dev = args.device
     if dev == "cuda" and not torch.cuda.is_available():
@@ -182,29 +219,35 @@ def bench(args):
         return 2
     batches = read_batches(args.batches)
     data = [(to_tensors(b, dev), int(b["counted"]), int(b["lengths"].sum()), int(b["step"])) for b in batches]
-    results = {"torch": torch.__version__, "device": dev, "batches": len(batches), "steps": args.steps}
+    results = {"torch": torch.__version__, "device": dev, "batches": len(batches), "steps": args.steps,
+               "warmup": args.warmup}
     if dev == "cuda":
         results["gpu"] = torch.cuda.get_device_name(0)
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
-    variants = ["eager", "compile"]
-    for variant in variants:
-        if variant == "compile" and not hasattr(torch, "compile"):
-            print("torch_twin: torch %s has no torch.compile: compiled variant skipped" % torch.__version__)
-            results["compile"] = "skipped: torch %s has no torch.compile" % torch.__version__
+    for variant in ("eager", "compile", "eager-bf16", "compile-bf16"):
+        if variant.startswith("compile") and not hasattr(torch, "compile"):
+            print("torch_twin: torch %s has no torch.compile: %s skipped" % (torch.__version__, variant))
+            results[variant] = "skipped: torch %s has no torch.compile" % torch.__version__
             continue
         cfg, model, _, _ = load_twin(args.run, dev)
+        tc = cfg["train"]
         model.check_inputs = False  # the checks read values back from the device every step
         model.set_fused_attention(True)
-        fwd = torch.compile(model) if variant == "compile" else model
-        opt = AdamW(model.parameters(), cfg["train"])
+        fwd = torch.compile(model) if variant.startswith("compile") else model
+        opt = torch_adamw(model.parameters(), tc, dev)
+        bf16 = variant.endswith("bf16")
 
         def one(i):
             (tok, pos, tgt), counted, ntok, step = data[i % len(data)]
-            for p in model.parameters():
-                p.grad = None
-            loss, _ = loss_sum(fwd, tok, pos, tgt)
-            (loss / counted).backward()
-            opt.step(step)
+            for g in opt.param_groups:
+                g["lr"] = lr_at(tc, step)
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast(device_type=dev, dtype=torch.bfloat16, enabled=bf16):
+                loss, _ = loss_sum(fwd, tok, pos, tgt)
+            (loss.float() / counted).backward()
+            if tc["grad_clip"] > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), tc["grad_clip"])
+            opt.step()
             return ntok
 
         for i in range(args.warmup):
@@ -216,7 +259,19 @@ def bench(args):
         sync()
         dt = time.perf_counter() - t0
         results[variant] = {"tokens_per_s": tokens / dt, "seconds": dt, "tokens": tokens}
-        print("%-8s %d steps, %.0f tokens/s (%.2f s)" % (variant, args.steps, tokens / dt, dt))
+        print("%-13s %d steps, %.0f tokens/s (%.2f s)" % (variant, args.steps, tokens / dt, dt))
+    if args.ours:
+        ours = ours_tokens_per_s(args.ours)
+        results["ours"] = ours
+        for prec, suffix in (("fp32", ""), ("bf16", "-bf16")):
+            runs = [(results[v]["tokens_per_s"], v) for v in ("eager" + suffix, "compile" + suffix)
+                    if isinstance(results.get(v), dict)]
+            if prec not in ours or not runs:
+                continue
+            best, which = max(runs)
+            results["ratio_" + prec] = ours[prec] / best
+            print("ratio %s: ours %.0f tokens/s / torch %s %.0f tokens/s = %.2f" % (prec, ours[prec], which, best,
+                                                                                 ours[prec] / best))
     if args.json:
         files.atomic_write(args.json, json.dumps(results, indent=2) + "\n")
     return 0
@@ -233,6 +288,7 @@ def main():
     b.add_argument("--steps", type=int, default=50)
     b.add_argument("--warmup", type=int, default=5)
     b.add_argument("--json")
+    b.add_argument("--ours", help="bench_cuda_train's JSON (--benchmark_out) on the same run: print the ratio")
     args = ap.parse_args()
     return check(args) if args.cmd == "check" else bench(args)
 

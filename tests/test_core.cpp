@@ -23,6 +23,7 @@
 #include "manyadd/core/files.hpp"
 #include "manyadd/core/parallel.hpp"
 #include "manyadd/core/progress.hpp"
+#include "manyadd/core/report.hpp"
 #include "manyadd/core/safetensors.hpp"
 #include "test_util.hpp"
 
@@ -35,23 +36,18 @@ std::string tmpdir() {
   fs::create_directories(d);
   return d;
 }
-// A file of one F32 tensor "a" of shape [2] plus one "b"; header edited as JSON text.
-std::string with_header(const std::string& header_json, const std::string& data) {
-  std::string h = header_json;
-  while (h.size() % 8) h += ' ';
-  std::string out(8, '\0');
-  const std::uint64_t n = h.size();
-  std::memcpy(out.data(), &n, 8);
-  return out + h + data;
-}
+using manyadd::testing::from_hex;
+const auto with_header = manyadd::testing::safetensors_with_header;
 std::string f32_bytes(std::initializer_list<float> v) {
   std::string s;
   for (float x : v) s.append(reinterpret_cast<const char*>(&x), 4);
   return s;
 }
-void expect_refused(const std::string& bytes, const std::string& needle, bool require_checksum = false) {
+void expect_refused(const std::string& bytes, const std::string& needle, bool require_checksum = false,
+                    bool allow_legacy_checksum = true) {
   ReadOptions o;
   o.require_checksum = require_checksum;
+  o.allow_legacy_checksum = allow_legacy_checksum;
   try {
     parse_safetensors(bytes, "test", o);
     ADD_FAILURE() << "accepted; expected a refusal mentioning '" << needle << "'";
@@ -115,11 +111,6 @@ namespace {
 nlohmann::json shared_cases() {
   return read_json_file(manyadd::testing::source_path("tests/data/safetensors_cases.json"));
 }
-std::string from_hex(const std::string& h) {
-  std::string out;
-  for (std::size_t k = 0; k + 1 < h.size(); k += 2) out += char(std::stoi(h.substr(k, 2), nullptr, 16));
-  return out;
-}
 }  // namespace
 
 TEST(Safetensors, EveryDtypeFileIsByteIdenticalAcrossWriters) {
@@ -159,7 +150,8 @@ TEST(Safetensors, MalformedFilesAreRefusedBeforeAllocation) {
     std::string bytes = c.contains("file_hex") ? from_hex(c["file_hex"].get<std::string>())
                                                : with_header(c["header"].get<std::string>(), from_hex(c["data_hex"].get<std::string>()));
     if (c.contains("truncate")) bytes = bytes.substr(0, c["truncate"].get<std::size_t>());
-    expect_refused(bytes, c["needle"].get<std::string>(), c.value("require_checksum", false));
+    expect_refused(bytes, c["needle"].get<std::string>(), c.value("require_checksum", false),
+                   c.value("allow_legacy_checksum", true));
   }
   // A flipped data byte breaks the checksum.
   std::string w = safetensors_bytes({make_tensor("a", {3}, std::vector<float>{1, 2, 3})}, {});
@@ -168,6 +160,38 @@ TEST(Safetensors, MalformedFilesAreRefusedBeforeAllocation) {
   // Every truncation of a valid file is refused.
   const std::string v = safetensors_bytes({make_tensor("a", {3}, std::vector<float>{1, 2, 3})}, {});
   for (std::size_t k = 0; k < v.size(); ++k) expect_refused(v.substr(0, k), "", true);
+}
+
+TEST(Safetensors, ChecksumIsStandardFnv1a64OverTheWholeFile) {
+  // Published FNV-1a 64 test vectors (the FNV reference test suite; Go's hash/fnv golden values).
+  const std::pair<const char*, std::uint64_t> vectors[] = {{"", 0xcbf29ce484222325ull},
+                                                           {"a", 0xaf63dc4c8601ec8cull},
+                                                           {"ab", 0x089c4407b545986aull},
+                                                           {"abc", 0xe71fa2190541574bull},
+                                                           {"foobar", 0x85944171f73967e8ull}};
+  for (const auto& [text, h] : vectors) EXPECT_EQ(fnv1a64(text, std::strlen(text)), h) << text;
+  // The stored value is that hash of the file's bytes with its own 16 digits read as '0'.
+  const std::string f = safetensors_bytes({make_tensor("a", {2, 3}, std::vector<float>{1, 2, 3, 4, 5, 6})}, {{"step", "15"}});
+  const std::string at = "\"checksum\":\"fnv1a64:";
+  const std::size_t k = f.find(at) + at.size();
+  std::string zeroed = f;
+  zeroed.replace(k, 16, std::string(16, '0'));
+  EXPECT_EQ(f.substr(k, 16), fmt::format("{:016x}", fnv1a64(zeroed.data(), zeroed.size())));
+  EXPECT_FALSE(parse_safetensors(f, "new").legacy_checksum);
+  // Every byte is under it: the step in the metadata, a shape, the length prefix's padding.
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"\"step\":\"15\"", "\"step\":\"25\""}, {"[2,3]", "[3,2]"}, {"\"a\"", "\"b\""}}) {
+    std::string g = f;
+    g.replace(g.find(from), from.size(), to);
+    expect_refused(g, "checksum mismatch");
+  }
+  // A legacy file (the earlier variant over the data alone) is read by default, and refused where the
+  // caller needs the whole file covered (checkpoints).
+  const std::string legacy = from_hex(shared_cases()["legacy_file_hex"].get<std::string>());
+  const auto lf = parse_safetensors(legacy, "legacy");
+  EXPECT_TRUE(lf.legacy_checksum);
+  EXPECT_EQ(lf.metadata.at("step"), "15");
+  expect_refused(legacy, "legacy checksum", false, false);
 }
 
 TEST(AtomicFile, RefusesWhatARenameWouldDestroy) {
@@ -188,6 +212,14 @@ TEST(AtomicFile, RefusesWhatARenameWouldDestroy) {
     f.append("partial");
   }
   EXPECT_FALSE(fs::exists(d + "/abandoned"));
+  for (const auto& e : fs::directory_iterator(d)) EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos);
+  {  // the target turns into a directory before commit: refused, the temporary removed, nothing replaced
+    AtomicFile f(d + "/becomes_dir");
+    f.append("partial");
+    fs::create_directory(d + "/becomes_dir");
+    EXPECT_THROW(f.commit(), InputError);
+  }
+  EXPECT_TRUE(fs::is_directory(d + "/becomes_dir"));
   for (const auto& e : fs::directory_iterator(d)) EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos);
   EXPECT_THROW(read_file(d + "/target", 2), InputError);  // longer than the limit
   EXPECT_THROW(read_file(d), InputError);
@@ -242,6 +274,34 @@ TEST(Cli, OptionsReportUsageErrorsWithExitCode2) {
   EXPECT_EQ(run({"--json", "/dev/null"}).first, 2);
   EXPECT_EQ(run({"--json", ""}).first, 2);
   EXPECT_EQ(run({"--help"}).first, 0);
+}
+
+TEST(Report, ProvenanceVerdictAndArgvLeadEveryReport) {
+  CLI::App app{"t"};
+  std::int64_t n = 3;
+  cli::add_int(app, "--n", n, "count", 1, 10);
+  std::vector<const char*> argv = {"/some/dir/mytool", "--n", "7"};
+  std::ostringstream o, e;
+  ASSERT_EQ(cli::parse(app, int(argv.size()), argv.data(), o, e), -1);
+  const std::string dir = manyadd::testing::temp_dir("report");
+  report::write_json_report(dir + "/r.json", "mytool", "fail", {{"accuracy", 0.5}, {"a", 1}});
+  const std::string text = read_file(dir + "/r.json");
+  const auto j = nlohmann::json::parse(text);
+  EXPECT_EQ(j["manyadd"]["tool"], "mytool");
+  EXPECT_EQ(j["manyadd"]["argv"], nlohmann::json({"mytool", "--n", "7"}));  // argv[0] without its directory
+  EXPECT_EQ(j["manyadd"]["version"], report::version());
+  EXPECT_FALSE(std::string(report::commit()).empty());
+  EXPECT_EQ(j["verdict"], "fail");
+  EXPECT_EQ(j["accuracy"], 0.5);
+  EXPECT_LT(text.find("\"manyadd\""), text.find("\"accuracy\""));  // provenance first in the file
+  EXPECT_THROW(report::write_json_report(dir + "/r.json", "mytool", "maybe", nlohmann::json::object()), InvariantError);
+  // --version answers with the version and the commit, exit 0.
+  CLI::App app2{"t2"};
+  std::vector<const char*> v2 = {"t2", "--version"};
+  std::ostringstream o2, e2;
+  EXPECT_EQ(cli::parse(app2, 2, v2.data(), o2, e2), 0);
+  EXPECT_EQ(o2.str(), fmt::format("t2 {} (commit {})\n", report::version(), report::commit()));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ErrorPolicy, ExitCodes) {

@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "test_util.hpp"
 #include "cuda_train_test_util.hpp"
@@ -37,6 +39,20 @@ ModelConfig model(int layers, int heads, int d_model) {
   c.max_pos1 = 8;
   c.max_pos2 = 8;
   return c;
+}
+// The authors' architecture options on a model: all of them, or one at a time (which = 0..3).
+ModelConfig with_options(ModelConfig c, int which = -1) {
+  if (which < 0 || which == 0) c.attn_scale = AttnScale::none;
+  if (which < 0 || which == 1) c.init = InitScheme::t5;
+  if (which < 0 || which == 2) c.tie_readout = true;
+  if (which < 0 || which == 3) c.final_norm = NormKind::layer;
+  return c;
+}
+std::string describe(const ModelConfig& c) {
+  return std::to_string(c.n_layers) + "L" + std::to_string(c.n_heads) + "H d_model " + std::to_string(c.d_model) +
+         " d_head " + std::to_string(c.d_head) + " attn_scale " + attn_scale_name(c.attn_scale) + " init " +
+         init_name(c.init) + " tie_readout " + (c.tie_readout ? "true" : "false") + " final_norm " +
+         norm_kind_name(c.final_norm);
 }
 TrainConfig train_cfg() {
   TrainConfig t;
@@ -73,6 +89,19 @@ TEST(CudaTrainNoDevice, CliExitsTwoAndWritesNothing) {
   const CmdResult t = run_cmd(std::string(TRAIN_EXE) + args + " --device cuda");
   EXPECT_EQ(t.rc, 2);
   EXPECT_NE(t.err.find("no CUDA device: "), std::string::npos) << t.err;
+  EXPECT_FALSE(std::filesystem::exists(out)) << "nothing may be written on a refused run";
+  // The paper's configuration (bf16, every T5 option, d_head 512) is refused for the missing device only;
+  // a head wider than the kernels take is refused by name first.
+  const std::string paper = " --out " + out + " --config " +
+                            manyadd::testing::source_path("learn/configs/paper/fig10-2l2h.json") +
+                            " --batch 4 --train-size 100 --device cuda";
+  const CmdResult p = run_cmd(std::string(TRAIN_EXE) + paper);
+  EXPECT_EQ(p.rc, 2);
+  EXPECT_NE(p.err.find("no CUDA device: "), std::string::npos) << p.err;
+  EXPECT_EQ(p.err.find("does not support"), std::string::npos) << p.err;
+  const CmdResult wide = run_cmd(std::string(TRAIN_EXE) + paper + " --n-heads 1 --d-head 1024");
+  EXPECT_EQ(wide.rc, 2);
+  EXPECT_NE(wide.err.find("--device cuda does not support d_head 1024"), std::string::npos) << wide.err;
   EXPECT_FALSE(std::filesystem::exists(out)) << "nothing may be written on a refused run";
   const CmdResult bad = run_cmd(std::string(TRAIN_EXE) + args + " --device tpu");
   EXPECT_EQ(bad.rc, 2);
@@ -118,10 +147,19 @@ TEST(CudaTrainGpu, StepMatchesPackedCpuTwin) {
 // of products that themselves passed ~10 fp32 reductions of length <= max(d_model, d_ff, T); in
 // different orders on the two sides: errors ~1e-6 of the tensor's largest entry are expected, 1e-4 is
 // the bound (a wrong pass, mask or index gives O(1)).
+// The same for every architecture option of the authors' model, one at a time and all together (a tied
+// readout adds its gradient to the token table's before the embedding's rows; the GPU adds the rows'
+// sum to it, the CPU row by row: another fp32 order, within the same bound), and at d_head 512, the
+// widest head the attention kernels take (2L2H d_model 1024, Figure 10's model).
 TEST(CudaTrainGpu, EveryGradientMatchesPackedCpuTwin) {
   REQUIRE_DEVICE();
-  for (auto mc : {model(1, 4, 32), model(2, 2, 128), model(1, 4, 384), model(1, 4, 512)}) {
-    SCOPED_TRACE("layers " + std::to_string(mc.n_layers) + " d_model " + std::to_string(mc.d_model));
+  std::vector<ModelConfig> models = {model(1, 4, 32), model(2, 2, 128), model(1, 4, 384), model(1, 4, 512)};
+  for (int which = 0; which < 4; ++which) models.push_back(with_options(model(2, 2, 64), which));
+  models.push_back(with_options(model(2, 2, 128)));
+  models.push_back(with_options(model(1, 4, 256)));
+  models.push_back(with_options(model(2, 2, 1024)));
+  for (const auto& mc : models) {
+    SCOPED_TRACE(describe(mc));
     const TrainConfig tc = train_cfg();
     Trainer tr(mc, tc);
     const PackedBatch pb = tr.packed_batch(1);
@@ -226,5 +264,125 @@ TEST(CudaTrainGpu, DeterministicAndResumeIsBitIdentical) {
   run_training(mc, tc, c, true, 0, quiet, make_cuda_device(mc));
   EXPECT_EQ(read_file(a + "/checkpoint.safetensors"), read_file(b + "/checkpoint.safetensors"));
   EXPECT_EQ(read_file(a + "/checkpoint.safetensors"), read_file(c + "/checkpoint.safetensors"));
+  for (auto& d : {a, b, c}) std::filesystem::remove_all(d);
+}
+
+// bf16: the CUDA device against PackedCpuDevice in bf16, one batch's loss and every gradient tensor.
+// Both round at the same points (learn/README "Precision"; cuda_device.cpp lists its buffers) and
+// every product of two bf16 values is exact in fp32, so they differ only by (a) fp32 accumulation order
+// (the fp32 bound of EveryGradientMatchesPackedCpuTwin, 1e-4 of a tensor's largest entry) and (b) flips:
+// a value whose fp32 result lies within that order difference of a bf16 rounding boundary rounds to
+// neighbouring bf16 numbers on the two sides, one ulp (<= 2u relative, u = 2^-8) apart. A flip needs
+// |order error| ~ 1e-6 relative against an ulp of 4e-3, so ~1e-6 / 4e-3 < 1% of a rounding point's
+// values flip (more where an fp32 value is itself the remainder of a cancellation). Then:
+//  * loss and gradient norm: within 2u relative (the argument and bound of test_learn_precision's
+//    Bf16.PerSequenceAndPackedDevicesAgree, the same situation on two CPU devices);
+//  * per tensor, relative L2: a flip fraction f perturbs a rounding point's values by sqrt(f) 2u in
+//    relative L2, at most u (the bf16 rounding itself) while f <= 25%; so the difference stays within
+//    test_learn_precision's bound on the whole bf16-vs-fp32 difference, 2 (P_f + P_b) u (P_f = 10 L + 2
+//    forward and P_b = 1 + 5 L backward rounding points, gains <= 2), plus the fp32 order term;
+//  * control: over the whole gradient the twins are much closer than bf16 is to fp32 (~sqrt(f) of it):
+//    at most half of |G_bf16 - G_fp32| on the CPU. A device that skipped a rounding point (computed it
+//    in fp32) or rounded elsewhere differs from the twin by a full rounding's effect and fails this.
+TEST(CudaTrainGpu, Bf16GradientMatchesPackedCpuTwin) {
+  REQUIRE_DEVICE();
+  constexpr double kU = 1.0 / 256;
+  for (const auto& mc : {model(1, 4, 64), with_options(model(2, 2, 128)), with_options(model(1, 4, 256)),
+                         with_options(model(2, 2, 1024))}) {
+    SCOPED_TRACE(describe(mc));
+    TrainConfig tc = train_cfg();
+    tc.precision = "bf16";
+    Trainer tr(mc, tc);
+    const PackedBatch pb = tr.packed_batch(1);
+    const Layout lay = Layout::make(mc);
+    auto cpu16 = make_packed_cpu_device(mc, Precision::bf16), cpu32 = make_packed_cpu_device(mc);
+    auto gpu = make_cuda_device(mc, Precision::bf16);
+    const std::vector<float> zeros(tr.params().size(), 0.f);
+    for (auto* d : {cpu16.get(), cpu32.get(), gpu.get()}) d->set_state(tr.params(), zeros, zeros);
+    std::vector<float> gc, g32, gg;
+    const float scale = 1.f / float(pb.counted_targets);
+    const double lc = cpu16->gradient(pb, scale, gc), lg = gpu->gradient(pb, scale, gg);
+    cpu32->gradient(pb, scale, g32);
+    EXPECT_NEAR(lg, lc, 2 * kU * lc);
+    const int L = mc.n_layers, Pf = 10 * L + 2, Pb = 1 + 5 * L;
+    const double bound = 2 * (Pf + Pb) * kU;
+    double nc = 0, ng = 0, dtwin = 0, dprec = 0, worst = 0;
+    for (const auto& ts : lay.tensors) {
+      double d = 0, n = 0, m = 0;
+      for (std::int64_t i = ts.offset; i < ts.offset + ts.size; ++i) {
+        const double c = gc[std::size_t(i)], g = gg[std::size_t(i)], f = g32[std::size_t(i)];
+        d += (g - c) * (g - c), n += c * c, m = std::max(m, std::abs(c));
+        dprec += (c - f) * (c - f);
+        nc += c * c, ng += g * g;
+      }
+      dtwin += d;
+      if (n == 0) continue;
+      const double rel = std::sqrt(d / n);
+      worst = std::max(worst, rel);
+      EXPECT_LE(rel, bound + 1e-4 * m / std::sqrt(n / double(ts.size))) << ts.name;
+    }
+    EXPECT_NEAR(std::sqrt(ng), std::sqrt(nc), 2 * kU * std::sqrt(nc));
+    EXPECT_GT(dprec, 0.0);
+    EXPECT_LE(std::sqrt(dtwin), 0.5 * std::sqrt(dprec)) << "the GPU is not closer to its bf16 twin than bf16 to fp32";
+    std::printf("[ bf16 GPU vs bf16 CPU, %s ] loss %.2e relative (bound %.2e), worst gradient tensor %.2e (bound "
+                "%.2e), whole gradient %.2e of the bf16-vs-fp32 difference (bound 0.5)\n",
+                describe(mc).c_str(), std::abs(lg - lc) / lc, 2 * kU, worst, bound, std::sqrt(dtwin / dprec));
+  }
+}
+
+// Deferred statistics on the GPU: n launched steps read back at once equal n steps read one by one
+// (loss, gradient norm, weights and moments bitwise), in fp32 and bf16.
+TEST(CudaTrainGpu, DeferredStatsEqualStepByStep) {
+  REQUIRE_DEVICE();
+  for (const char* prec : {"fp32", "bf16"}) {
+    SCOPED_TRACE(prec);
+    const ModelConfig mc = with_options(model(2, 2, 64));
+    TrainConfig tc = train_cfg();
+    tc.precision = prec;
+    Trainer a(mc, tc), b(mc, tc);
+    a.attach_device(make_cuda_device(mc, tc.precision_value()));
+    b.attach_device(make_cuda_device(mc, tc.precision_value()));
+    std::vector<StepStats> one, later;
+    for (int s = 0; s < 9; ++s) one.push_back(a.step());
+    for (int s = 0; s < 9; ++s) b.step_async();
+    later = b.finish_steps();
+    ASSERT_EQ(later.size(), one.size());
+    for (std::size_t i = 0; i < one.size(); ++i) {
+      EXPECT_EQ(later[i].loss, one[i].loss) << i;
+      EXPECT_EQ(later[i].grad_norm, one[i].grad_norm) << i;
+    }
+    EXPECT_EQ(a.params(), b.params());
+  }
+}
+
+// The paper's recipe on the GPU: bf16 with every T5 option, two runs and a run stopped and resumed give
+// the same checkpoint bytes and the same log rows (the statistics read back once per log line).
+TEST(CudaTrainGpu, Bf16PaperOptionsDeterministicAndResumeIsBitIdentical) {
+  REQUIRE_DEVICE();
+  const ModelConfig mc = with_options(model(2, 2, 64));
+  TrainConfig tc = train_cfg();
+  tc.steps = 40, tc.precision = "bf16", tc.log_every = 5, tc.warmup_from_zero = true;
+  const std::string a = scratch("a16"), b = scratch("b16"), c = scratch("c16");
+  auto quiet = [](const std::string&) {};
+  run_training(mc, tc, a, false, 0, quiet, make_cuda_device(mc, Precision::bf16));
+  run_training(mc, tc, b, false, 0, quiet, make_cuda_device(mc, Precision::bf16));
+  run_training(mc, tc, c, false, 17, quiet, make_cuda_device(mc, Precision::bf16));
+  run_training(mc, tc, c, true, 0, quiet, make_cuda_device(mc, Precision::bf16));
+  EXPECT_EQ(read_file(a + "/checkpoint.safetensors"), read_file(b + "/checkpoint.safetensors"));
+  EXPECT_EQ(read_file(a + "/checkpoint.safetensors"), read_file(c + "/checkpoint.safetensors"));
+  // log.csv: step, loss, lr, grad_norm are the run's; tokens/s and elapsed seconds are wall clock.
+  auto run_columns = [](const std::string& dir) {
+    std::string out, line;
+    std::istringstream in(read_file(dir + "/log.csv"));
+    while (std::getline(in, line)) {
+      std::size_t cut = 0;
+      for (int k = 0; k < 4 && cut != std::string::npos; ++k) cut = line.find(',', cut + (k ? 1 : 0));
+      out += line.substr(0, cut) + "\n";
+    }
+    return out;
+  };
+  const std::string rows = run_columns(a);
+  EXPECT_EQ(rows, run_columns(c));
+  EXPECT_EQ(std::count(rows.begin(), rows.end(), '\n'), 1 + 40 / 5);
   for (auto& d : {a, b, c}) std::filesystem::remove_all(d);
 }

@@ -894,6 +894,83 @@ TEST(CudaKernelsGpu, AdamWIsBitwiseTheCpu) {
   EXPECT_EQ(dv.get(), v);
 }
 
+// LayerNorm (the final norm of the authors' model): as RMSNorm above, two warp-tree sums per row (mean,
+// then the variance about it) against the CPU's sequential ones, errors ~C eps: 3e-5 relative to the
+// largest entry; dw and db sum R = 2000 rows in 256-row chunks: 1e-4 (RmsNormMatchesCpu's argument). The
+// inputs have a nonzero mean (offset 0.5), so a kernel that skipped the centering would fail.
+TEST(CudaKernelsGpu, LayerNormMatchesCpu) {
+  REQUIRE_DEVICE();
+  const int R = 2000, C = 256;
+  auto x = randn(std::size_t(R) * C, 40);
+  for (auto& v : x) v += 0.5f;
+  const auto w = randn(C, 41), b = randn(C, 42), g = randn(std::size_t(R) * C, 43), dx0 = randn(std::size_t(R) * C, 44);
+  std::vector<float> out(x.size()), mean(R), r(R), dx = dx0, dw(C, 0.f), db(C, 0.f);
+  layernorm_forward(out.data(), mean.data(), r.data(), x.data(), w.data(), b.data(), R, C, 1e-6f);
+  layernorm_backward(dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), mean.data(), r.data(), R, C);
+  Dev<float> dX(x), dW(w), dB(b), dG(g), dOut(out.size()), dM(R), dR(R), dDx(dx0), dDw(C), dDb(C),
+      scr(K::layernorm_scratch_floats(R, C));
+  K::layernorm_forward(dOut.p, dM.p, dR.p, dX.p, dW.p, dB.p, R, C, 1e-6f);
+  K::layernorm_backward(dDx.p, dDw.p, dDb.p, scr.p, dG.p, dX.p, dW.p, dM.p, dR.p, R, C);
+  EXPECT_LT(rel_err(dOut.get(), out), 3e-5);
+  EXPECT_LT(rel_err(dM.get(), mean), 3e-5);
+  EXPECT_LT(rel_err(dR.get(), r), 3e-5);
+  EXPECT_LT(rel_err(dDx.get(), dx), 3e-5);
+  EXPECT_LT(rel_err(dDw.get(), dw), 1e-4);
+  EXPECT_LT(rel_err(dDb.get(), db), 1e-4);
+}
+
+// The tied readout's scale: one correctly rounded product (and one add in the backward) per element,
+// as the CPU's: bitwise, in fp32 and with the bf16 output (the product rounded once more).
+TEST(CudaKernelsGpu, ScaleIsBitwiseTheCpu) {
+  REQUIRE_DEVICE();
+  const std::size_t n = 100'003;
+  const auto x = randn(n, 45, 3.f), d = randn(n, 46), d0 = randn(n, 47);
+  const float s = 1.f / std::sqrt(128.f);  // not a power of two: the product rounds
+  std::vector<float> y(n), dx = d0;
+  scale_forward(y.data(), x.data(), s, std::int64_t(n));
+  scale_backward(dx.data(), d.data(), s, std::int64_t(n));
+  Dev<float> dX(x), dY(n), dD(d), dDx(d0);
+  Dev<bf16> dY16(n);
+  K::scale_forward(dY.p, dX.p, s, std::int64_t(n));
+  K::scale_forward(dY16.p, dX.p, s, std::int64_t(n));
+  K::scale_backward(dDx.p, dD.p, s, std::int64_t(n));
+  EXPECT_EQ(dY.get(), y);
+  EXPECT_EQ(to_float(dY16.get()), rounded(y));
+  EXPECT_EQ(dDx.get(), dx);
+}
+
+// The step without host synchronization: the sum left on the device is the returned one, and AdamW
+// with the clip factor computed on the device from it is bitwise AdamW with the host's factor
+// (adam_scalars), with clipping active, inactive, and off (grad_clip 0).
+TEST(CudaKernelsGpu, DeviceSideClipIsBitwiseTheHost) {
+  REQUIRE_DEVICE();
+  const std::size_t n = 100'000;
+  const auto p0 = randn(n, 48), m0 = randn(n, 49, 1e-3f), g = randn(n, 51, 1e-2f);
+  auto v0 = randn(n, 50, 1e-3f);
+  for (auto& x : v0) x = x * x;
+  Dev<float> dg(g);
+  Dev<double> scr(K::reduce_scratch_doubles()), ss(1);
+  const double host_ss = K::reduce_sum(dg.p, std::int64_t(n), true, scr.p);
+  K::reduce_sum(dg.p, std::int64_t(n), true, scr.p, ss.p);
+  ASSERT_EQ(ss.get()[0], host_ss);
+  const double norm = std::sqrt(host_ss);
+  for (double clip : {0.5 * norm, 2 * norm, 0.0}) {
+    SCOPED_TRACE("grad_clip " + std::to_string(clip));
+    TrainConfig tc;
+    tc.grad_clip = clip;
+    const AdamScalars s = adam_scalars(tc, 7, norm);
+    Dev<float> ap(p0), am(m0), av(v0), bp(p0), bm(m0), bv(v0);
+    K::adamw_update(ap.p, am.p, av.p, dg.p, std::int64_t(n), s.clip, s.b1, s.b2, s.eps, s.step_size, s.inv_sqrt_bc2,
+                    s.wd);
+    K::adamw_update(bp.p, bm.p, bv.p, dg.p, std::int64_t(n), ss.p, tc.grad_clip, s.b1, s.b2, s.eps, s.step_size,
+                    s.inv_sqrt_bc2, s.wd);
+    EXPECT_EQ(bp.get(), ap.get());
+    EXPECT_EQ(bm.get(), am.get());
+    EXPECT_EQ(bv.get(), av.get());
+    EXPECT_EQ(s.clip == 1.0, clip == 0.0 || clip >= norm);
+  }
+}
+
 // ==== bf16 kernels (tolerances: the top of the file and each check_* function) =======================
 
 // Rounding is core's float_to_bf16 bit for bit (ties to even, subnormals, overflow to inf, -0; NaN

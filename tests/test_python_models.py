@@ -41,6 +41,7 @@ Tolerances (why each is what it is):
   2^-24 + 1e-12.
 """
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -153,6 +154,36 @@ class LearnedLogits(TempDir):
             self.compare(run, "5+38", s1, 2 if mode == "coupled" else 1, greedy=False)
 
 
+    def test_paper_options(self):
+        # The authors' architecture (unscaled attention, T5 init, readout tied to the token table with
+        # d_model^-1/2, final LayerNorm), trained 20 steps on the CPU in bf16 as the paper's recipe
+        # trains (the saved weights are the fp32 masters, evaluated in fp32 by both), and one option at a
+        # time in fp32: the logits equal evaluate's, and the hooks hold the final LayerNorm's output.
+        variants = {"paper": ["--attn-scale", "none", "--init", "t5", "--tie-readout", "true", "--final-norm",
+                              "layer", "--precision", "bf16"],
+                    "attn_none": ["--attn-scale", "none"], "tied": ["--tie-readout", "true"],
+                    "layernorm": ["--final-norm", "layer"]}
+        for name, flags in variants.items():
+            run = os.path.join(self.dir, name)
+            tool("TRAIN", "--out", run, "--train-n", 2, "--train-m", 3, "--train-size", 200, "--max-pos1", 6,
+                 "--max-pos2", 6, "--n-layers", 2, "--d-model", 16, "--d-head", 4, "--d-ff", 16, "--batch", 8,
+                 "--steps", 20, "--lr", 0.01, "--eval-every", 0, "--eval-samples", 2, *flags)
+            self.compare(run, "57+8+96", greedy=False)
+            self.compare(run, "5+38", 2, 2, greedy=False)
+        m = load_learned(os.path.join(self.dir, "paper"))
+        self.assertIsNone(m.lm_head)
+        self.assertIn("final_norm.bias", m.state_dict())
+        ex = m.example("5+38", 2, 2)
+        with torch.no_grad():
+            logits, cache = m.run_with_cache(ex.tokens, ex.pos)
+            xf = cache["ln_final.hook_normalized"]
+            ln = torch.nn.functional.layer_norm(cache["blocks.1.hook_resid_post"], (16,), m.final_norm.weight,
+                                                m.final_norm.bias, m.cfg.norm_eps)  # torch's own LayerNorm
+            self.assertLess(float((xf - ln).abs().max()), 1e-5 * max(1.0, float(ln.abs().max())))
+            want = (xf / math.sqrt(16)) @ m.tok_emb.weight.t()
+            self.assertLess(float((logits - want).abs().max()), 1e-5 * max(1.0, float(want.abs().max())))
+
+
 class LearnedAttention(TempDir):
     def test_hooks_equal_dump_attention(self):
         n, m, K = 5, 5, 20
@@ -249,20 +280,56 @@ class Constructed(TempDir):
             self.assertLessEqual(diff, U + 1e-12, "head %d" % (h + 1))
 
 
+PAPER_FLAGS = ["--attn-scale", "none", "--init", "t5", "--tie-readout", "true", "--final-norm", "layer",
+               "--warmup-from-zero", "true"]
+
+
 class TorchTwin(TempDir):
-    def test_one_training_step(self):
-        prev, nxt = os.path.join(self.dir, "prev"), os.path.join(self.dir, "next")
-        tool("TRAIN", "--out", prev, "--train-n", 2, "--train-m", 3, "--train-size", 200, "--max-pos1", 6,
-             "--max-pos2", 6, "--n-layers", 2, "--d-model", 16, "--d-head", 4, "--d-ff", 16, "--batch", 8, "--steps", 20,
-             "--lr", 0.01, "--eval-every", 0, "--eval-samples", 2, "--stop-after", 9)
-        shutil.copytree(prev, nxt)
-        tool("TRAIN", "--out", nxt, "--resume", "--stop-after", 10)
-        b, ref = os.path.join(self.dir, "b.bin"), os.path.join(self.dir, "ref.safetensors")
-        tool("DUMP_BATCHES", "--run", prev, "--from", 10, "--steps", 1, "--out", b, "--reference", ref)
-        r = subprocess.run([sys.executable, os.path.join(SOURCE, "bench", "torch_twin.py"), "check", prev, nxt, b, ref],
+    def twin(self, *args):
+        r = subprocess.run([sys.executable, os.path.join(SOURCE, "bench", "torch_twin.py")] + [str(a) for a in args],
                            capture_output=True, text=True, timeout=300)
         print("  " + r.stdout.strip().replace("\n", "\n  "))
+        return r
+
+    def test_one_training_step(self):
+        # this project's architecture, and the authors' (every T5 option, warm-up from 0: step 10 of 20 is
+        # past the warm-up either way, so the schedule's t - 1 shows in lr)
+        for name, flags in (("defaults", []), ("paper", PAPER_FLAGS)):
+            with self.subTest(name):
+                prev, nxt = os.path.join(self.dir, name + "_prev"), os.path.join(self.dir, name + "_next")
+                tool("TRAIN", "--out", prev, "--train-n", 2, "--train-m", 3, "--train-size", 200, "--max-pos1", 6,
+                     "--max-pos2", 6, "--n-layers", 2, "--d-model", 16, "--d-head", 4, "--d-ff", 16, "--batch", 8,
+                     "--steps", 20, "--lr", 0.01, "--eval-every", 0, "--eval-samples", 2, "--stop-after", 9, *flags)
+                shutil.copytree(prev, nxt)
+                tool("TRAIN", "--out", nxt, "--resume", "--stop-after", 10)
+                b, ref = os.path.join(self.dir, name + "_b.bin"), os.path.join(self.dir, name + "_ref.safetensors")
+                tool("DUMP_BATCHES", "--run", prev, "--from", 10, "--steps", 1, "--out", b, "--reference", ref)
+                r = self.twin("check", prev, nxt, b, ref)
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_bench_at_toy_size(self):
+        # The benchmark's code path on the CPU at toy size (its numbers mean nothing here): every variant
+        # this torch has runs on dump_batches' batches, and the ratio against a bench_cuda_train JSON of the
+        # Google Benchmark format is printed and recorded.
+        run = os.path.join(self.dir, "run")
+        tool("TRAIN", "--out", run, "--train-n", 2, "--train-m", 3, "--train-size", 200, "--max-pos1", 6,
+             "--max-pos2", 6, "--n-layers", 1, "--d-model", 16, "--d-head", 4, "--d-ff", 16, "--batch", 8,
+             "--steps", 20, "--eval-every", 0, "--eval-samples", 2, "--stop-after", 1, *PAPER_FLAGS)
+        b, ours, out = (os.path.join(self.dir, n) for n in ("b.bin", "ours.json", "out.json"))
+        tool("DUMP_BATCHES", "--run", run, "--from", 2, "--steps", 3, "--out", b)
+        with open(ours, "w") as f:  # the fields torch_twin reads from bench_cuda_train --benchmark_out
+            json.dump({"benchmarks": [{"name": "cuda_train/%s/fp32" % run, "tokens/s": 1000.0},
+                                      {"name": "cuda_train/%s/bf16" % run, "tokens/s": 3000.0}]}, f)
+        r = self.twin("bench", run, b, "--device", "cpu", "--steps", 2, "--warmup", 1, "--json", out, "--ours", ours)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(out) as f:
+            res = json.load(f)
+        for v in ("eager", "eager-bf16"):
+            self.assertGreater(res[v]["tokens_per_s"], 0, v)
+            self.assertEqual(res[v]["tokens"] % 1, 0)
+        self.assertAlmostEqual(res["ratio_fp32"], 1000.0 / max(res[v]["tokens_per_s"] for v in ("eager", "compile")
+                                                              if isinstance(res.get(v), dict)))
+        self.assertIn("ratio bf16", r.stdout)
 
 
 class LearnedApi(TempDir):
@@ -278,9 +345,12 @@ class LearnedApi(TempDir):
 
     def test_refuses_what_it_does_not_implement(self):
         cases = [
-            (lambda c: c["model"].update(attn_scale="none"), "attn_scale"),
-            (lambda c: c["model"].update(tie_readout=True), "tie_readout"),
-            (lambda c: c["model"].update(final_norm="layer"), "final_norm"),
+            (lambda c: c["model"].update(attn_scale="cosine"), "attn_scale"),
+            (lambda c: c["model"].update(tie_readout="yes"), "tie_readout"),
+            (lambda c: c["model"].update(final_norm="batch"), "final_norm"),
+            # a tied readout has no lm_head: the file's lm_head.weight is then a tensor the config does not use
+            (lambda c: c["model"].update(tie_readout=True), "does not use: lm_head.weight"),
+            (lambda c: c["model"].update(final_norm="layer"), "lacks final_norm.bias"),
             (lambda c: c["model"].update(rope=True), "model.rope is unknown"),
             (lambda c: c["model"].update(pos_mode="rope"), "pos_mode"),
             (lambda c: c["model"].update(d_model=32), "shape"),

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -51,6 +52,24 @@ inline CmdResult run_cmd(const std::string& cmd) {
   std::filesystem::remove(o);
   std::filesystem::remove(e);
   return r;
+}
+
+// Bytes from hex digits ("0a1b" -> "\x0a\x1b").
+inline std::string from_hex(const std::string& h) {
+  std::string out;
+  for (std::size_t k = 0; k + 1 < h.size(); k += 2) out += char(std::stoi(h.substr(k, 2), nullptr, 16));
+  return out;
+}
+
+// A safetensors file written by hand: the header (JSON text, padded with spaces to a multiple of 8)
+// after its 8-byte little-endian length, then the data.
+inline std::string safetensors_with_header(const std::string& header_json, const std::string& data) {
+  std::string h = header_json;
+  while (h.size() % 8) h += ' ';
+  std::string out(8, '\0');
+  const std::uint64_t n = h.size();
+  for (int i = 0; i < 8; ++i) out[std::size_t(i)] = char((n >> (8 * i)) & 0xff);
+  return out + h + data;
 }
 
 inline std::string source_dir() {

@@ -142,6 +142,8 @@ TEST(VerifyCli, BadInputExitsTwoWithMessage) {
       {{"--n", "1000", "--m", "1000", "--engine", "dense"}, "GiB"},
       {{"--n", "100000", "--m", "100000"}, "GiB"},
       {{"--n", "100000000", "--m", "100000000"}, "GiB"},
+      // Samples that would run for hours are refused with the estimate (was: ran silently).
+      {{"--n", "2", "--m", "2", "--samples", "4294967296"}, "would take"},
       {{"--n", "3", "--m", "3", "--lambdas", "1,2,3"}, "--lambdas"},
       {{"--n", "3", "--m", "3", "--lambdas", "1,2,3,-4"}, "must be >= 0"},
   };

@@ -4,7 +4,6 @@
 
 #include <filesystem>
 #include <string>
-#include <system_error>
 #include <vector>
 
 #include <fmt/format.h>
@@ -184,11 +183,7 @@ void export_model(const ConstructedModel& M, const Shape* shape, std::int64_t ma
   const std::string config = config_json(M, shape, max_pos1, max_pos2).dump(2) + "\n";
 
   const fs::path out(dir);
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  if (ec) throw InputError(fmt::format("export: cannot create directory {}: {}", out.string(), ec.message()));
-  if (!fs::is_directory(out, ec))
-    throw InputError(fmt::format("export: {} exists and is not a directory", out.string()));
+  make_output_dir(dir);
   // Weights first: a config.json present means its weights were complete when it was written.
   write_safetensors((out / "model.safetensors").string(), tensors, meta);
   atomic_write((out / "config.json").string(), config);

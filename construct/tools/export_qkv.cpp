@@ -3,7 +3,6 @@
 // for one TA instance of the shape at offsets s1 = s2 = 1 (lambda is folded into Q and K: use scale 1).
 // bench/sdpa_compare.py feeds them to torch's scaled_dot_product_attention. CPU only; streamed, so
 // memory stays O(chunk d) besides the file.
-#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -11,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "manyadd/core/cli.hpp"
+#include "manyadd/core/files.hpp"
 #include "manyadd/core/safetensors.hpp"
 #include "manyadd/format.hpp"
 #include "manyadd/model.hpp"
@@ -18,7 +18,8 @@
 using namespace manyadd;
 
 int main(int argc, char** argv) {
-  CLI::App app{"Write the constructed model's per-head q, k, v rows of one TA(n, m) instance (bench/sdpa_compare.py)."};
+  CLI::App app{"Write the constructed model's per-head q, k, v rows of one TA(n, m) instance (bench/sdpa_compare.py).",
+               "export_qkv"};
   std::int64_t n = 0, m = 0;
   std::uint64_t seed = 1;
   std::string dir;
@@ -48,7 +49,7 @@ int main(int argc, char** argv) {
       decls.push_back({fmt::format("k{}", h), DType::F32, {N, std::int64_t(H.K.rows())}});
       decls.push_back({fmt::format("v{}", h), DType::F32, {N, std::int64_t(H.V.rows())}});
     }
-    std::filesystem::create_directories(dir);
+    make_output_dir(dir);
     SafetensorsWriter w(dir + "/qkv.safetensors", decls,
                         {{"n", std::to_string(shape.n)},
                          {"m", std::to_string(shape.m)},

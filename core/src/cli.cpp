@@ -1,6 +1,9 @@
 // The command-line layer: see cli.hpp.
 #include "manyadd/core/cli.hpp"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -10,6 +13,7 @@
 
 #include "manyadd/core/error.hpp"
 #include "manyadd/core/files.hpp"
+#include "manyadd/core/report.hpp"
 
 namespace manyadd::cli {
 
@@ -153,6 +157,21 @@ CLI::Option* add_quiet(CLI::App& app, bool& quiet) {
   return app.add_flag("--quiet,-q", quiet, "no progress lines on stderr (results and errors are still printed)");
 }
 
+std::uint64_t memory_limit_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  std::uint64_t lim = pages > 0 && page > 0 ? std::uint64_t(pages) * std::uint64_t(page) : std::uint64_t(1) << 40;
+  struct rlimit rl {};
+  if (::getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) lim = std::min<std::uint64_t>(lim, rl.rlim_cur);
+  return lim;
+}
+
+void check_fits_memory(double bytes, const std::string& what) {
+  const double lim = double(memory_limit_bytes());
+  if (!(bytes <= lim))
+    throw InputError(fmt::format("{} needs ~{:.1f} GiB; this machine allows {:.1f} GiB", what, bytes / double(1 << 30),
+                                 lim / double(1 << 30)));
+}
+
 std::string exit_codes_footer(bool has_failed_check) {
   return has_failed_check
              ? "Exit codes: 0 done/verified, 1 a check failed (printed), 2 bad input or usage, 3 internal error."
@@ -160,8 +179,16 @@ std::string exit_codes_footer(bool has_failed_check) {
 }
 
 int parse(CLI::App& app, int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  report::set_command_line(argc, argv);
+  if (!app.get_option_no_throw("--version"))
+    app.set_version_flag("--version", fmt::format("{} {} (commit {})",  // the name is set from argv[0] by parse
+                                                  app.get_name().empty() && argc > 0 ? report::command_line()[0] : app.get_name(),
+                                                  report::version(), report::commit()));
   try {
     app.parse(argc, argv);
+  } catch (const CLI::CallForVersion& e) {
+    out << e.what() << "\n";
+    return 0;
   } catch (const CLI::CallForHelp&) {
     out << app.help();
     return 0;

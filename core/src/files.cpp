@@ -7,8 +7,11 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -114,6 +117,13 @@ void atomic_write(const std::string& path, const std::string& bytes) {
   f.commit();
 }
 
+void make_output_dir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir, ec))
+    throw InputError(fmt::format("cannot create the directory '{}': {}", dir, ec ? ec.message() : "not a directory"));
+}
+
 std::string read_file(const std::string& path, std::uint64_t max_bytes) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) throw InputError(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
@@ -133,13 +143,31 @@ std::string read_file(const std::string& path, std::uint64_t max_bytes) {
   return out;
 }
 
-nlohmann::json read_json_file(const std::string& path) {
-  const std::string s = read_file(path, std::uint64_t(64) << 20);
+nlohmann::json parse_json_unique(const char* begin, const char* end) {
+  std::vector<std::set<std::string>> keys;  // the keys seen in each enclosing object
+  const auto no_repeats = [&](int, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (ev == E::object_start) keys.emplace_back();
+    if (ev == E::object_end && !keys.empty()) keys.pop_back();
+    if (ev == E::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second)
+      throw InputError(fmt::format("the key '{}' appears twice in one object", parsed.get<std::string>()));
+    return true;
+  };
+  return nlohmann::json::parse(begin, end, no_repeats);
+}
+
+nlohmann::json parse_json(const std::string& text, const std::string& what) {
   try {
-    return nlohmann::json::parse(s);
+    return parse_json_unique(text.data(), text.data() + text.size());
   } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("'{}' is not valid JSON: {}", path, e.what()));
+    throw InputError(fmt::format("'{}' is not valid JSON: {}", what, e.what()));
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("'{}' is not valid JSON: {}", what, e.what()));
   }
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  return parse_json(read_file(path, std::uint64_t(64) << 20), path);
 }
 
 }  // namespace manyadd

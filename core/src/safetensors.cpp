@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string_view>
 #include <type_traits>
 
 #include <fmt/format.h>
@@ -37,7 +38,9 @@ const DTypeInfo& info(DType t) {
 }
 
 constexpr std::uint64_t kMaxHeader = std::uint64_t(100) << 20;  // as the reference implementation
-const char kChecksumPlaceholder[] = "\"checksum\":\"0000000000000000\"";
+// The checksum's digits follow this text, which the header holds exactly once (safetensors.hpp).
+const char kChecksumAt[] = "\"checksum\":\"fnv1a64:";
+const char kChecksumPrefix[] = "fnv1a64:";
 
 float f16_to_float(std::uint16_t h) {
   const std::uint32_t sign = std::uint32_t(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
@@ -138,6 +141,42 @@ float bf16_to_float(std::uint16_t h) {
   std::memcpy(&f, &b, 4);
   return f;
 }
+
+namespace {
+bool is_hex16(const std::string& s) {
+  return s.size() == 16 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+// The stored checksum against the file's bytes: the whole-file rule or (when allowed) the legacy rule.
+template <class Bad>
+void check_checksum(const std::string& b, std::size_t data0, const std::string& stored, const ReadOptions& opt,
+                    const Bad& bad, bool* legacy) {
+  std::string got;
+  const std::size_t plen = std::strlen(kChecksumPrefix);
+  if (stored.compare(0, plen, kChecksumPrefix) == 0 && is_hex16(stored.substr(plen))) {
+    const std::string_view header(b.data() + 8, data0 - 8);
+    const std::size_t k = header.find(kChecksumAt), at = 8 + k + std::strlen(kChecksumAt);
+    if (k == std::string_view::npos || header.find(kChecksumAt, k + 1) != std::string_view::npos ||
+        at + 16 > data0 || b.compare(at, 16, stored, plen, 16) != 0)
+      throw bad(fmt::format("the checksum is not written as \"checksum\":\"{}<16 hex digits>\" once in the header",
+                            kChecksumPrefix));
+    std::uint64_t h = fnv1a64(b.data(), at);
+    h = fnv1a64("0000000000000000", 16, h);
+    got = fmt::format("{}{:016x}", kChecksumPrefix, fnv1a64(b.data() + at + 16, b.size() - at - 16, h));
+  } else if (is_hex16(stored)) {
+    if (!opt.allow_legacy_checksum)
+      throw bad("legacy checksum (of the data alone: the metadata and shapes are not under it) where the whole "
+                "file must be checksummed");
+    *legacy = true;
+    got = fmt::format("{:016x}", fnv1a64(b.data() + data0, b.size() - data0, kFnv1a64LegacyOffset));
+  } else {
+    throw bad(fmt::format("checksum '{}' is neither {}<16 hex digits> nor a legacy 16-digit checksum", stored,
+                          kChecksumPrefix));
+  }
+  if (got != stored)
+    throw bad(fmt::format("checksum mismatch (stored {}, computed {}): corrupted or truncated", stored, got));
+}
+}  // namespace
 
 std::uint64_t fnv1a64(const void* data, std::size_t n, std::uint64_t h) {
   const auto* p = static_cast<const unsigned char*>(data);
@@ -246,8 +285,10 @@ SafetensorsFile parse_safetensors(const std::string& b, const std::string& what,
   if (hl > b.size() - 8) throw bad(fmt::format("header claims {} bytes, file has {} (truncated)", hl, b.size()));
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(b.begin() + 8, b.begin() + 8 + std::ptrdiff_t(hl));
+    header = parse_json_unique(b.data() + 8, b.data() + 8 + hl);
   } catch (const nlohmann::json::exception& e) {
+    throw bad(std::string("header is not JSON: ") + e.what());
+  } catch (const InputError& e) {  // a repeated key
     throw bad(std::string("header is not JSON: ") + e.what());
   }
   if (!header.is_object()) throw bad("header is not a JSON object");
@@ -325,9 +366,7 @@ SafetensorsFile parse_safetensors(const std::string& b, const std::string& what,
   if (cs == f.metadata.end()) {
     if (opt.require_checksum) throw bad("no checksum in the metadata");
   } else {
-    const std::string sum = fmt::format("{:016x}", fnv1a64(b.data() + data0, dsize));
-    if (sum != cs->second)
-      throw bad(fmt::format("checksum mismatch (stored {}, data {}): corrupted or truncated", cs->second, sum));
+    check_checksum(b, data0, cs->second, opt, bad, &f.legacy_checksum);
   }
   f.tensors.reserve(es.size());
   for (auto& en : es) {
@@ -357,7 +396,7 @@ namespace {
 std::string header_bytes(const std::vector<TensorDecl>& ds, std::map<std::string, std::string> meta, std::size_t* cs_at,
                          std::uint64_t* data_bytes) {
   if (meta.count("checksum")) throw InvariantError("metadata key 'checksum' is reserved for the writer");
-  meta["checksum"] = std::string(16, '0');
+  meta["checksum"] = std::string(kChecksumPrefix) + std::string(16, '0');  // the digits are patched in later
   ojson header = ojson::object();
   header["__metadata__"] = meta;
   std::uint64_t off = 0;
@@ -375,10 +414,10 @@ std::string header_bytes(const std::vector<TensorDecl>& ds, std::map<std::string
   }
   std::string h = header.dump();
   while (h.size() % 8) h += ' ';
-  const auto k = h.find(kChecksumPlaceholder);
-  if (k == std::string::npos || h.find(kChecksumPlaceholder, k + 1) != std::string::npos)
+  const auto k = h.find(kChecksumAt);
+  if (k == std::string::npos || h.find(kChecksumAt, k + 1) != std::string::npos)
     throw InvariantError("checksum placeholder not unique in the header");
-  *cs_at = 8 + k + std::strlen("\"checksum\":\"");
+  *cs_at = 8 + k + std::strlen(kChecksumAt);
   *data_bytes = off;
   std::string out(8, '\0');
   const std::uint64_t hl = h.size();
@@ -401,10 +440,8 @@ std::string safetensors_bytes(const std::vector<Tensor>& ts, std::map<std::strin
   std::size_t cs_at;
   std::uint64_t dbytes;
   std::string out = header_bytes(decls_of(ts), std::move(meta), &cs_at, &dbytes);
-  const std::size_t data0 = out.size();
   for (const auto& t : ts) out.append(reinterpret_cast<const char*>(t.bytes.data()), t.bytes.size());
-  const std::string sum = fmt::format("{:016x}", fnv1a64(out.data() + data0, out.size() - data0));
-  out.replace(cs_at, 16, sum);
+  out.replace(cs_at, 16, fmt::format("{:016x}", fnv1a64(out.data(), out.size())));
   return out;
 }
 
@@ -415,7 +452,7 @@ void write_safetensors(const std::string& path, const std::vector<Tensor>& ts, c
 struct SafetensorsWriter::Impl {
   AtomicFile file;
   std::size_t cs_at = 0;
-  std::uint64_t data_bytes = 0, written = 0, hash = 1469598103934665603ull;
+  std::uint64_t data_bytes = 0, written = 0, hash = kFnv1a64Offset;
   explicit Impl(const std::string& p) : file(p) {}
 };
 
@@ -423,7 +460,9 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<Tensor
                                      std::map<std::string, std::string> meta)
     : impl_(new Impl(path)) {
   try {
-    impl_->file.append(header_bytes(ts, std::move(meta), &impl_->cs_at, &impl_->data_bytes));
+    const std::string header = header_bytes(ts, std::move(meta), &impl_->cs_at, &impl_->data_bytes);
+    impl_->hash = fnv1a64(header.data(), header.size());  // the digits are still '0' here, as the rule reads them
+    impl_->file.append(header);
   } catch (...) {
     delete impl_;
     throw;

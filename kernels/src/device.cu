@@ -40,6 +40,26 @@ void dev_copy(void* dst, const void* src, std::size_t bytes) {
   if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
 }
 void synchronize() { CUDA_CHECK(cudaDeviceSynchronize()); }
+void* host_alloc_pinned(std::size_t bytes) {
+  void* p = nullptr;
+  CUDA_CHECK(cudaMallocHost(&p, bytes ? bytes : 1));
+  return p;
+}
+void host_free_pinned(void* p) noexcept {
+  if (p) cudaFreeHost(p);
+}
+void to_device_async(void* dst, const void* src, std::size_t bytes) {
+  if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, 0));
+}
+
+DeviceEvent::DeviceEvent() {
+  cudaEvent_t e;
+  CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  e_ = e;
+}
+DeviceEvent::~DeviceEvent() { cudaEventDestroy(static_cast<cudaEvent_t>(e_)); }
+void DeviceEvent::record() { CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(e_))); }
+void DeviceEvent::synchronize() { CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(e_))); }
 
 DeviceTimer::DeviceTimer() {
   cudaEvent_t a, b;

@@ -21,6 +21,13 @@ void to_host(void*, const void*, std::size_t) { none(); }
 void dev_zero(void*, std::size_t) { none(); }
 void dev_copy(void*, const void*, std::size_t) { none(); }
 void synchronize() { none(); }
+void* host_alloc_pinned(std::size_t) { none(); }
+void host_free_pinned(void*) noexcept {}
+void to_device_async(void*, const void*, std::size_t) { none(); }
+DeviceEvent::DeviceEvent() { none(); }
+DeviceEvent::~DeviceEvent() = default;
+void DeviceEvent::record() { none(); }
+void DeviceEvent::synchronize() { none(); }
 DeviceTimer::DeviceTimer() { none(); }
 DeviceTimer::~DeviceTimer() = default;
 void DeviceTimer::start() { none(); }

@@ -1,11 +1,12 @@
-// CUDA kernels of learned-model training: embedding, RMSNorm, GEGLU, residual, causal attention
-// (flash style: online softmax forward saving the row log-sum-exp, recomputing backward; its row
+// CUDA kernels of learned-model training: embedding, RMSNorm, LayerNorm, scale, GEGLU, residual,
+// causal attention (flash style: online softmax forward saving the row log-sum-exp, recomputing backward; its row
 // arithmetic is attention_rows.cuh), softmax cross-entropy on response rows, fixed-order reductions,
 // AdamW, and the bf16 casts. fp32 throughout, with bf16 variants (templates on the I/O type: bf16
 // inputs widened exactly, fp32 math, bf16 outputs rounded once to nearest even). The matrix products
 // are cuBLAS calls in blas.cpp. See train.hpp for the contracts; each kernel's CPU twin is in
-// learn/layers.hpp or learn/batch.hpp. The bf16 variants and the attention kernels of
-// attention_rows.cuh have NOT RUN ON A GPU YET (compiled for sm_90; the attention rows replayed on the CPU).
+// learn/layers.hpp or learn/batch.hpp. The bf16 variants, the attention kernels of attention_rows.cuh,
+// LayerNorm, scale and the device-side clipping have NOT RUN ON A GPU YET (compiled for sm_90; the
+// attention rows replayed on the CPU).
 //
 // Determinism: no atomics anywhere. Every thread/warp owns its outputs and sums its terms in a fixed
 // order; reductions across threads use a fixed grid and a fixed tree, so two runs on the same device
@@ -104,6 +105,8 @@ __global__ void embedding_backward_kernel(float* dwte, float* dwpe0, float* dwpe
 }
 
 // ---- RMSNorm: one warp per row -------------------------------------------------------------------------
+constexpr int kNormChunk = 256;  // rows per partial sum of dw (RMSNorm) and of dw, db (LayerNorm)
+
 template <class OUT>
 __global__ void rmsnorm_forward_kernel(OUT* out, float* rstd, const float* inp, const float* w, int R, int C,
                                        float eps) {
@@ -138,7 +141,6 @@ __global__ void rmsnorm_backward_dx_kernel(float* dinp, const G* dout, const flo
   for (int c = lane; c < C; c += 32) dx[c] += w[c] * to_f(g[c]) * r - x[c] * k;
 }
 
-constexpr int kNormChunk = 256;  // rows per partial sum of dw
 // grid (ceil(R / kNormChunk), ceil(C / 128)): partial[chunk, c] = sum over the chunk's rows of g x r
 template <class G>
 __global__ void rmsnorm_backward_dw_partial(float* partial, const G* dout, const float* inp, const float* rstd,
@@ -159,7 +161,84 @@ __global__ void rmsnorm_backward_dw_final(float* dw, const float* partial, int c
   dw[c] += acc;
 }
 
+// ---- LayerNorm: one warp per row (layernorm_forward/backward in layers.hpp) ----------------------------
+__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                                         const float* b, int R, int C, float eps) {
+  const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= R) return;
+  const float* x = inp + row * C;
+  float s = 0.f;
+  for (int c = lane; c < C; c += 32) s += x[c];
+  const float m = warp_sum(s) / float(C);
+  float v = 0.f;
+  for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
+  const float r = 1.f / sqrtf(warp_sum(v) / float(C) + eps);
+  if (lane == 0) mean[row] = m, rstd[row] = r;
+  float* o = out + row * C;
+  for (int c = lane; c < C; c += 32) o[c] = w[c] * (x[c] - m) * r + b[c];
+}
+// dx_j += r (g_j w_j - mean_c(g_c w_c) - xhat_j mean_c(g_c w_c xhat_c))
+__global__ void layernorm_backward_dx_kernel(float* dinp, const float* dout, const float* inp, const float* w,
+                                             const float* mean, const float* rstd, int R, int C) {
+  const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= R) return;
+  const float* x = inp + row * C;
+  const float* g = dout + row * C;
+  float* dx = dinp + row * C;
+  const float m = mean[row], r = rstd[row];
+  float sg = 0.f, sgx = 0.f;
+  for (int c = lane; c < C; c += 32) {
+    const float xh = (x[c] - m) * r;
+    sg += g[c] * w[c];
+    sgx += g[c] * w[c] * xh;
+  }
+  sg = warp_sum(sg) / float(C);
+  sgx = warp_sum(sgx) / float(C);
+  for (int c = lane; c < C; c += 32) {
+    const float xh = (x[c] - m) * r;
+    dx[c] += r * (g[c] * w[c] - sg - xh * sgx);
+  }
+}
+
+// grid (ceil(R / kNormChunk), ceil(C / 128)): partial[chunk, c] = the chunk's sum of g xhat, partial[chunks
+// + chunk, c] = its sum of g.
+__global__ void layernorm_backward_dwdb_partial(float* partial, const float* dout, const float* inp,
+                                                const float* mean, const float* rstd, int R, int C) {
+  const int c = blockIdx.y * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const long long lo = (long long)blockIdx.x * kNormChunk;
+  const long long hi = min((long long)R, lo + kNormChunk);
+  float aw = 0.f, ab = 0.f;
+  for (long long t = lo; t < hi; ++t) {
+    const float g = dout[t * C + c];
+    aw += g * ((inp[t * C + c] - mean[t]) * rstd[t]);
+    ab += g;
+  }
+  partial[(long long)blockIdx.x * C + c] = aw;
+  partial[((long long)gridDim.x + blockIdx.x) * C + c] = ab;
+}
+__global__ void layernorm_backward_dwdb_final(float* dw, float* db, const float* partial, int chunks, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float aw = 0.f, ab = 0.f;
+  for (int k = 0; k < chunks; ++k) aw += partial[(long long)k * C + c], ab += partial[((long long)chunks + k) * C + c];
+  dw[c] += aw;
+  db[c] += ab;
+}
+
 // ---- element-wise ----------------------------------------------------------------------------------------
+// The product is rounded on its own (no contraction), as the CPU's s * x.
+template <class OUT>
+__global__ void scale_forward_kernel(OUT* out, const float* inp, float s, long long n) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = from_f<OUT>(__fmul_rn(s, inp[i]));
+}
+__global__ void scale_backward_kernel(float* dinp, const float* dout, float s, long long n) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) dinp[i] = __fadd_rn(dinp[i], __fmul_rn(s, dout[i]));
+}
 template <class B>
 __global__ void residual_kernel(float* out, const float* a, const B* b, long long n) {
   const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -367,17 +446,23 @@ __global__ void reduce_partial_kernel(double* partial, const float* x, long long
   }
   if (threadIdx.x == 0) partial[blockIdx.x] = sh[0];
 }
-__global__ void reduce_final_kernel(double* partial) {
+__global__ void reduce_final_kernel(double* partial, double* out) {
   double acc = 0;
   for (int b = 0; b < kRedBlocks; ++b) acc += partial[b];
-  partial[kRedBlocks] = acc;
+  *out = acc;
 }
 
 // ---- AdamW ---------------------------------------------------------------------------------------------
-__global__ void adamw_kernel(float* p, float* m, float* v, const float* grad, long long n, double clip, float b1,
-                             float b2, float eps, float step_size, float inv_sqrt_bc2, float wd) {
+// clip: the factor itself (sumsq null) or computed from *sumsq as learn::adam_scalars does.
+__global__ void adamw_kernel(float* p, float* m, float* v, const float* grad, long long n, double clip,
+                             const double* sumsq, double grad_clip, float b1, float b2, float eps, float step_size,
+                             float inv_sqrt_bc2, float wd) {
   const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
+  if (sumsq) {
+    const double norm = __dsqrt_rn(*sumsq);
+    clip = (grad_clip > 0 && norm > grad_clip) ? __ddiv_rn(grad_clip, norm) : 1.0;
+  }
   const float g = float(double(grad[i]) * clip);
   const float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(__fsub_rn(1.f, b1), g));
   const float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(__fsub_rn(1.f, b2), g), g));
@@ -453,6 +538,41 @@ void rmsnorm_backward(float* dinp, float* dw, float* scratch, const float* dout,
 void rmsnorm_backward(float* dinp, float* dw, float* scratch, const bf16* dout, const float* inp, const float* w,
                       const float* rstd, int R, int C) {
   rmsnorm_backward_impl(dinp, dw, scratch, dout, inp, w, rstd, R, C);
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b, int R,
+                       int C, float eps) {
+  if (R <= 0) return;
+  layernorm_forward_kernel<<<blocks_for((long long)R * 32, 256), 256>>>(out, mean, rstd, inp, w, b, R, C, eps);
+  LAUNCH_CHECK();
+}
+std::size_t layernorm_scratch_floats(int R, int C) { return 2 * rmsnorm_scratch_floats(R, C); }
+void layernorm_backward(float* dinp, float* dw, float* db, float* scratch, const float* dout, const float* inp,
+                        const float* w, const float* mean, const float* rstd, int R, int C) {
+  if (R <= 0) return;
+  layernorm_backward_dx_kernel<<<blocks_for((long long)R * 32, 256), 256>>>(dinp, dout, inp, w, mean, rstd, R, C);
+  LAUNCH_CHECK();
+  const int chunks = (R + kNormChunk - 1) / kNormChunk;
+  layernorm_backward_dwdb_partial<<<dim3(chunks, blocks_for(C, 128)), 128>>>(scratch, dout, inp, mean, rstd, R, C);
+  LAUNCH_CHECK();
+  layernorm_backward_dwdb_final<<<blocks_for(C, 128), 128>>>(dw, db, scratch, chunks, C);
+  LAUNCH_CHECK();
+}
+
+void scale_forward(float* out, const float* inp, float s, std::int64_t n) {
+  if (n <= 0) return;
+  scale_forward_kernel<<<blocks_for(n, 256), 256>>>(out, inp, s, n);
+  LAUNCH_CHECK();
+}
+void scale_forward(bf16* out, const float* inp, float s, std::int64_t n) {
+  if (n <= 0) return;
+  scale_forward_kernel<<<blocks_for(n, 256), 256>>>(out, inp, s, n);
+  LAUNCH_CHECK();
+}
+void scale_backward(float* dinp, const float* dout, float s, std::int64_t n) {
+  if (n <= 0) return;
+  scale_backward_kernel<<<blocks_for(n, 256), 256>>>(dinp, dout, s, n);
+  LAUNCH_CHECK();
 }
 
 void residual_forward(float* out, const float* a, const float* b, std::int64_t n) {
@@ -601,11 +721,14 @@ void crossentropy_backward(float* dlogits, const float* probs, const std::int32_
 }
 
 std::size_t reduce_scratch_doubles() { return kRedBlocks + 1; }
-double reduce_sum(const float* x, std::int64_t n, bool sum_sq, double* scratch) {
+void reduce_sum(const float* x, std::int64_t n, bool sum_sq, double* scratch, double* out) {
   reduce_partial_kernel<<<kRedBlocks, kRedThreads>>>(scratch, x, n, sum_sq);
   LAUNCH_CHECK();
-  reduce_final_kernel<<<1, 1>>>(scratch);
+  reduce_final_kernel<<<1, 1>>>(scratch, out);
   LAUNCH_CHECK();
+}
+double reduce_sum(const float* x, std::int64_t n, bool sum_sq, double* scratch) {
+  reduce_sum(x, n, sum_sq, scratch, scratch + kRedBlocks);
   double r = 0;
   CUDA_CHECK(cudaMemcpy(&r, scratch + kRedBlocks, sizeof(double), cudaMemcpyDeviceToHost));
   return r;
@@ -613,7 +736,16 @@ double reduce_sum(const float* x, std::int64_t n, bool sum_sq, double* scratch) 
 
 void adamw_update(float* p, float* m, float* v, const float* g, std::int64_t n, double clip, float b1, float b2,
                   float eps, float step_size, float inv_sqrt_bc2, float wd) {
-  adamw_kernel<<<blocks_for(n, 256), 256>>>(p, m, v, g, n, clip, b1, b2, eps, step_size, inv_sqrt_bc2, wd);
+  if (n <= 0) return;
+  adamw_kernel<<<blocks_for(n, 256), 256>>>(p, m, v, g, n, clip, nullptr, 0.0, b1, b2, eps, step_size, inv_sqrt_bc2,
+                                            wd);
+  LAUNCH_CHECK();
+}
+void adamw_update(float* p, float* m, float* v, const float* g, std::int64_t n, const double* sumsq, double grad_clip,
+                  float b1, float b2, float eps, float step_size, float inv_sqrt_bc2, float wd) {
+  if (n <= 0) return;
+  adamw_kernel<<<blocks_for(n, 256), 256>>>(p, m, v, g, n, 1.0, sumsq, grad_clip, b1, b2, eps, step_size, inv_sqrt_bc2,
+                                            wd);
   LAUNCH_CHECK();
 }
 

@@ -8,6 +8,34 @@
 
 namespace manyadd::learn {
 
+double problems_bytes(std::int64_t count, std::int64_t n, std::int64_t m) {
+  // A Problem is a vector of strings: its own 24 bytes, the array of m strings (32 bytes each, ~16 of
+  // allocator overhead), and each operand's digits on the heap once beyond the 15 kept inline.
+  const double operand = 32.0 + (n > 15 ? double(n) + 17.0 : 0.0);
+  return double(count) * (24.0 + 16.0 + double(m) * operand);
+}
+
+void check_samples_fit(std::int64_t samples, std::int64_t n, std::int64_t m, const std::string& what) {
+  cli::check_fits_memory(problems_bytes(samples, n, m) + 2.0 * double(samples), what);  // + two flags per sample
+}
+
+void check_run_fits(const ModelConfig& mc, const TrainConfig& tc) {
+  const Layout lay = Layout::make(mc);
+  const double params = double(lay.total) * 4.0 * (3.0 + double(tc.threads));  // weights, m, v, gradients
+  const double T = double(Shape::make(tc.train_n, tc.train_m, Padding::minimal).N());
+  const double C = mc.d_model, F = mc.d_ff, D = double(mc.n_heads) * mc.d_head;
+  // Per row and layer the activations of layers.hpp (norms, q/k/v, attention row, projections, FFN)
+  // and as many again for their gradients; per row the readout.
+  const double per_row = 2.0 * (double(mc.n_layers) * (12.0 * C + 3.0 * F + 4.0 * D + double(mc.n_heads) * T) +
+                                3.0 * double(mc.vocab) + 2.0 * C);
+  const double acts = double(tc.batch) * T * per_row * 4.0;
+  const double data = problems_bytes(tc.train_size, tc.train_n, tc.train_m);
+  const double eval = problems_bytes(tc.eval_samples, tc.train_n, tc.train_m) + 2.0 * double(tc.eval_samples);
+  cli::check_fits_memory(params + acts + data + eval,
+                         fmt::format("the run (train_size {} of SA({}, {}), {} parameters, batch {}, eval_samples {})",
+                                     tc.train_size, tc.train_n, tc.train_m, lay.total, tc.batch, tc.eval_samples));
+}
+
 const std::vector<FieldDoc>& config_fields() {
   static const std::vector<FieldDoc> f = {
       {"model", "n_layers", "transformer blocks"},

@@ -1,55 +1,100 @@
 // The CUDA training device (learn::TrainDevice): weights, gradients, Adam moments and activations live
 // on the GPU; each step uploads the host-packed batch (learn/batch.hpp), runs learn::model_forward /
-// model_backward on the whole batch pass by pass (same numbers in the comments), reduces the
-// loss and the global gradient norm in a fixed order, and applies AdamW with the scalars the CPU
-// trainer computes (learn::adam_scalars). Matrix products: cuBLAS SGEMM (fp32, default math mode: no
-// TF32), run-to-run reproducible on one GPU model (cuBLAS guarantees bitwise-identical results for a
-// toolkit version, architecture and SM count, single stream); every other reduction is ours and fixed
-// order (kernels/src/train.cu). So a resumed CUDA run equals the uninterrupted CUDA run bit for bit on
-// the same GPU model and toolkit. Its GPU tests passed on an H100 at commit 896f091. Without CUDA in the
-// build only make_cuda_device's refusal is compiled.
+// model_backward on the whole batch pass by pass (same numbers in the comments), reduces the loss and
+// the global gradient norm in a fixed order, and applies AdamW with the scalars the CPU trainer computes
+// (learn::adam_scalars; the clipping factor computed on the device from the norm, bitwise the host's).
+//
+// Two precisions, one pipeline (CudaDevice<A>, A the type of every matrix product's inputs):
+//  * fp32 (A = float): cuBLAS SGEMM (default math mode: no TF32) and the fp32 kernels.
+//  * bf16 (A = kernels::bf16): the rounding points of learn's bf16 forward/backward (model.cpp,
+//    learn/README "Precision"), i.e. of PackedCpuDevice in bf16, value for value: the matrix weights
+//    (and a tied readout's token table) rounded to bf16 once per step (one convert of the whole
+//    parameter buffer; the embedding lookup and the norms read the fp32 master values); norm outputs
+//    n1, n3 written bf16 by the norm kernels; q, k, v and h written bf16 by their GEMMs; attention output
+//    and GEGLU output written bf16 by their kernels (attention on CUDA cores, flash style: scores and P
+//    in fp32 registers, as the CPU twin's fp32 P); proj, fo and logits fp32 GEMM outputs; the readout
+//    input xr = bf16(xf [* d_model^-1/2]). Backward: dlogits and the residual gradients dres a GEMM reads
+//    converted to bf16 copies; dao written bf16 by its GEMM; dq, dk, dv bf16 by the attention kernel; dh
+//    bf16 by the GEGLU kernel; dg, dn, the residual stream's gradient and every weight gradient fp32
+//    (bf16 x bf16 products accumulated in fp32 by cuBLAS). So the device and its twin differ only by
+//    fp32 accumulation order and the rare bf16 rounding it flips (tests/test_cuda_train.cpp).
+//
+// Asynchrony: step_async launches everything on the default stream and returns; the batch goes up from
+// pinned staging buffers (two, alternating, each reused only after the copy from it has run) with
+// asynchronous copies, the loss sum and the gradient's sum of squares stay on the device in a slot per
+// step until take_results reads them (once per log line). Nothing in a step waits for the host: the
+// host samples and packs the next batch while the device computes. (Buffers grow, with cuda's implicit
+// synchronization, only when a batch is longer than every earlier one.)
+//
+// Determinism: cuBLAS is run-to-run reproducible on one GPU model (bitwise for a toolkit version,
+// architecture and SM count, single stream); every other reduction is ours and fixed order
+// (kernels/src/train.cu). So a resumed CUDA run equals the uninterrupted CUDA run bit for bit on the
+// same GPU model and toolkit, in either precision. The fp32 device's GPU tests passed on an H100 at
+// commit 896f091; the bf16 device and the T5 options have not run on a GPU yet (compiled for sm_90;
+// their tests are tests/test_cuda_train.cpp's *Gpu suites). Without CUDA in the build only
+// make_cuda_device's refusal is compiled.
 #include "manyadd/learn/cuda_device.hpp"
 
 #include "manyadd/kernels/device.hpp"
 
 #if MANYADD_WITH_CUDA
 #include <algorithm>
+#include <array>
 #include <cmath>
-#include <stdexcept>
+#include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "manyadd/kernels/blas.hpp"
 #include "manyadd/kernels/train.hpp"
+#include "manyadd/learn/layers.hpp"
 #include "manyadd/learn/train.hpp"
 
 namespace manyadd::learn {
 namespace {
 namespace K = manyadd::kernels::train;
-using kernels::DeviceBuffer;
+using kernels::bf16;
 template <class T>
-using Buf = DeviceBuffer<T>;
+using Buf = kernels::DeviceBuffer<T>;
 
+template <class A>
 struct BlockActs {  // one block's activations, (R, ...) as learn::Acts::Block (Tk = T), lse instead of att
-  Buf<float> n1, r1, q, k, v, ao, lse, proj, res1, x1, r2, n3, r3, h, g, fo, res2, x2, r4;
+  Buf<A> n1, q, k, v, ao, n3, h, g;  // matrix-product inputs: bf16 in the bf16 pipeline
+  Buf<float> r1, lse, proj, res1, x1, r2, r3, fo, res2, x2, r4;
 };
 
+// The batch's host arrays in one pinned block (tokens, targets, position IDs per level), uploaded with
+// one asynchronous copy per array.
+struct Staging {
+  kernels::PinnedBuffer<std::int32_t> ints;  // targets, pos0, pos1: 3 R
+  kernels::PinnedBuffer<std::uint8_t> tok;   // R
+  kernels::DeviceEvent copied;               // recorded after the copies from this staging buffer
+};
+
+constexpr std::size_t kStatSlots = 1024;  // steps whose (loss sum, sum of squares) wait on the device
+
+template <class A>
 class CudaDevice final : public TrainDevice {
+  static constexpr bool kBf16 = std::is_same_v<A, bf16>;
+
  public:
   explicit CudaDevice(const ModelConfig& c) : c_(c), lay_(Layout::make(c)) {
     c_.validate();
-    check_cuda_supports(c_, Precision::fp32);
+    check_cuda_supports(c_, precision());
     n_ = std::size_t(lay_.total);
     params_.resize(n_), grads_.resize(n_), m_.resize(n_), v_.resize(n_);
+    if constexpr (kBf16) wbf_.resize(n_);
     red_.resize(K::reduce_scratch_doubles());
+    stats_.resize(2 * kStatSlots);
+    att_scale_ = attention_scale<float>(c_.d_head, c_.attn_scale == AttnScale::inv_sqrt_dhead);
+    readout_scale_ = 1.f / std::sqrt(float(c_.d_model));  // model.cpp's readout_scale<float>
   }
   std::string name() const override { return "cuda"; }
-  Precision precision() const override { return Precision::fp32; }
+  Precision precision() const override { return kBf16 ? Precision::bf16 : Precision::fp32; }
 
   void set_state(const std::vector<float>& p, const std::vector<float>& m, const std::vector<float>& v) override {
-    if (p.size() != n_ || m.size() != n_ || v.size() != n_) throw std::logic_error("CudaDevice::set_state: sizes");
+    MANYADD_INVARIANT(p.size() == n_ && m.size() == n_ && v.size() == n_, "CudaDevice::set_state: sizes");
     params_.upload(p.data(), n_), m_.upload(m.data(), n_), v_.upload(v.data(), n_);
   }
   void get_state(std::vector<float>& p, std::vector<float>& m, std::vector<float>& v) override {
@@ -58,29 +103,44 @@ class CudaDevice final : public TrainDevice {
   }
 
   StepResult step(const PackedBatch& pb, float loss_scale, const TrainConfig& tc, std::int64_t t) override {
-    StepResult r;
-    r.loss_sum = forward(pb);
+    MANYADD_INVARIANT(queued_ == 0 && taken_.empty(), "CudaDevice::step with deferred results not taken");
+    step_async(pb, loss_scale, tc, t);
+    return take_results().back();
+  }
+
+  // Forward, backward, sum of squares, AdamW with the clip factor computed on the device: no host wait.
+  void step_async(const PackedBatch& pb, float loss_scale, const TrainConfig& tc, std::int64_t t) override {
+    if (queued_ == kStatSlots) drain();  // all slots hold results: read them back (one wait)
+    double* slot = stats_.get() + 2 * queued_;
+    forward(pb, slot);
     grads_.zero();
     backward(pb, loss_scale);
-    r.grad_norm = std::sqrt(K::reduce_sum(grads_, std::int64_t(n_), true, red_));
-    const AdamScalars s = adam_scalars(tc, t, r.grad_norm);
-    K::adamw_update(params_, m_, v_, grads_, std::int64_t(n_), s.clip, s.b1, s.b2, s.eps, s.step_size, s.inv_sqrt_bc2,
-                    s.wd);
-    kernels::synchronize();
+    K::reduce_sum(grads_, std::int64_t(n_), true, red_, slot + 1);
+    const AdamScalars s = adam_scalars(tc, t, 0.0);  // every scalar but the clip, which needs the norm
+    K::adamw_update(params_, m_, v_, grads_, std::int64_t(n_), slot + 1, tc.grad_clip, s.b1, s.b2, s.eps, s.step_size,
+                    s.inv_sqrt_bc2, s.wd);
+    ++queued_;
+  }
+  std::vector<StepResult> take_results() override {
+    drain();
+    std::vector<StepResult> r;
+    r.swap(taken_);
     return r;
   }
 
   double gradient(const PackedBatch& pb, float loss_scale, std::vector<float>& grads) override {
-    const double loss = forward(pb);
+    forward(pb, red_.get() + K::reduce_scratch_doubles() - 1);  // the scratch's result slot
     grads_.zero();
     backward(pb, loss_scale);
     grads.resize(n_);
     grads_.download(grads.data(), n_);
+    double loss = 0;
+    kernels::to_host(&loss, red_.get() + K::reduce_scratch_doubles() - 1, sizeof(double));
     return loss;
   }
 
   void predict(const PackedBatch& pb, std::vector<std::uint8_t>& argmax) override {
-    forward(pb);
+    forward(pb, nullptr);
     const std::size_t R = std::size_t(pb.rows()), V = std::size_t(c_.vocab);
     host_logits_.resize(R * V);
     logits_.download(host_logits_.data(), R * V);
@@ -95,57 +155,127 @@ class CudaDevice final : public TrainDevice {
   ModelConfig c_;
   Layout lay_;
   std::size_t n_ = 0;
+  float att_scale_ = 1, readout_scale_ = 1;
   kernels::Blas blas_;
   Buf<float> params_, grads_, m_, v_;
-  Buf<double> red_;
+  Buf<bf16> wbf_;  // bf16: the parameters rounded, read by every matrix product
+  Buf<double> red_, stats_;
+  std::size_t queued_ = 0;          // steps whose stats sit in stats_ slots 0..queued_-1
+  std::vector<StepResult> taken_;   // read back, not yet returned
+  std::array<Staging, 2> staging_;
+  int next_staging_ = 0;
   // batch
   Buf<std::uint8_t> tok_;
   Buf<std::int32_t> pos0_, pos1_, tgt_;
-  Buf<float> x0_, xf_, rf_, logits_, probs_, losses_;
-  std::vector<BlockActs> blocks_;
-  Buf<float> dlogits_, dxf_, dx_, dres_, dn_, dh_, dg_, dao_, dq_, dk_, dv_, attscr_, normscr_;
+  Buf<float> x0_, xf_, mf_, rf_, logits_, probs_, losses_;
+  Buf<A> xr_;  // the readout's input when it is not xf (tied, or bf16)
+  std::vector<BlockActs<A>> blocks_;
+  Buf<float> dlogits_, dxf_, dx_, dres_, dn_, dg_, attscr_, normscr_;
+  Buf<A> dlogits16_, dres16_;  // bf16: the rounded copies a product reads
+  Buf<A> dh_, dao_, dq_, dk_, dv_;
   std::vector<float> host_logits_;
 
   const float* P(std::int64_t off) const { return params_.get() + off; }
   float* G(std::int64_t off) const { return grads_.get() + off; }
+  // The weights the matrix products read: the parameters (fp32) or their bf16 copy.
+  const A* W(std::int64_t off) const {
+    if constexpr (kBf16) return wbf_.get() + off;
+    else return params_.get() + off;
+  }
 
-  // out (R, OC) = inp (R, C) W^T with W (OC, C), all row-major (cuBLAS sees the column-major transposes).
-  void mm_forward(float* out, const float* inp, const float* w, int R, int C, int OC) {
+  void drain() {
+    if (queued_ == 0) return;
+    std::vector<double> h(2 * queued_);
+    stats_.download(h.data(), h.size());  // waits for the launched steps
+    for (std::size_t i = 0; i < queued_; ++i) taken_.push_back({h[2 * i], std::sqrt(h[2 * i + 1])});
+    queued_ = 0;
+  }
+
+  // out (R, OC) = inp (R, C) W^T with W (OC, C), all row-major; out fp32, or bf16 (rounded once) in the
+  // bf16 pipeline.
+  template <class O>
+  void mm_forward(O* out, const A* inp, const A* w, int R, int C, int OC) {
     blas_.linear_forward(out, inp, w, R, C, OC);
   }
-  // dinp (R, C) += dout W ; dW (OC, C) += dout^T inp
-  void mm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int R, int C, int OC) {
-    blas_.linear_backward(dinp, dw, dout, inp, w, R, C, OC);
+  // dinp (R, C) = dout W (written; added to with accumulate) ; dW (OC, C) += dout^T inp.
+  template <class DI>
+  void mm_backward(DI* dinp, float* dw, const A* dout, const A* inp, const A* w, int R, int C, int OC,
+                   bool accumulate) {
+    if constexpr (!kBf16) {  // SGEMM accumulating into both (the fp32 twin's += on a zeroed dinp)
+      if (!accumulate) kernels::dev_zero(dinp, std::size_t(R) * C * sizeof(float));
+      blas_.linear_backward(dinp, dw, dout, inp, w, R, C, OC);
+    } else {
+      if constexpr (std::is_same_v<DI, float>) {
+        blas_.linear_backward_input(dinp, dout, w, R, C, OC, accumulate);
+      } else {
+        MANYADD_INVARIANT(!accumulate, "a bf16 gradient is written, never accumulated (it would round twice)");
+        blas_.linear_backward_input(dinp, dout, w, R, C, OC);
+      }
+      blas_.linear_backward_weight(dw, dout, inp, R, C, OC);
+    }
+  }
+  // A fp32 gradient as a product's input: itself (fp32) or its bf16 copy in `copy`.
+  const A* as_input(const Buf<float>& g, Buf<A>& copy, std::int64_t n) {
+    if constexpr (kBf16) {
+      K::convert(copy.get(), g.get(), n);
+      return copy.get();
+    } else {
+      (void)copy, (void)n;
+      return g.get();
+    }
   }
 
+  // Device buffers for the batch (grown, never shrunk: a capacity of whole 32-row tiles per sequence so
+  // that they rarely grow), and the batch uploaded through the next pinned staging buffer.
   void ensure(const PackedBatch& pb) {
-    const std::size_t R = std::size_t(pb.rows()), C = std::size_t(c_.d_model),
+    const std::size_t Tcap = (std::size_t(pb.T) + 31) / 32 * 32;
+    const std::size_t R = std::size_t(pb.B) * Tcap, C = std::size_t(c_.d_model),
                       D = std::size_t(c_.n_heads) * std::size_t(c_.d_head), F = std::size_t(c_.d_ff),
                       V = std::size_t(c_.vocab), BHT = R * std::size_t(c_.n_heads);
     tok_.resize(R), pos0_.resize(R), pos1_.resize(R), tgt_.resize(R);
-    x0_.resize(R * C), xf_.resize(R * C), rf_.resize(R), logits_.resize(R * V), probs_.resize(R * V), losses_.resize(R);
-    if (blocks_.size() != std::size_t(c_.n_layers)) blocks_ = std::vector<BlockActs>(std::size_t(c_.n_layers));
+    x0_.resize(R * C), xf_.resize(R * C), mf_.resize(R), rf_.resize(R), xr_.resize(R * C), logits_.resize(R * V);
+    probs_.resize(R * V), losses_.resize(R);
+    if (blocks_.size() != std::size_t(c_.n_layers)) blocks_ = std::vector<BlockActs<A>>(std::size_t(c_.n_layers));
     for (auto& b : blocks_) {
       b.n1.resize(R * C), b.r1.resize(R), b.q.resize(R * D), b.k.resize(R * D), b.v.resize(R * D), b.ao.resize(R * D);
       b.lse.resize(BHT), b.proj.resize(R * C), b.res1.resize(R * C), b.x1.resize(R * C), b.r2.resize(R);
       b.n3.resize(R * C), b.r3.resize(R), b.h.resize(R * 2 * F), b.g.resize(R * F), b.fo.resize(R * C);
       b.res2.resize(R * C), b.x2.resize(R * C), b.r4.resize(R);
     }
-    dlogits_.resize(R * V), dxf_.resize(R * C), dx_.resize(R * C), dres_.resize(R * C), dn_.resize(R * C);
-    dh_.resize(R * 2 * F), dg_.resize(R * F), dao_.resize(R * D), dq_.resize(R * D), dk_.resize(R * D), dv_.resize(R * D);
-    attscr_.resize(BHT), normscr_.resize(K::rmsnorm_scratch_floats(int(R), int(C)));
-    tok_.upload(pb.tokens.data(), R);
-    tgt_.upload(pb.targets.data(), R);
-    if (!pb.pos[0].empty()) pos0_.upload(pb.pos[0].data(), R);
-    if (!pb.pos[1].empty()) pos1_.upload(pb.pos[1].data(), R);
+    dlogits_.resize(R * V), dlogits16_.resize(R * V), dxf_.resize(R * C), dx_.resize(R * C), dres_.resize(R * C);
+    dres16_.resize(R * C), dn_.resize(R * C), dh_.resize(R * 2 * F), dg_.resize(R * F), dao_.resize(R * D);
+    dq_.resize(R * D), dk_.resize(R * D), dv_.resize(R * D), attscr_.resize(BHT);
+    normscr_.resize(std::max(K::rmsnorm_scratch_floats(int(R), int(C)), K::layernorm_scratch_floats(int(R), int(C))));
+    upload(pb);
+  }
+  void upload(const PackedBatch& pb) {
+    const std::size_t R = std::size_t(pb.rows());
+    Staging& s = staging_[std::size_t(next_staging_)];
+    next_staging_ ^= 1;
+    s.copied.synchronize();  // the copies from this buffer two batches ago have run
+    s.ints.resize(3 * R), s.tok.resize(R);
+    std::memcpy(s.tok.get(), pb.tokens.data(), R);
+    std::memcpy(s.ints.get(), pb.targets.data(), R * sizeof(std::int32_t));
+    kernels::to_device_async(tok_, s.tok.get(), R);
+    kernels::to_device_async(tgt_, s.ints.get(), R * sizeof(std::int32_t));
+    Buf<std::int32_t>* pos[2] = {&pos0_, &pos1_};
+    for (int lv = 0; lv < 2; ++lv) {
+      if (pb.pos[lv].empty()) continue;
+      std::int32_t* h = s.ints.get() + std::size_t(lv + 1) * R;
+      std::memcpy(h, pb.pos[lv].data(), R * sizeof(std::int32_t));
+      kernels::to_device_async(*pos[lv], h, R * sizeof(std::int32_t));
+    }
+    s.copied.record();
   }
 
-  // learn::model_forward on the packed batch, pass by pass. Returns the loss sum (fixed-order double
-  // reduction).
-  double forward(const PackedBatch& pb) {
+  // learn::model_forward on the packed batch, pass by pass. The loss sum (fixed-order double reduction)
+  // goes to *loss on the device (nullptr: no loss, prediction only).
+  void forward(const PackedBatch& pb, double* loss) {
     ensure(pb);
+    if constexpr (kBf16) K::convert(wbf_, params_, std::int64_t(n_));  // the step's bf16 weights
     const int B = pb.B, T = pb.T, R = int(pb.rows()), C = c_.d_model, NH = c_.n_heads, HS = c_.d_head, D = NH * HS,
               F = c_.d_ff, V = c_.vocab, L = pos_levels(c_.pos_mode);
+    const std::int64_t RC = std::int64_t(R) * C;
     const float eps = c_.norm_eps;
     // 1.
     K::embedding_forward(x0_, tok_, pos0_, pos1_, L, P(lay_.wte), P(lay_.wpe[0]), P(lay_.wpe[1]), R, C);
@@ -154,76 +284,106 @@ class CudaDevice final : public TrainDevice {
       auto& b = blocks_[std::size_t(l)];
       const auto& w = lay_.blocks[std::size_t(l)];
       // 2. 3.
-      K::rmsnorm_forward(b.n1, b.r1, x, P(w.attn_norm1), R, C, eps);
-      mm_forward(b.q, b.n1, P(w.wq), R, C, D);
-      mm_forward(b.k, b.n1, P(w.wk), R, C, D);
-      mm_forward(b.v, b.n1, P(w.wv), R, C, D);
+      K::rmsnorm_forward(b.n1.get(), b.r1, x, P(w.attn_norm1), R, C, eps);
+      mm_forward(b.q.get(), b.n1, W(w.wq), R, C, D);
+      mm_forward(b.k.get(), b.n1, W(w.wk), R, C, D);
+      mm_forward(b.v.get(), b.n1, W(w.wv), R, C, D);
       // 4.
-      K::attention_forward(b.ao, b.lse, b.q, b.k, b.v, B, T, NH, HS);
+      K::attention_forward(b.ao.get(), b.lse, b.q, b.k, b.v, B, T, NH, HS, att_scale_);
       // 5.
-      mm_forward(b.proj, b.ao, P(w.wo), R, D, C);
-      K::residual_forward(b.res1, x, b.proj, std::int64_t(R) * C);
-      K::rmsnorm_forward(b.x1, b.r2, b.res1, P(w.attn_norm2), R, C, eps);
+      mm_forward(b.proj.get(), b.ao, W(w.wo), R, D, C);
+      K::residual_forward(b.res1, x, b.proj, RC);
+      K::rmsnorm_forward(b.x1.get(), b.r2, b.res1, P(w.attn_norm2), R, C, eps);
       // 6. 7.
-      K::rmsnorm_forward(b.n3, b.r3, b.x1, P(w.ffn_norm1), R, C, eps);
-      mm_forward(b.h, b.n3, P(w.wi), R, C, 2 * F);
-      K::geglu_forward(b.g, b.h, R, F);
-      mm_forward(b.fo, b.g, P(w.wo_ff), R, F, C);
-      K::residual_forward(b.res2, b.x1, b.fo, std::int64_t(R) * C);
-      K::rmsnorm_forward(b.x2, b.r4, b.res2, P(w.ffn_norm2), R, C, eps);
+      K::rmsnorm_forward(b.n3.get(), b.r3, b.x1, P(w.ffn_norm1), R, C, eps);
+      mm_forward(b.h.get(), b.n3, W(w.wi), R, C, 2 * F);
+      K::geglu_forward(b.g.get(), b.h, R, F);
+      mm_forward(b.fo.get(), b.g, W(w.wo_ff), R, F, C);
+      K::residual_forward(b.res2, b.x1, b.fo, RC);
+      K::rmsnorm_forward(b.x2.get(), b.r4, b.res2, P(w.ffn_norm2), R, C, eps);
       x = b.x2;
     }
-    // 8.
-    K::rmsnorm_forward(xf_, rf_, x, P(lay_.final_norm), R, C, eps);
-    mm_forward(logits_, xf_, P(lay_.lm_head), R, C, V);
+    // 8. xf = final_norm(x) ; xr = xf [* d_model^-1/2 when tied] [rounded in bf16] ; logits = xr W^T
+    if (c_.final_norm == NormKind::layer)
+      K::layernorm_forward(xf_, mf_, rf_, x, P(lay_.final_norm), P(lay_.final_norm_bias), R, C, eps);
+    else
+      K::rmsnorm_forward(xf_.get(), rf_, x, P(lay_.final_norm), R, C, eps);
+    mm_forward(logits_.get(), readout_input(RC), W(lay_.readout()), R, C, V);
+    if (!loss) return;
     K::crossentropy_forward(losses_, probs_, logits_, tgt_, R, V);
-    return K::reduce_sum(losses_, R, false, red_);
+    K::reduce_sum(losses_, R, false, red_, loss);
+  }
+  const A* readout_input(std::int64_t RC) {
+    if (c_.tie_readout) {
+      K::scale_forward(xr_.get(), xf_, readout_scale_, RC);
+      return xr_;
+    }
+    if constexpr (kBf16) {
+      K::convert(xr_.get(), xf_, RC);
+      return xr_;
+    } else {
+      return xf_;
+    }
+  }
+  const A* readout_input_saved() const {
+    if constexpr (kBf16) return xr_;
+    else return c_.tie_readout ? xr_.get() : xf_.get();
   }
 
   // learn::model_backward on the packed batch, pass by pass; grads_ must be zero.
   void backward(const PackedBatch& pb, float loss_scale) {
     const int B = pb.B, T = pb.T, R = int(pb.rows()), C = c_.d_model, NH = c_.n_heads, HS = c_.d_head, D = NH * HS,
               F = c_.d_ff, V = c_.vocab, L = pos_levels(c_.pos_mode);
-    const std::size_t RC = std::size_t(R) * C * 4;
+    const std::int64_t RC = std::int64_t(R) * C;
+    const std::size_t RCb = std::size_t(RC) * sizeof(float);
     // 8.
     K::crossentropy_backward(dlogits_, probs_, tgt_, loss_scale, R, V);
-    dxf_.zero(), dx_.zero();
-    mm_backward(dxf_, G(lay_.lm_head), dlogits_, xf_, P(lay_.lm_head), R, C, V);
-    const float* xlast = c_.n_layers ? blocks_.back().x2.get() : x0_.get();
-    K::rmsnorm_backward(dx_, G(lay_.final_norm), normscr_, dxf_, xlast, P(lay_.final_norm), rf_, R, C);
+    const A* dlog = as_input(dlogits_, dlogits16_, std::int64_t(R) * V);
+    const A* xr = readout_input_saved();
+    dxf_.zero();
+    if (c_.tie_readout) {  // d xr into dn (scratch), then dxf += s d xr
+      mm_backward(dn_.get(), G(lay_.readout()), dlog, xr, W(lay_.readout()), R, C, V, false);
+      K::scale_backward(dxf_, dn_, readout_scale_, RC);
+    } else {
+      mm_backward(dxf_.get(), G(lay_.readout()), dlog, xr, W(lay_.readout()), R, C, V, true);
+    }
+    dx_.zero();
+    const float* xlast = blocks_.back().x2.get();
+    if (c_.final_norm == NormKind::layer)
+      K::layernorm_backward(dx_, G(lay_.final_norm), G(lay_.final_norm_bias), normscr_, dxf_, xlast,
+                            P(lay_.final_norm), mf_, rf_, R, C);
+    else
+      K::rmsnorm_backward(dx_, G(lay_.final_norm), normscr_, dxf_.get(), xlast, P(lay_.final_norm), rf_, R, C);
     for (int l = c_.n_layers - 1; l >= 0; --l) {
       auto& b = blocks_[std::size_t(l)];
       const auto& w = lay_.blocks[std::size_t(l)];
       const float* a_in = l == 0 ? x0_.get() : blocks_[std::size_t(l - 1)].x2.get();
       // 7.
       dres_.zero();
-      K::rmsnorm_backward(dres_, G(w.ffn_norm2), normscr_, dx_, b.res2, P(w.ffn_norm2), b.r4, R, C);
+      K::rmsnorm_backward(dres_, G(w.ffn_norm2), normscr_, dx_.get(), b.res2, P(w.ffn_norm2), b.r4, R, C);
       // 6.
-      dg_.zero();
-      mm_backward(dg_, G(w.wo_ff), dres_, b.g, P(w.wo_ff), R, F, C);
-      dh_.zero();
-      K::geglu_backward(dh_, dg_, b.h, R, F);
-      dn_.zero();
-      mm_backward(dn_, G(w.wi), dh_, b.n3, P(w.wi), R, C, 2 * F);
-      kernels::dev_copy(dx_, dres_, RC);
-      K::rmsnorm_backward(dx_, G(w.ffn_norm1), normscr_, dn_, b.x1, P(w.ffn_norm1), b.r3, R, C);
+      mm_backward(dg_.get(), G(w.wo_ff), as_input(dres_, dres16_, RC), b.g, W(w.wo_ff), R, F, C, false);
+      if constexpr (!kBf16) dh_.zero();  // fp32: accumulated into; bf16: written (rounded once)
+      K::geglu_backward(dh_.get(), dg_.get(), b.h.get(), R, F);
+      mm_backward(dn_.get(), G(w.wi), dh_, b.n3, W(w.wi), R, C, 2 * F, false);
+      kernels::dev_copy(dx_, dres_, RCb);
+      K::rmsnorm_backward(dx_, G(w.ffn_norm1), normscr_, dn_.get(), b.x1, P(w.ffn_norm1), b.r3, R, C);
       // 5.
       dres_.zero();
-      K::rmsnorm_backward(dres_, G(w.attn_norm2), normscr_, dx_, b.res1, P(w.attn_norm2), b.r2, R, C);
-      dao_.zero();
-      mm_backward(dao_, G(w.wo), dres_, b.ao, P(w.wo), R, D, C);
+      K::rmsnorm_backward(dres_, G(w.attn_norm2), normscr_, dx_.get(), b.res1, P(w.attn_norm2), b.r2, R, C);
+      mm_backward(dao_.get(), G(w.wo), as_input(dres_, dres16_, RC), b.ao, W(w.wo), R, D, C, false);
       // 4. (written, not accumulated)
-      K::attention_backward(dq_, dk_, dv_, attscr_, dao_, b.ao, b.lse, b.q, b.k, b.v, B, T, NH, HS);
+      K::attention_backward(dq_.get(), dk_.get(), dv_.get(), attscr_, dao_.get(), b.lse, b.q.get(), b.k.get(),
+                            b.v.get(), B, T, NH, HS, att_scale_);
       // 3.
-      dn_.zero();
-      mm_backward(dn_, G(w.wq), dq_, b.n1, P(w.wq), R, C, D);
-      mm_backward(dn_, G(w.wk), dk_, b.n1, P(w.wk), R, C, D);
-      mm_backward(dn_, G(w.wv), dv_, b.n1, P(w.wv), R, C, D);
+      mm_backward(dn_.get(), G(w.wq), dq_, b.n1, W(w.wq), R, C, D, false);
+      mm_backward(dn_.get(), G(w.wk), dk_, b.n1, W(w.wk), R, C, D, true);
+      mm_backward(dn_.get(), G(w.wv), dv_, b.n1, W(w.wv), R, C, D, true);
       // 2.
-      kernels::dev_copy(dx_, dres_, RC);
-      K::rmsnorm_backward(dx_, G(w.attn_norm1), normscr_, dn_, a_in, P(w.attn_norm1), b.r1, R, C);
+      kernels::dev_copy(dx_, dres_, RCb);
+      K::rmsnorm_backward(dx_, G(w.attn_norm1), normscr_, dn_.get(), a_in, P(w.attn_norm1), b.r1, R, C);
     }
-    // 1.
+    // 1. (a tied readout's gradient is already in dwte: the sums of rows are added to it)
     K::embedding_backward(G(lay_.wte), G(lay_.wpe[0]), G(lay_.wpe[1]), dx_, tok_, pos0_, pos1_, L, R, C, V,
                           c_.max_pos1 + 1, c_.max_pos2 + 1);
   }
@@ -238,15 +398,13 @@ namespace manyadd::learn {
 
 bool cuda_training_available(std::string* why) { return kernels::device_available(why); }
 
-void check_cuda_supports(const ModelConfig& c, Precision p) {
-  auto refuse = [](const std::string& what) {
-    throw InputError("--device cuda does not support " + what + " yet (the CPU devices do)");
-  };
-  if (p != Precision::fp32) refuse(std::string("precision ") + precision_name(p));
-  if (c.attn_scale != AttnScale::inv_sqrt_dhead) refuse(std::string("attn_scale ") + attn_scale_name(c.attn_scale));
-  if (c.tie_readout) refuse("tie_readout true");
-  if (c.final_norm != NormKind::rms) refuse(std::string("final_norm ") + norm_kind_name(c.final_norm));
-  if (c.d_head > 128) refuse("d_head " + std::to_string(c.d_head) + " (at most 128)");
+void check_cuda_supports(const ModelConfig& c, Precision) {
+  // The flash attention kernels hold a head's row across a warp's registers: 16 dims per lane at most.
+  constexpr int kMaxHeadDim = 512;
+  if (c.d_head > kMaxHeadDim)
+    throw InputError("--device cuda does not support d_head " + std::to_string(c.d_head) + " (at most " +
+                     std::to_string(kMaxHeadDim) + ": the attention kernels keep a head's row in a warp's registers; "
+                     "the CPU devices run it)");
 }
 
 std::unique_ptr<TrainDevice> make_cuda_device(const ModelConfig& c, Precision p) {
@@ -254,7 +412,8 @@ std::unique_ptr<TrainDevice> make_cuda_device(const ModelConfig& c, Precision p)
   std::string why;
   if (!kernels::device_available(&why)) throw InputError("no CUDA device: " + why);
 #if MANYADD_WITH_CUDA
-  return std::make_unique<CudaDevice>(c);
+  if (p == Precision::bf16) return std::make_unique<CudaDevice<kernels::bf16>>(c);
+  return std::make_unique<CudaDevice<float>>(c);
 #else
   (void)c;
   throw InvariantError("a CUDA device was reported in a build without CUDA");

@@ -1,13 +1,22 @@
 // Training loop, optimizer, checkpoints: see train.hpp.
 #include "manyadd/learn/train.hpp"
 
+#include <signal.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include <fmt/format.h>
+
+#include "manyadd/core/cli.hpp"
 
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
@@ -189,6 +198,12 @@ std::vector<Example> Trainer::batch_examples(std::int64_t t) {
 }
 
 StepStats Trainer::step() {
+  MANYADD_INVARIANT(launched_.empty(), "Trainer::step with deferred steps not finished (finish_steps first)");
+  step_async();
+  return finish_steps().back();
+}
+
+StepStats Trainer::step_async() {
   const std::int64_t t = step_ + 1;
   const PackedBatch pb = pack_batch(batch_examples(t), mc_);
   StepStats st;
@@ -196,15 +211,27 @@ StepStats Trainer::step() {
   st.targets = pb.counted_targets;
   const float scale = 1.f / float(st.targets);  // loss = mean over the batch's counted targets
   if (push_to_device_) dev_->set_state(params_, m_, v_), push_to_device_ = false;
-  const auto r = dev_->step(pb, scale, tc_, t);
+  dev_->step_async(pb, scale, tc_, t);
   pull_from_device_ = true;
-  st.grad_norm = r.grad_norm;
-  st.loss = r.loss_sum / double(st.targets);
   step_ = t;
+  st.loss = st.grad_norm = NAN;
+  launched_.push_back(st);
   return st;
 }
 
-void Trainer::save(const std::string& dir) const {
+std::vector<StepStats> Trainer::finish_steps() {
+  const auto rs = dev_->take_results();
+  MANYADD_INVARIANT(rs.size() == launched_.size(), "Trainer::finish_steps: the device lost a step's result");
+  std::vector<StepStats> out;
+  out.swap(launched_);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i].grad_norm = rs[i].grad_norm;
+    out[i].loss = rs[i].loss_sum / double(out[i].targets);
+  }
+  return out;
+}
+
+void Trainer::save(const std::string& dir, const std::map<std::string, std::string>& run_state) const {
   pull_from_device();
   make_output_dir(dir);
   nlohmann::json cfg;
@@ -231,15 +258,17 @@ void Trainer::save(const std::string& dir) const {
   ts.insert(ts.end(), tm.begin(), tm.end());
   ts.insert(ts.end(), tv.begin(), tv.end());
   nlohmann::json mj = mc_;
-  write_safetensors(dir + "/checkpoint.safetensors", ts,
-                    {{"format", "pt"},
-                     {"step", std::to_string(step_)},
-                     {"model_config", mj.dump()},
-                     {"precision", tc_.precision}});
+  std::map<std::string, std::string> ckpt_meta;
+  for (const auto& [k, v] : run_state) ckpt_meta["run." + k] = v;
+  ckpt_meta.insert(
+      {{"format", "pt"}, {"step", std::to_string(step_)}, {"model_config", mj.dump()}, {"precision", tc_.precision}});
+  write_safetensors(dir + "/checkpoint.safetensors", ts, ckpt_meta);
 }
 
 void Trainer::load_checkpoint(const std::string& dir, bool allow_precision_change) {
-  const SafetensorsFile ts = read_safetensors(dir + "/checkpoint.safetensors");
+  ReadOptions whole_file;  // the step and the configuration in the metadata must be under the checksum
+  whole_file.allow_legacy_checksum = false;
+  const SafetensorsFile ts = read_safetensors(dir + "/checkpoint.safetensors", whole_file);
   auto meta = ts.metadata;
   // Compared as configurations, not as text: a checkpoint written before a field existed holds that
   // field's default.
@@ -260,17 +289,21 @@ void Trainer::load_checkpoint(const std::string& dir, bool allow_precision_chang
     throw InputError(fmt::format("'{}/checkpoint.safetensors' was trained in {}; resuming it in {} changes the "
                                  "arithmetic of the run (pass --allow-precision-change to do so)",
                                  dir, saved_prec, tc_.precision));
+  if (!meta.count("step")) throw InputError(fmt::format("'{}/checkpoint.safetensors' has no step", dir));
   std::int64_t s = -1;
   try {
-    s = std::stoll(meta.count("step") ? meta["step"] : std::string("x"));
-  } catch (const std::exception&) {
-    throw InputError(fmt::format("'{}/checkpoint.safetensors' has no valid step", dir));
+    s = cli::parse_int(meta["step"], "its step", 0, std::numeric_limits<std::int64_t>::max());
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("'{}/checkpoint.safetensors': {}", dir, e.what()));
   }
-  if (s < 0) throw InputError(fmt::format("'{}/checkpoint.safetensors' has a negative step", dir));
+  check_tensor_set(lay_, ts, {"", "adam.m.", "adam.v."});
   tensors_to_params(lay_, ts, params_);
   tensors_to_params(lay_, ts, m_, "adam.m.");
   tensors_to_params(lay_, ts, v_, "adam.v.");
   step_ = s;
+  run_state_.clear();
+  for (const auto& [k, v] : ts.metadata)
+    if (k.compare(0, 4, "run.") == 0) run_state_[k.substr(4)] = v;
   pull_from_device_ = false;
   push_to_device_ = true;
 }
@@ -297,6 +330,70 @@ Trainer::EvalSummary Trainer::eval_in_distribution(std::int64_t samples) const {
   return r;
 }
 
+namespace {
+const char kLogHeader[] = "step,loss,lr,grad_norm,tokens_per_s,elapsed_s";
+const char kEvalHeader[] = "step,mean_exact_match,min_exact_match,elapsed_s";
+
+// Rewrites a CSV log so that it describes exactly the steps the checkpoint holds: the header, then the
+// complete rows (`columns` fields, a step first, steps increasing) of steps <= upto. Dropped: rows of
+// steps a killed run logged after its last checkpoint, and a last line a kill cut short (no newline).
+// keep = false: the header alone (a new run). Returns the last step kept (0: none).
+std::int64_t rewrite_log(const std::string& path, const std::string& header, std::size_t columns, std::int64_t upto,
+                         bool keep) {
+  check_output_path(path);  // the log is appended to: not through a link, not into a device
+  std::string kept = header + "\n";
+  std::int64_t last = 0;
+  if (keep && std::filesystem::exists(path)) {
+    const std::string text = read_file(path, std::uint64_t(1) << 30);
+    for (std::size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) {
+      const std::string line = text.substr(at, nl - at);
+      if (std::count(line.begin(), line.end(), ',') + 1 != std::ptrdiff_t(columns)) continue;  // the header, a torn row
+      std::int64_t step = 0;
+      try {
+        step = cli::parse_int(line.substr(0, line.find(',')), "step", 1, upto);
+      } catch (const InputError&) {
+        continue;
+      }
+      if (step <= last) continue;
+      kept += line + "\n";
+      last = step;
+    }
+  }
+  atomic_write(path, kept);
+  return last;
+}
+
+// A double stored exactly (its IEEE bits, 16 hex digits), NaN and infinities included.
+std::string double_bits(double x) {
+  std::uint64_t b;
+  std::memcpy(&b, &x, 8);
+  return fmt::format("{:016x}", b);
+}
+double from_bits(const std::string& s, const std::string& what) {
+  std::uint64_t b = 0;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), b, 16);
+  if (s.size() != 16 || r.ec != std::errc() || r.ptr != s.data() + s.size())
+    throw InputError(fmt::format("{}: '{}' is not 16 hex digits", what, s));
+  double x;
+  std::memcpy(&x, &b, 8);
+  return x;
+}
+
+// Temporaries of atomic writes that a killed process left in the run directory ("<file>.tmp.<pid>"
+// of a process that no longer runs).
+void remove_stale_temporaries(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const auto k = name.rfind(".tmp.");
+    if (k == std::string::npos || !e.is_regular_file(ec)) continue;
+    const std::string pid = name.substr(k + 5);
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9) continue;
+    if (::kill(pid_t(std::stol(pid)), 0) != 0 && errno == ESRCH) std::filesystem::remove(e.path(), ec);
+  }
+}
+}  // namespace
+
 nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const std::string& dir, bool resume,
                             std::int64_t stop_after, const std::function<void(const std::string&)>& log,
                             std::shared_ptr<TrainDevice> device, double max_seconds, bool allow_precision_change) {
@@ -308,73 +405,105 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
   if (resume) tr.load_checkpoint(dir, allow_precision_change);
   if (device) tr.attach_device(std::move(device));
   make_output_dir(dir);
-  // A run killed between checkpoints logged steps the checkpoint does not hold; on resume drop those
-  // rows so the CSVs describe exactly one history.
-  auto trim = [&](const std::string& path) {
-    if (!fs::exists(path)) return;
-    std::ifstream in(path);
-    std::string line, kept;
-    while (std::getline(in, line)) {
-      char* end = nullptr;
-      const long long st = std::strtoll(line.c_str(), &end, 10);
-      if (end == line.c_str() || st <= tr.steps_done()) kept += line + "\n";  // header or an old row
-    }
-    in.close();
-    atomic_write(path, kept);
-  };
+  if (resume) remove_stale_temporaries(dir);
+  // The state of the log at the checkpoint: the steps and the loss sum of the log window not yet
+  // written (a checkpoint between two log rows), so that the rows after a resume are the rows of the
+  // uninterrupted run. (Wall-clock columns -- tokens/s, elapsed seconds -- are this process's.)
+  std::int64_t win_n = 0;
+  double win_loss = 0;
   if (resume) {
-    trim(dir + "/log.csv");
-    trim(dir + "/eval.csv");
+    const auto& rs = tr.run_state();
+    const std::string what = dir + "/checkpoint.safetensors";
+    try {
+      if (rs.count("log_window_steps"))
+        win_n = cli::parse_int(rs.at("log_window_steps"), "run.log_window_steps", 0, tr.steps_done());
+      if (rs.count("log_window_loss")) win_loss = from_bits(rs.at("log_window_loss"), "run.log_window_loss");
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("'{}': {}", what, e.what()));
+    }
+    // config.json is the user's to edit (and flags may extend --steps): say what differs from the
+    // settings the checkpoint was trained with, which its checksum covers.
+    if (rs.count("train_config")) {
+      const nlohmann::json was = parse_json(rs.at("train_config"), what + " (run.train_config)"), now = tc;
+      std::string diff;
+      for (auto it = now.begin(); it != now.end(); ++it)
+        if (!was.contains(it.key()) || was.at(it.key()) != it.value())
+          diff += fmt::format(" {} {} -> {};", it.key(), was.contains(it.key()) ? was.at(it.key()).dump() : "(none)",
+                              it.value().dump());
+      if (!diff.empty())
+        log("resuming with train settings other than the checkpoint's:" + diff +
+            " the steps from here differ from the run's");
+    }
   }
+  // The logs hold one history: the rows of the steps the checkpoint holds (a new run starts them anew).
+  rewrite_log(dir + "/log.csv", kLogHeader, 6, tr.steps_done(), resume);
+  const std::int64_t last_eval = rewrite_log(dir + "/eval.csv", kEvalHeader, 4, tr.steps_done(), resume);
   std::ofstream csv(dir + "/log.csv", std::ios::app);
   if (!csv) throw InputError(fmt::format("cannot open '{}/log.csv'", dir));
-  if (tr.steps_done() == 0) csv << "step,loss,lr,grad_norm,tokens_per_s,elapsed_s\n";
   std::ofstream ecsv(dir + "/eval.csv", std::ios::app);
   if (!ecsv) throw InputError(fmt::format("cannot open '{}/eval.csv'", dir));
-  if (tr.steps_done() == 0) ecsv << "step,mean_exact_match,min_exact_match,elapsed_s\n";
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   auto last = t0;
+  auto elapsed = [&] { return std::chrono::duration<double>(clock::now() - t0).count(); };
   const std::int64_t start = tr.steps_done();
-  std::int64_t win_tokens = 0, total_tokens = 0, win_n = 0;
-  double win_loss = 0, last_loss = NAN;
+  std::int64_t win_tokens = 0, total_tokens = 0;
+  double last_loss = NAN;
   nlohmann::json evals = nlohmann::json::array();
   auto do_eval = [&] {
     const auto e = tr.eval_in_distribution(tc.eval_samples);
-    const double el = std::chrono::duration<double>(clock::now() - t0).count();
-    ecsv << fmt::format("{},{:.4f},{:.4f},{:.1f}\n", tr.steps_done(), e.mean, e.min, el) << std::flush;
+    if (tr.steps_done() > last_eval)  // a finished run resumed has its final row already
+      ecsv << fmt::format("{},{:.4f},{:.4f},{:.1f}\n", tr.steps_done(), e.mean, e.min, elapsed()) << std::flush;
     log(fmt::format("eval step {}: in-distribution exact match mean {:.4f} min {:.4f} ({} samples/cell)",
                     tr.steps_done(), e.mean, e.min, tc.eval_samples));
     evals.push_back({{"step", tr.steps_done()}, {"mean", e.mean}, {"min", e.min}});
     return e;
   };
+  auto save = [&] {
+    tr.save(dir, {{"log_window_steps", std::to_string(win_n)},
+                  {"log_window_loss", double_bits(win_loss)},
+                  {"train_config", nlohmann::json(tc).dump()}});
+  };
+  // The steps run with deferred statistics (Trainer::step_async): their losses enter the log window
+  // here, in step order, before every log row, evaluation and checkpoint -- the same sums as step by step.
+  double last_gnorm = NAN;
+  auto settle = [&] {
+    for (const StepStats& st : tr.finish_steps()) {
+      win_loss += st.loss, win_n += 1;
+      last_loss = st.loss, last_gnorm = st.grad_norm;
+    }
+  };
   const std::int64_t end = stop_after > 0 ? std::min(tc.steps, stop_after) : tc.steps;
   while (tr.steps_done() < end) {
-    const StepStats st = tr.step();
+    const StepStats st = tr.step_async();
     const std::int64_t s = tr.steps_done();
-    win_loss += st.loss, win_n += 1, win_tokens += st.tokens, total_tokens += st.tokens;
-    last_loss = st.loss;
-    if (s % tc.log_every == 0 || s == end) {
+    win_tokens += st.tokens, total_tokens += st.tokens;
+    const bool log_now = s % tc.log_every == 0 || s == tc.steps;
+    const bool eval_now = tc.eval_every > 0 && s % tc.eval_every == 0 && s != tc.steps;
+    const bool save_now = tc.checkpoint_every > 0 && s % tc.checkpoint_every == 0;
+    if (log_now || eval_now || save_now || s == end) settle();
+    if (log_now) {  // the rows of the run, wherever a piece of it stops
       const auto now = clock::now();
       const double dt = std::chrono::duration<double>(now - last).count();
-      const double el = std::chrono::duration<double>(now - t0).count();
+      const double el = elapsed();
       const double tps = dt > 0 ? double(win_tokens) / dt : 0;
       const double eta = el / double(s - start) * double(tc.steps - s);
       log(fmt::format("step {}/{} loss {:.4f} lr {:.2e} gnorm {:.2f} | {:.0f} tok/s | elapsed {} ETA {}", s, tc.steps,
-                      win_loss / double(win_n), lr_at(tc, s), st.grad_norm, tps, human_seconds(el), human_seconds(eta)));
+                      win_loss / double(win_n), lr_at(tc, s), last_gnorm, tps, human_seconds(el), human_seconds(eta)));
       csv << fmt::format("{},{:.6f},{:.6e},{:.4f},{:.0f},{:.1f}\n", s, win_loss / double(win_n), lr_at(tc, s),
-                         st.grad_norm, tps, el)
+                         last_gnorm, tps, el)
           << std::flush;
       last = now, win_loss = 0, win_n = 0, win_tokens = 0;
     }
-    if (tc.eval_every > 0 && s % tc.eval_every == 0 && s != tc.steps) do_eval();
-    if (tc.checkpoint_every > 0 && s % tc.checkpoint_every == 0) tr.save(dir);
+    if (eval_now) do_eval();
+    if (save_now) save();
     if (max_seconds > 0 && std::chrono::duration<double>(clock::now() - t0).count() >= max_seconds) {
       log(fmt::format("stopping at step {}: --max-seconds {} reached (resume with --resume)", s, max_seconds));
       break;
     }
   }
-  tr.save(dir);
+  settle();
+  save();
   nlohmann::json out;
   const double secs = std::chrono::duration<double>(clock::now() - t0).count();
   out["steps"] = tr.steps_done();

@@ -19,6 +19,7 @@
 
 #include "manyadd/learn/attention.hpp"
 #include "manyadd/core/cli.hpp"
+#include "manyadd/learn/cli_common.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
 #include "manyadd/learn/io.hpp"
@@ -335,6 +336,8 @@ int main(int argc, char** argv) {
       check_nm(a.n_max, a.m_max, "--n-max/--m-max");
     }
     check_nm(a.n, a.m, "--n/--m");
+    check_samples_fit(a.samples, std::max(a.n, a.grid ? a.n_max : 1), std::max(a.m, a.grid ? a.m_max : 2),
+                      fmt::format("--samples {}", a.samples));
     LoadedModel lm;
     const bool self = self_mode(a);
     if (!self) lm = load_model_dir(a.learned);

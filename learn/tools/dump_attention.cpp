@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "manyadd/core/cli.hpp"
+#include "manyadd/learn/cli_common.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
 #include "manyadd/learn/attention.hpp"
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
     const Shape shape = Shape::make(n, m, Padding::minimal);
     if (shape.N() > 20000) throw InputError(fmt::format("TA({}, {}) has N = {} tokens: above the 20,000 a dense (N, N) "
                                                         "map per head allows", n, m, shape.N()));
+    check_samples_fit(samples, n, m, fmt::format("--samples {} of TA({}, {})", samples, n, m));
     Rng rng(cell_seed(seed, n, m));
     std::vector<Problem> probs;
     for (std::int64_t i = 0; i < samples; ++i) probs.push_back(sample_TA(rng, n, m));

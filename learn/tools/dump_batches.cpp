@@ -17,6 +17,7 @@
 
 #include "manyadd/core/cli.hpp"
 #include "manyadd/learn/batch.hpp"
+#include "manyadd/learn/cli_common.hpp"
 #include "manyadd/learn/io.hpp"
 #include "manyadd/learn/train.hpp"
 
@@ -49,12 +50,15 @@ int main(int argc, char** argv) {
   app.footer(cli::exit_codes_footer(false));
   if (const int rc = cli::parse(app, argc, argv, std::cout, std::cerr); rc >= 0) return rc;
   return run_tool("dump_batches", std::cerr, [&] {
-    const auto cfg = read_json_file(run + "/config.json");
-    if (!cfg.contains("model") || !cfg.contains("train")) throw InputError(run + "/config.json lacks model/train");
-    ModelConfig mc;
+    // The run's configuration, its model checked against the weights the run wrote (a configuration
+    // cannot size the trainer beyond what the run holds), its data set against the machine.
+    const LoadedModel lm = load_model_dir(run);
+    const auto& cfg = lm.config_json;
+    if (!cfg.contains("train")) throw InputError(run + "/config.json has no \"train\" section");
+    const ModelConfig mc = lm.cfg;
     TrainConfig tc;
-    from_json(cfg["model"], mc);
     from_json(cfg["train"], tc);
+    check_run_fits(mc, tc);
     Trainer tr(mc, tc);
     const int L = pos_levels(mc.pos_mode);
     std::string bytes = "MABATCH1";

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "manyadd/core/cli.hpp"
+#include "manyadd/learn/cli_common.hpp"
 #include "manyadd/learn/cuda_device.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
@@ -75,6 +76,8 @@ int main(int argc, char** argv) {
       throw InputError("--device cuda evaluates teacher-forced only (--mode teacher); greedy decoding runs on the CPU");
     if (device == "cuda" && !problem.empty()) throw InputError("--problem runs on the CPU only (drop --device cuda)");
     const Precision prec = parse_precision(precision_s);
+    if (problem.empty())  // a cell's samples are held at once
+      check_samples_fit(samples, n_max, m_max, fmt::format("--samples {} per cell up to TA({}, {})", samples, n_max, m_max));
     const LoadedModel lm = load_model_dir(model);
     const ModelView<float> view{lm.cfg, lm.lay, lm.params.data(), prec};
     std::unique_ptr<TrainDevice> dev;

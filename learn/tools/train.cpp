@@ -38,8 +38,8 @@ int main(int argc, char** argv) {
                 "also stop (with a checkpoint) after the first step ending past this wall time; 0 = no limit", 0);
   cli::add_json(app, json_path, "write a JSON report (steps, loss, tokens/s, accuracy) to this file");
   cli::add_device(app, device,
-                  "cpu: deterministic for (seed, threads) | cuda: the same batches on a GPU (fp32, this project's "
-                  "architecture options only for now); exit 2 without a device. Not part of the config: a run may "
+                  "cpu: deterministic for (seed, threads) | cuda: the same batches on a GPU, in the run's precision, "
+                  "every model option (d_head <= 512); exit 2 without a device. Not part of the config: a run may "
                   "be resumed on the other device");
   const ConfigOptions flags(app);
   app.footer(cli::exit_codes_footer(false));
@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
     // config.json written by train holds the descriptive "vocabulary" key; from_json accepts it.
     from_json(cfg["model"], mc);
     from_json(cfg["train"], tc);
+    check_run_fits(mc, tc);  // before the data set, the weights or any step
     std::shared_ptr<TrainDevice> dev;
     if (device == "cuda") dev = make_cuda_device(mc, tc.precision_value());  // InputError -> exit 2
     const auto report = run_training(mc, tc, out, resume, stop_after, [](const std::string& s) {

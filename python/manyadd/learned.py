@@ -16,11 +16,15 @@ The forward (shapes: B batch, T tokens, C d_model, H n_heads, D d_head, F d_ff, 
                                                                          digits/absolute 1, none 0)
     per layer:  x = attn_norm2(x + attn(attn_norm1(x)))                 (the reference's "PreNorm and
                 x = ffn_norm2(x + ffn(ffn_norm1(x)))                     PostNorm")
-    logits = lm_head(final_norm(x))
+    logits = lm_head(final_norm(x))                                     (tie_readout false)
+    logits = (final_norm(x) * d_model^-1/2) tok_emb^T                  (tie_readout true: T5's readout,
+                                                                         no lm_head tensor)
     attn: q, k, v = x Wq^T, x Wk^T, x Wv^T split in H heads of D; causal softmax(q k^T * scale) v;
-          output projection o (no biases anywhere); scale = 1/sqrt(D)
+          output projection o (no biases anywhere); scale = 1/sqrt(D) (attn_scale inv_sqrt_dhead) or 1
+          (attn_scale none: T5, the authors' model)
     ffn: GEGLU, [gate | up] = x wi^T (2F), gelu_tanh(gate) * up, then wo
-    norm: RMSNorm w * x / sqrt(mean(x^2) + norm_eps)
+    norm: RMSNorm w * x / sqrt(mean(x^2) + norm_eps); the final norm RMSNorm (final_norm rms) or LayerNorm
+          w * (x - mean) / sqrt(var + norm_eps) + b, biased variance (final_norm layer)
 Sequences of a batch may have different lengths: pad them at the end (attention is causal, so the real
 rows never see the padding) and read the logits of the real rows only.
 
@@ -40,7 +44,7 @@ Hook points (TransformerLens names; shapes for a batch (B, T)):
     blocks.{l}.mlp.hook_post          (B, T, F) gelu_tanh(gate) * up
     blocks.{l}.hook_mlp_out           (B, T, C) wo output
     blocks.{l}.hook_resid_post        (B, T, C) ffn_norm2(resid_mid + mlp_out): the block output
-    ln_final.hook_normalized          (B, T, C) final_norm output
+    ln_final.hook_normalized          (B, T, C) final_norm output (before the tied readout's scale)
     hook_logits                       (B, T, V)
 The parameters keep model.safetensors' names (tok_emb.weight, pos_emb.0.weight, layers.0.attn.q.weight,
 ...), so model.state_dict() and the file hold the same tensors.
@@ -75,9 +79,11 @@ _SIZES = {"vocab": (14, 14), "n_layers": (1, 64), "n_heads": (1, 64), "d_model":
 ARCHITECTURE_SWITCHES = {
     "pos_mode": {"coupled": "two position tables (significance, operand)", "digits": "level 1 only",
                  "absolute": "one ID per index", "none": "no position table (NoPE)"},
-    "attn_scale": {"inv_sqrt_dhead": "scores q.k / sqrt(d_head)"},
-    "final_norm": {"rms": "RMSNorm with weight, eps norm_eps"},
-    "tie_readout": {False: "lm_head.weight is its own tensor"},
+    "attn_scale": {"inv_sqrt_dhead": "scores q.k / sqrt(d_head)", "none": "scores q.k unscaled (T5)"},
+    "final_norm": {"rms": "RMSNorm with weight, eps norm_eps",
+                   "layer": "LayerNorm with weight and bias, eps norm_eps (biased variance)"},
+    "tie_readout": {False: "lm_head.weight is its own tensor",
+                    True: "logits = (final_norm(x) d_model^-1/2) tok_emb.weight^T, no lm_head tensor"},
 }
 # Fields that do not change the forward: the initialization, the descriptions.
 _INERT = {"init_std", "init", "vocabulary", "architecture"}
@@ -160,13 +166,29 @@ class RMSNorm(nn.Module):
         return self.hook_normalized(y) if self.hook_normalized is not None else y
 
 
+class LayerNorm(nn.Module):
+    """learn's layernorm_forward: w (x - mean) rstd + b, rstd = 1 / sqrt(mean((x - mean)^2) + eps)."""
+
+    def __init__(self, C, eps, name):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(C))
+        self.bias = nn.Parameter(torch.zeros(C))
+        self.eps = eps
+        self.hook_normalized = HookPoint(name) if name else None
+
+    def forward(self, x):
+        xc = x - x.mean(-1, keepdim=True)
+        y = self.weight * xc * torch.rsqrt(xc.pow(2).mean(-1, keepdim=True) + self.eps) + self.bias
+        return self.hook_normalized(y) if self.hook_normalized is not None else y
+
+
 class Attention(nn.Module):
     def __init__(self, cfg, l):
         super().__init__()
         C, self.H, self.D = cfg.d_model, cfg.n_heads, cfg.d_head
         self.q, self.k, self.v = (nn.Linear(C, self.H * self.D, bias=False) for _ in range(3))
         self.o = nn.Linear(self.H * self.D, C, bias=False)
-        self.scale = {"inv_sqrt_dhead": 1.0 / math.sqrt(self.D)}[cfg.attn_scale]
+        self.scale = {"inv_sqrt_dhead": 1.0 / math.sqrt(self.D), "none": 1.0}[cfg.attn_scale]
         # torch's fused attention (torch >= 2.0) where nothing asks for the scores or the pattern: the same
         # mathematics, another summation order; off by default so that hooked and unhooked runs agree.
         self.fused = False
@@ -179,9 +201,15 @@ class Attention(nn.Module):
         q = self.hook_q(self.q(x).view(B, T, self.H, self.D)).transpose(1, 2)  # (B, H, T, D)
         k = self.hook_k(self.k(x).view(B, T, self.H, self.D)).transpose(1, 2)
         v = self.hook_v(self.v(x).view(B, T, self.H, self.D)).transpose(1, 2)
-        if self.fused and self.scale == 1.0 / math.sqrt(self.D) and hasattr(F, "scaled_dot_product_attention") \
+        if self.fused and hasattr(F, "scaled_dot_product_attention") \
                 and not (self.hook_attn_scores.has_hooks() or self.hook_pattern.has_hooks()):
-            z = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # scale 1/sqrt(D) by default
+            if self.scale == 1.0 / math.sqrt(self.D):
+                z = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # scale 1/sqrt(D) by default
+            else:  # torch >= 2.1 takes the scale; 2.0 gets q scaled to the same scores
+                try:
+                    z = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
+                except TypeError:
+                    z = F.scaled_dot_product_attention(q * (self.scale * math.sqrt(self.D)), k, v, is_causal=True)
         else:
             s = (q @ k.transpose(-2, -1)) * self.scale
             mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
@@ -236,8 +264,15 @@ class LearnedTransformer(HookedModule):
         self.tok_emb = nn.Embedding(V, C)
         self.pos_emb = nn.ModuleList(nn.Embedding(cfg.max_pos[lv] + 1, C) for lv in range(cfg.levels))
         self.layers = nn.ModuleList(Block(cfg, l) for l in range(cfg.n_layers))
-        self.final_norm = {"rms": RMSNorm}[cfg.final_norm](C, cfg.norm_eps, "ln_final.hook_normalized")
-        self.lm_head = nn.Linear(C, V, bias=False)
+        self.final_norm = {"rms": RMSNorm, "layer": LayerNorm}[cfg.final_norm](C, cfg.norm_eps,
+                                                                                 "ln_final.hook_normalized")
+        if cfg.tie_readout:
+            # the C++ multiplies by the float 1 / sqrt(float(d_model)) (learn/src/model.cpp readout_scale)
+            self.register_buffer("readout_scale", 1.0 / torch.tensor(float(C), dtype=torch.float32).sqrt(),
+                                 persistent=False)
+            self.lm_head = None
+        else:
+            self.lm_head = nn.Linear(C, V, bias=False)
         self.hook_embed, self.hook_logits = HookPoint("hook_embed"), HookPoint("hook_logits")
         self.hook_pos_embed = HookPoint("hook_pos_embed") if cfg.levels else None
         self._setup_hooks()
@@ -262,7 +297,11 @@ class LearnedTransformer(HookedModule):
             x = x + self.hook_pos_embed(pe)
         for blk in self.layers:
             x = blk(x)
-        logits = self.hook_logits(self.lm_head(self.final_norm(x)))
+        xf = self.final_norm(x)
+        if self.lm_head is None:  # tied: T5's readout through the token table
+            logits = self.hook_logits((xf * self.readout_scale) @ self.tok_emb.weight.t())
+        else:
+            logits = self.hook_logits(self.lm_head(xf))
         return logits[0] if squeeze else logits
 
     # ---- the task ----------------------------------------------------------------------------------

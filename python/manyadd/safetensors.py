@@ -3,8 +3,14 @@ core/src/safetensors.cpp, which reads and writes every file the C++ tools use).
 
 The format: 8-byte little-endian header length, a JSON header {name: {dtype, shape, data_offsets},
 "__metadata__": {string: string}}, then the tensors' bytes, row-major, little-endian. Every file the
-project writes carries metadata "checksum": FNV-1a 64 of the data section (offset basis
-1469598103934665603, prime 1099511628211) as 16 lowercase hex digits.
+project writes carries metadata "checksum": "fnv1a64:" and 16 lowercase hex digits, the standard FNV-1a 64
+(offset basis 14695981039346656037, prime 1099511628211) of the whole file -- length prefix, header and
+data -- with those 16 digits read as sixteen '0' characters: every byte of the file is under it (names,
+dtypes, shapes, offsets, the metadata such as a checkpoint's step, the data). The header holds
+`"checksum":"fnv1a64:` exactly once, which is how a reader finds the digits. Legacy files (written
+before the rule covered the header) carry 16 hex digits alone: the project's earlier FNV-1a variant
+(offset basis 1469598103934665603) of the data section only; they are read unless
+allow_legacy_checksum=False (their metadata and shapes are not protected).
 
     tensors, metadata = read(path)           # {name: array} in data order, {key: value}
     write(path, {"w": array, ...}, {"step": "10"})
@@ -12,8 +18,8 @@ project writes carries metadata "checksum": FNV-1a 64 of the data section (offse
 read() checks everything before it builds a tensor, as strictly as the C++ reader: the header's size
 and JSON, the dtypes (F64 F32 BF16 F16 I64 I32 I16 I8 U8 BOOL), integer shapes whose element and byte
 counts do not overflow, offsets that are aligned, sorted, non-overlapping and cover the data section
-exactly, the checksum, and (unless allowed) finite floating-point values. Every problem is an
-InputError naming the file and the tensor.
+exactly, no key twice in an object, the checksum, and (unless allowed) finite floating-point values.
+Every problem is an InputError naming the file and the tensor.
 
 Arrays: with numpy (when importable, or use_numpy=True) numpy arrays of the stored dtype (BF16 widened
 exactly to float32, BOOL as bool); without it (or use_numpy=False) Tensor objects holding the flat
@@ -41,8 +47,12 @@ DTYPES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "I64": 8, "I32": 4, "I16": 2,
 FLOAT_DTYPES = ("F64", "F32", "BF16", "F16")
 MAX_HEADER = 100 << 20  # as the reference implementation
 MAX_DIM = 1 << 62  # element and byte counts beyond 2^62 are refused, not wrapped
-FNV_OFFSET = 1469598103934665603
+FNV_OFFSET = 14695981039346656037  # the standard FNV-1a 64 offset basis
 FNV_PRIME = 1099511628211
+FNV_LEGACY_OFFSET = 1469598103934665603  # the legacy checksum's variant (a digit short of the standard)
+CHECKSUM_PREFIX = "fnv1a64:"
+_CHECKSUM_AT = b'"checksum":"fnv1a64:'  # where the digits are, once in every header written
+_HEX = frozenset("0123456789abcdef")
 _MASK64 = (1 << 64) - 1
 _LITTLE = sys.byteorder == "little"
 
@@ -215,8 +225,42 @@ def _is_uint(v):
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
+def _is_hex16(s):
+    return len(s) == 16 and set(s) <= _HEX
+
+
+def _check_checksum(mv, hl, stored, bad, verify, allow_legacy, use_numpy):
+    """The stored checksum against the file (module docstring: the rule and the legacy rule)."""
+    data0 = 8 + hl
+    if stored.startswith(CHECKSUM_PREFIX) and _is_hex16(stored[len(CHECKSUM_PREFIX):]):
+        header = bytes(mv[8:data0])
+        k = header.find(_CHECKSUM_AT)
+        at = 8 + k + len(_CHECKSUM_AT)
+        if (k < 0 or header.find(_CHECKSUM_AT, k + 1) >= 0 or at + 16 > data0
+                or bytes(mv[at:at + 16]) != stored[-16:].encode()):
+            raise bad('the checksum is not written as "checksum":"%s<16 hex digits>" once in the header'
+                      % CHECKSUM_PREFIX)
+        if not verify:
+            return
+        h = fnv1a64(mv[:at], use_numpy=use_numpy)
+        h = fnv1a64(b"0" * 16, h)
+        got = CHECKSUM_PREFIX + "%016x" % fnv1a64(mv[at + 16:], h, use_numpy=use_numpy)
+    elif _is_hex16(stored):
+        if not allow_legacy:
+            raise bad("legacy checksum (of the data alone: the metadata and shapes are not under it) where "
+                      "the whole file must be checksummed")
+        if not verify:
+            return
+        got = "%016x" % fnv1a64(mv[data0:], FNV_LEGACY_OFFSET, use_numpy=use_numpy)
+    else:
+        raise bad("checksum '%s' is neither %s<16 hex digits> nor a legacy 16-digit checksum"
+                  % (stored, CHECKSUM_PREFIX))
+    if got != stored:
+        raise bad("checksum mismatch (stored %s, computed %s): corrupted or truncated" % (stored, got))
+
+
 def parse(buf, what="<bytes>", *, require_checksum=True, verify_checksum=True, allow_nonfinite=False,
-          use_numpy=None):
+          allow_legacy_checksum=True, use_numpy=None):
     """The tensors and metadata of a safetensors file held in `buf` (bytes-like; numpy arrays share
     its memory when it is writable, e.g. a bytearray). `what` names it in messages. See read()."""
     np = _numpy(use_numpy)
@@ -305,10 +349,8 @@ def parse(buf, what="<bytes>", *, require_checksum=True, verify_checksum=True, a
     if "checksum" not in metadata:
         if require_checksum:
             raise bad("no checksum in the metadata")
-    elif verify_checksum:
-        s = "%016x" % fnv1a64(mv[data0:], use_numpy=use_numpy)
-        if s != metadata["checksum"]:
-            raise bad("checksum mismatch (stored %s, data %s): corrupted or truncated" % (metadata["checksum"], s))
+    else:
+        _check_checksum(mv, hl, metadata["checksum"], bad, verify_checksum, allow_legacy_checksum, use_numpy)
 
     tensors = {}
     for begin, end, name, dtype, shape in entries:
@@ -358,8 +400,8 @@ def _first_nonfinite(np, t):
     return None
 
 
-def read(path, *, require_checksum=True, verify_checksum=True, allow_nonfinite=False, max_bytes=1 << 36,
-         use_numpy=None):
+def read(path, *, require_checksum=True, verify_checksum=True, allow_nonfinite=False,
+         allow_legacy_checksum=True, max_bytes=1 << 36, use_numpy=None):
     """(tensors, metadata) of the safetensors file at `path`: tensors {name: array} in data order,
     metadata {key: value}. InputError for anything malformed (module docstring).
       require_checksum  refuse a file without metadata "checksum" (other writers' files have none:
@@ -367,6 +409,7 @@ def read(path, *, require_checksum=True, verify_checksum=True, allow_nonfinite=F
       verify_checksum   False skips computing it (multi-GB files without numpy: the byte loop runs at
                         a few MB/s); everything else is still checked
       allow_nonfinite   accept NaN / Inf in floating-point tensors
+      allow_legacy_checksum  accept a legacy checksum (of the data alone; module docstring)
       max_bytes         refuse longer files before reading them
       use_numpy         None: numpy arrays when numpy is importable; True: require numpy; False: never
     """
@@ -389,7 +432,7 @@ def read(path, *, require_checksum=True, verify_checksum=True, allow_nonfinite=F
     except OSError as e:
         raise InputError("cannot read '%s': %s" % (path, e.strerror or e)) from None
     return parse(buf, path, require_checksum=require_checksum, verify_checksum=verify_checksum,
-                 allow_nonfinite=allow_nonfinite, use_numpy=use_numpy)
+                 allow_nonfinite=allow_nonfinite, allow_legacy_checksum=allow_legacy_checksum, use_numpy=use_numpy)
 
 
 # ---- writing ----------------------------------------------------------------------------------------
@@ -495,11 +538,17 @@ def to_bytes(tensors, metadata=None):
         chunks.append(raw)
         off += len(raw)
     data = b"".join(chunks)
-    meta["checksum"] = "%016x" % fnv1a64(data)
+    meta["checksum"] = CHECKSUM_PREFIX + "0" * 16  # the digits are patched in below
     h = json.dumps(dict([("__metadata__", dict(sorted(meta.items())))] + list(header.items())),
                    separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     h += b" " * (-len(h) % 8)  # the data starts 8-byte aligned
-    return struct.pack("<Q", len(h)) + h + data
+    k = h.find(_CHECKSUM_AT)
+    if k < 0 or h.find(_CHECKSUM_AT, k + 1) >= 0:
+        raise ValueError("the checksum's place in the header is not unique (a metadata key or value repeats it)")
+    out = bytearray(struct.pack("<Q", len(h)) + h + data)
+    at = 8 + k + len(_CHECKSUM_AT)
+    out[at:at + 16] = b"%016x" % fnv1a64(out)
+    return bytes(out)
 
 
 def write(path, tensors, metadata=None):

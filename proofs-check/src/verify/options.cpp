@@ -109,8 +109,8 @@ void add_mode_options(CLI::App& app, Options& o) {
   cli::add_int(*g, "--m-max", o.m_max, "--dims-table: largest m", 1, std::numeric_limits<std::int64_t>::max(), false);
   g->add_flag("--force", o.force,
               fmt::format("run even when the estimated time is above the limit ({:.0f} s of dense passes, {:.0f} s "
-                          "for --exhaustive)",
-                          kDenseSecondsLimit, kExhaustiveSecondsLimit));
+                          "of samples, {:.0f} s for --exhaustive)",
+                          kDenseSecondsLimit, kSamplesSecondsLimit, kExhaustiveSecondsLimit));
 }
 
 void add_whole_claim_options(CLI::App& app, Options& o) {

@@ -219,6 +219,17 @@ Plan make_plan(const Options& o) {
                                    passes, N, est));
   }
   p.sample_offsets = choose_sample_offsets(p.offsets, p.samples, N, p.seed);
+  {
+    // The samples stage runs every (instance, offset pair) job through the engines; a structured job
+    // costs about 4e-5 s + 8e-7 s per token on one core of the development machine (measured from
+    // N = 20 to N = 21063), the dense ones are estimated above.
+    const double jobs = double(p.samples) * double(p.sample_offsets.size());
+    const double est = jobs * (4e-5 + 8e-7 * double(N)) / double(o.threads);
+    if (est > kSamplesSecondsLimit && !o.force)
+      throw InputError(fmt::format("--samples {} x {} offset pair(s) of N = {} would take ~{:.0f} s (limit {:.0f} s); "
+                                   "reduce --samples/--offsets or add --force",
+                                   p.samples, p.sample_offsets.size(), N, est, kSamplesSecondsLimit));
+  }
   p.certify = o.certify;
   p.cross_check = o.cross_check;
   p.cross_check_rows = choose_cross_check_rows(shape, p.cross_check, p.seed);

@@ -48,11 +48,18 @@ CLI::Option* add_device(CLI::App& app, std::string& device, const std::string& h
 // --quiet: no progress lines (results and errors are still printed).
 CLI::Option* add_quiet(CLI::App& app, bool& quiet);
 
+// Work sized by options is checked against the machine before it starts: InputError "WHAT needs ~X
+// GiB; this machine allows Y GiB" when `bytes` exceeds the memory a process may use (the physical
+// memory, or the address-space limit of `ulimit -v` when lower). `what` names the options to reduce.
+std::uint64_t memory_limit_bytes();
+void check_fits_memory(double bytes, const std::string& what);
+
 // The footer every --help ends with.
 std::string exit_codes_footer(bool has_failed_check);
 
-// Parses argv. Returns -1 to go on; 0 after --help (printed to out); 2 on a usage error (message on
-// err, prefixed with the tool's name).
+// Parses argv. Returns -1 to go on; 0 after --help or --version (printed to out: the project version and
+// the commit of the build, report.hpp); 2 on a usage error (message on err, prefixed with the tool's
+// name). Records argv for the --json reports (report::command_line).
 int parse(CLI::App& app, int argc, const char* const* argv, std::ostream& out, std::ostream& err);
 
 }  // namespace manyadd::cli

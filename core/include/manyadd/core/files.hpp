@@ -45,10 +45,20 @@ class AtomicFile {
 
 void atomic_write(const std::string& path, const std::string& bytes);
 
+// Creates an output directory (and its parents); InputError with the OS message when it cannot be (a
+// file in the way, no permission): the user's to correct.
+void make_output_dir(const std::string& dir);
+
 // Whole file into memory; InputError when it cannot be read or exceeds max_bytes (checked before
 // reading, so a huge or endless file is refused without allocating it).
 std::string read_file(const std::string& path, std::uint64_t max_bytes = std::uint64_t(1) << 34);
-// A JSON file (at most 64 MiB); InputError naming the file on any parse error.
+// JSON text parsed strictly: a key twice in one object is refused (nlohmann's parser would keep the
+// last), as are NaN/Infinity literals and numbers beyond double. Syntax errors throw nlohmann's
+// exceptions, a repeated key InputError("the key 'K' appears twice in one object").
+nlohmann::json parse_json_unique(const char* begin, const char* end);
+// The same with every error an InputError "'what' is not valid JSON: ...".
+nlohmann::json parse_json(const std::string& text, const std::string& what);
+// A JSON file (at most 64 MiB): parse_json of its text, named by its path.
 nlohmann::json read_json_file(const std::string& path);
 
 }  // namespace manyadd

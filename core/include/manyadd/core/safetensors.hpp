@@ -3,13 +3,23 @@
 // tensors' bytes, row-major, little-endian. The project's one reader and one writer, for every dtype
 // the project stores (F64 constructed weights, F32 learned weights and moments, BF16, integer batches).
 //
-// Every file written carries metadata "checksum": FNV-1a 64 of the data section, 16 hex digits (the
-// project's variant: offset basis 1469598103934665603). The reader validates everything before it
-// allocates a tensor: header size and JSON, known dtypes, integer shapes whose element and byte counts
-// do not overflow, offsets that are aligned, sorted, non-overlapping and cover the data section
-// exactly, the checksum, and (unless allowed) finite floating-point values. Every problem is an
-// InputError naming the file and the tensor. python/manyadd/safetensors.py is the Python twin (same
-// checks, byte-identical files; tests/data/safetensors_cases.json holds the cases both are tested on).
+// Every file written carries metadata "checksum": "fnv1a64:" and 16 lowercase hex digits, the standard
+// FNV-1a 64 (offset basis 14695981039346656037, prime 1099511628211) of the whole file -- length
+// prefix, header and data -- with those 16 digits read as sixteen '0' characters. Every byte a reader
+// depends on is under it: names, dtypes, shapes, offsets, metadata (a checkpoint's step) and data. The
+// header holds the text "checksum":"fnv1a64: exactly once (the writers emit compact JSON), which is how
+// a reader finds the digits. Legacy files, written before the checksum covered the header, carry 16
+// hex digits alone: the project's earlier FNV-1a variant (offset basis 1469598103934665603, a digit
+// short of the standard) of the data section only. They are read where ReadOptions allows them (the
+// default: the committed models under models/ are such files), never for a checkpoint, whose step
+// they would leave unprotected.
+//
+// The reader validates everything before it allocates a tensor: header size and JSON (no key twice in
+// one object), known dtypes, integer shapes whose element and byte counts do not overflow, offsets
+// that are aligned, sorted, non-overlapping and cover the data section exactly, the checksum, and
+// (unless allowed) finite floating-point values. Every problem is an InputError naming the file and
+// the tensor. python/manyadd/safetensors.py is the Python twin (same checks, byte-identical files;
+// tests/data/safetensors_cases.json holds the cases both are tested on).
 #pragma once
 
 #include <cstdint>
@@ -29,7 +39,10 @@ bool dtype_is_float(DType t);
 std::uint16_t float_to_bf16(float x);
 float bf16_to_float(std::uint16_t b);
 
-std::uint64_t fnv1a64(const void* data, std::size_t n, std::uint64_t h = 1469598103934665603ull);
+// FNV-1a 64 of n bytes continuing from state h (the standard offset basis by default).
+inline constexpr std::uint64_t kFnv1a64Offset = 14695981039346656037ull;
+inline constexpr std::uint64_t kFnv1a64LegacyOffset = 1469598103934665603ull;  // legacy checksums only
+std::uint64_t fnv1a64(const void* data, std::size_t n, std::uint64_t h = kFnv1a64Offset);
 
 // A tensor as stored: its bytes in the stored dtype.
 struct Tensor {
@@ -57,6 +70,7 @@ struct SafetensorsFile {
   std::vector<Tensor> tensors;  // in data order
   std::map<std::string, std::string> metadata;
   std::string path;             // for messages
+  bool legacy_checksum = false; // the checksum was the legacy one (data only; see above)
   const Tensor* find(const std::string& name) const;
   const Tensor& get(const std::string& name) const;  // InputError naming the file when missing
 };
@@ -65,6 +79,7 @@ struct ReadOptions {
   bool require_checksum = true;    // files from other writers have none: pass false for them
   bool allow_nonfinite = false;    // NaN / Inf in a floating tensor is refused unless set
   std::uint64_t max_bytes = std::uint64_t(1) << 36;
+  bool allow_legacy_checksum = true;  // false: a legacy checksum (data only) is refused
 };
 SafetensorsFile read_safetensors(const std::string& path, const ReadOptions& opt = {});
 // The same from bytes in memory; `what` names them in messages.

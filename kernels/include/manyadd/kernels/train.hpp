@@ -46,6 +46,22 @@ void rmsnorm_backward(float* dinp, float* dw, float* scratch, const float* dout,
 void rmsnorm_backward(float* dinp, float* dw, float* scratch, const bf16* dout, const float* inp, const float* w,
                       const float* rstd, int R, int C);
 
+// LayerNorm (the T5 recipe's final norm) over an fp32 input with fp32 statistics: out = w (x - mean)
+// rstd + b, mean and rstd (R) saved (biased variance, as torch.nn.LayerNorm). One warp per row: mean, then
+// the variance about it (two passes, as the CPU twin). backward accumulates into dinp, dw, db (fp32);
+// scratch: >= layernorm_scratch_floats(R, C).
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b, int R,
+                       int C, float eps);
+std::size_t layernorm_scratch_floats(int R, int C);
+void layernorm_backward(float* dinp, float* dw, float* db, float* scratch, const float* dout, const float* inp,
+                        const float* w, const float* mean, const float* rstd, int R, int C);
+
+// out = s inp (n): the tied readout's input scale d_model^-1/2; fp32 out, or bf16 out (the fp32 product
+// rounded once: the GEMM input). backward: dinp += s dout (fp32).
+void scale_forward(float* out, const float* inp, float s, std::int64_t n);
+void scale_forward(bf16* out, const float* inp, float s, std::int64_t n);
+void scale_backward(float* dinp, const float* dout, float s, std::int64_t n);
+
 // out = a + b (n), fp32 out and a (the residual stream), b fp32 or bf16.
 void residual_forward(float* out, const float* a, const float* b, std::int64_t n);
 void residual_forward(float* out, const float* a, const bf16* b, std::int64_t n);
@@ -97,10 +113,19 @@ void crossentropy_backward(float* dlogits, const float* probs, const std::int32_
 // shared memory, then the block partials in order). scratch: >= reduce_scratch_doubles() doubles.
 std::size_t reduce_scratch_doubles();
 double reduce_sum(const float* x, std::int64_t n, bool sum_sq, double* scratch);
+// The same sum left on the device in *out (no host synchronization): the same kernels, so the value is
+// bitwise reduce_sum's.
+void reduce_sum(const float* x, std::int64_t n, bool sum_sq, double* scratch, double* out);
 
 // AdamW element-wise, the same float operations as learn::adamw_update (explicit _rn intrinsics: no
 // FMA contraction), so the update is bitwise the CPU's for the same inputs.
 void adamw_update(float* p, float* m, float* v, const float* g, std::int64_t n, double clip, float b1, float b2,
                   float eps, float step_size, float inv_sqrt_bc2, float wd);
+// The same update with the clipping factor computed on the device from the gradient's sum of squares
+// *sumsq (reduce_sum's device result): norm = sqrt(*sumsq), clip = grad_clip / norm when grad_clip > 0 and
+// norm > grad_clip, else 1 -- learn::adam_scalars' double arithmetic (IEEE sqrt and division, correctly
+// rounded on both), so the update is bitwise the host-clipped one without reading the norm back.
+void adamw_update(float* p, float* m, float* v, const float* g, std::int64_t n, const double* sumsq, double grad_clip,
+                  float b1, float b2, float eps, float step_size, float inv_sqrt_bc2, float wd);
 
 }  // namespace manyadd::kernels::train

@@ -72,11 +72,27 @@ class TrainDevice {
   };
   // Forward, backward of loss_scale * loss_sum, global norm, clipping and AdamW at step t.
   virtual StepResult step(const PackedBatch& pb, float loss_scale, const TrainConfig& tc, std::int64_t t) = 0;
+  // Deferred statistics: step_async runs (or, on an asynchronous device, launches) the same step and
+  // keeps its StepResult; take_results returns the kept results in step order and forgets them (the
+  // one host synchronization of the steps since the last call). The results are step()'s bit for bit.
+  // By default step_async is step() with its result kept (the CPU devices); the CUDA device launches
+  // and returns, so the host prepares the next batch while the device computes.
+  virtual void step_async(const PackedBatch& pb, float loss_scale, const TrainConfig& tc, std::int64_t t) {
+    kept_.push_back(step(pb, loss_scale, tc, t));
+  }
+  virtual std::vector<StepResult> take_results() {
+    std::vector<StepResult> r;
+    r.swap(kept_);
+    return r;
+  }
   // Forward and backward only (no update): the gradient of loss_scale * loss_sum in layout order. For
   // checking a device against its twin tensor by tensor; returns the loss sum.
   virtual double gradient(const PackedBatch& pb, float loss_scale, std::vector<float>& grads) = 0;
   // Teacher-forced argmax of every real row (lowest index on ties), (B T); padded rows unspecified.
   virtual void predict(const PackedBatch& pb, std::vector<std::uint8_t>& argmax) = 0;
+
+ private:
+  std::vector<StepResult> kept_;  // step_async's results not yet taken (the default implementation)
 };
 
 // The CPU trainer (the default device): the batch's sequences split over `threads` threads in fixed

@@ -4,6 +4,7 @@
 // (to_json(ModelConfig{}), to_json(TrainConfig{})), so the help cannot drift from the code.
 #pragma once
 
+#include <cstdint>
 #include <deque>
 #include <string>
 #include <vector>
@@ -12,6 +13,19 @@
 #include <nlohmann/json.hpp>
 
 namespace manyadd::learn {
+
+struct ModelConfig;
+struct TrainConfig;
+
+// Memory of work sized by options, estimated before it starts and checked against the machine
+// (core/cli.hpp's check_fits_memory; InputError naming `what`, the options to reduce).
+//   problems_bytes  `count` problems of at most m operands of at most n digits held at once (an
+//                   evaluation cell's samples, a training set) -- an upper bound
+//   check_run_fits  a training run on the host: its data set, weights, Adam moments and one gradient
+//                   buffer per thread, one step's activations, and an evaluation cell's samples
+double problems_bytes(std::int64_t count, std::int64_t n, std::int64_t m);
+void check_samples_fit(std::int64_t samples, std::int64_t n, std::int64_t m, const std::string& what);
+void check_run_fits(const ModelConfig& mc, const TrainConfig& tc);
 
 struct FieldDoc {
   const char* section;  // "model" or "train"

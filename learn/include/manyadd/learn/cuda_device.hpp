@@ -1,7 +1,10 @@
 // Training and teacher-forced evaluation of the learned model on a CUDA device: a learn::TrainDevice
-// (learn/batch.hpp) whose steps run the packed pipeline on the GPU (cuBLAS SGEMM for the matrix
-// products, kernels/src/train.cu for everything else, fp32). A plain C++ header: without CUDA in the
-// build make_cuda_device always throws ("no CUDA device: built without CUDA ...").
+// (learn/batch.hpp) whose steps run the packed pipeline on the GPU in fp32 (cuBLAS SGEMM) or bf16 mixed
+// precision (bf16 tensor-core GEMMs with fp32 accumulation, the rounding points of PackedCpuDevice in
+// bf16), every architecture option of ModelConfig, the statistics of a step read back only when asked
+// (TrainDevice::step_async / take_results). kernels/src/train.cu holds everything but the matrix
+// products. A plain C++ header: without CUDA in the build make_cuda_device always throws ("no CUDA
+// device: built without CUDA ...").
 #pragma once
 
 #include <memory>
@@ -15,10 +18,9 @@ namespace manyadd::learn {
 // with the reason in `why`.
 bool cuda_training_available(std::string* why);
 
-// What the CUDA device cannot run yet, as an InputError ("--device cuda does not support attn_scale none
-// yet"): precision bf16, attn_scale none, tie_readout, final_norm layer, d_head > 128. Checked before
-// any device is touched, so the message is the same on machines with and without a GPU. (The T5
-// initialization is computed on the host and is supported.)
+// What the CUDA device cannot run, as an InputError naming it: d_head > 512 (the attention kernels keep
+// a head's row in a warp's registers). Every other model option and both precisions are supported.
+// Checked before any device is touched, so the message is the same on machines with and without a GPU.
 void check_cuda_supports(const ModelConfig& c, Precision p);
 
 // The CUDA device for a model, holding weights, gradients, Adam moments and activations on the GPU, in

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,6 +62,12 @@ class Trainer {
   Trainer(const ModelConfig& mc, const TrainConfig& tc);
   // One optimizer step (the next one); returns its statistics.
   StepStats step();
+  // The next step with deferred statistics (TrainDevice::step_async): returns its tokens and targets at
+  // once; finish_steps returns the full StepStats (loss, grad_norm too) of every step launched so since
+  // the last call, in step order, equal to what step() returns. run_training reads them once per log
+  // line, evaluation or checkpoint, so a GPU runs the steps between without waiting for the host.
+  StepStats step_async();
+  std::vector<StepStats> finish_steps();
   std::int64_t steps_done() const { return step_; }
   const std::vector<float>& params() const {
     pull_from_device();
@@ -88,12 +95,16 @@ class Trainer {
 
   // A model directory: config.json, model.safetensors (weights only, PyTorch-loadable) and
   // checkpoint.safetensors (weights + Adam moments + step + precision; what --resume reads). Atomic per
-  // file.
-  void save(const std::string& dir) const;
+  // file. run_state: the caller's state at this step (run_training's log window), stored in the
+  // checkpoint's metadata as "run.<key>", under its checksum, and returned by run_state() on load.
+  void save(const std::string& dir, const std::map<std::string, std::string>& run_state = {}) const;
   // Restores weights, moments and step from dir/checkpoint.safetensors; the model config must match,
   // and so must the precision it was trained in (a checkpoint without one is fp32) unless
-  // allow_precision_change.
+  // allow_precision_change; the file must hold exactly the tensors of the model and its moments, and
+  // its checksum must cover the whole file (a legacy checkpoint, whose step was outside its checksum,
+  // is refused).
   void load_checkpoint(const std::string& dir, bool allow_precision_change = false);
+  const std::map<std::string, std::string>& run_state() const { return run_state_; }
 
   // Exact match per in-distribution TA cell (i in 1..train_n, j in 2..train_m), teacher-forced.
   struct EvalSummary {
@@ -113,6 +124,8 @@ class Trainer {
   void pull_from_device() const;
   std::vector<Problem> data_;
   std::int64_t step_ = 0;
+  std::vector<StepStats> launched_;  // step_async's steps whose loss and grad_norm are not read yet
+  std::map<std::string, std::string> run_state_;  // of the last checkpoint loaded
   std::int64_t perm_epoch_ = -1;
   std::vector<std::int64_t> perm_;
   std::int64_t sample_index(std::int64_t k);  // k-th sample of the run -> index into data_

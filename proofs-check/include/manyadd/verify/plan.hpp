@@ -28,6 +28,7 @@ namespace manyadd {
 // Limits the plan enforces (the help text states them from here).
 inline constexpr double kDenseSecondsLimit = 3600;       // estimated dense passes, unless --force
 inline constexpr double kExhaustiveSecondsLimit = 600;   // estimated --exhaustive run, unless --force
+inline constexpr double kSamplesSecondsLimit = 3600;     // estimated samples stage, unless --force
 inline constexpr std::int64_t kExhaustiveMaxTokens = 2000;
 inline constexpr double kMemoryLimitBytes = double(std::int64_t(16) << 30);
 inline constexpr std::int64_t kMaxOffsetPairs = std::int64_t(1) << 20;
