@@ -3,8 +3,12 @@
 // also at a lambda just above lambda_min where the margins are thin; weakened models fail.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <tuple>
+
 #include "manyadd/certificate.hpp"
 #include "manyadd/dense.hpp"
+#include "manyadd/structured.hpp"
 #include "manyadd/verify.hpp"
 
 using namespace manyadd;
@@ -12,6 +16,7 @@ using namespace manyadd;
 namespace {
 // Every problem of m operands of at most n digits (operands 0 .. 10^n - 1), through the dense
 // engine; returns the number of failing instances.
+template <class T = double>
 int exhaustive_failures(const ConstructedModel& M, const Shape& s, std::int64_t s1, std::int64_t s2) {
   const auto ids = position_ids(s, s1, s2);
   int limit = 1;
@@ -22,7 +27,7 @@ int exhaustive_failures(const ConstructedModel& M, const Shape& s, std::int64_t 
     Problem p;
     for (int x : v) p.operands.push_back(std::to_string(x));
     const auto seq = build_sequence(p, s);
-    const auto R = dense_forward<double>(M, embed(M, seq, ids));
+    const auto R = dense_forward<T>(M, embed(M, seq, ids));
     const auto c = check_instance(seq, s, R.logits);
     fails += !(c.ok && c.answer == reference_sum(p).str());
     int i = 0;
@@ -100,4 +105,97 @@ TEST(Certificate, WeakenedModelsFail) {
   const auto M = build_model(dims_paper(t).P1, dims_paper(t).P2, 8.0);
   const auto seq = build_sequence(parse_problem("0+0+0"), t);
   EXPECT_FALSE(check_instance(seq, t, dense_forward<double>(M, embed(M, seq, position_ids(t, 1, 1))).logits).ok);
+}
+
+// The building blocks the whole claim joins: part 1's classes of one shape, and parts 2-3 on
+// class groups given directly, agree with the per-shape certifier's verdicts.
+TEST(Certificate, ClassCertifierAgreesWithCertifier) {
+  const auto s = Shape::make(4, 6);
+  const auto dm = dims_ours(s);
+  for (double lam : {10.0, 0.5}) {
+    const auto M = build_model(dm.P1, dm.P2, lam);
+    const auto R = response_structure(s, 2, 1, dm.P1, dm.P2);
+    ASSERT_FALSE(R.failure.has_value());
+    std::int64_t positions = 0;
+    ClassCertifier C(M, s.N());
+    bool all = true;
+    for (const auto& c : R.classes) {
+      positions += c.count;
+      const auto v = C.check(ClassGroup{c.kind, c.expect, c.x3, c.x3, 1, c.x4, "test"});
+      all = all && v.ok[0] && v.ok[1] && v.ok[2];
+      if (!v.ok[0]) {
+        EXPECT_EQ(v.failing_x3, c.x3);
+        EXPECT_FALSE(v.reason.empty());
+      }
+    }
+    EXPECT_EQ(positions, R.positions);
+    EXPECT_EQ(all, certify(M, s, 2, 1).proven) << "lambda " << lam;
+  }
+}
+
+// The exact enclosure contains the structured engine's finite-lambda interval (which uses the
+// unmatched keys' actual value sum instead of u vmax).
+TEST(Certificate, HeadEnclosureContainsTheStructuredInterval) {
+  const auto M = build_model(5, 4, 7.0);
+  const double eps = std::nextafter(std::exp(-14.0), 1.0) * (1 + 1e-15);
+  for (std::int64_t u : {0, 7, 1000, 1000000})
+    for (std::int64_t S : {0, 5, 18}) {
+      HeadMatch m;
+      m.x = 3;
+      m.u = u;
+      m.vsum = 3 * S;
+      m.usum = 27 * u / 2;
+      const auto iv = head_interval(m, eps);
+      const auto e = head_enclosure(M, 0, 0, m.vsum, m.x, u, 27);
+      EXPECT_LE(e.lo.convert_to<double>(), iv.lo * (1 + 1e-12));
+      EXPECT_GE(e.hi.convert_to<double>(), iv.hi * (1 - 1e-12));
+    }
+}
+
+// The rounding model (part 3) must not lie either: wherever float64 / float32 is proven, the dense
+// engine in that precision passes every instance, across the lambda window's ends.
+TEST(Certificate, FloatProvenImpliesExhaustiveFloatPasses) {
+  for (auto [n, m] : std::vector<std::pair<int, int>>{{1, 2}, {2, 1}}) {
+    const auto s = Shape::make(n, m);
+    const auto dm = dims_ours(s);
+    const double lmin = certify(build_model(dm.P1, dm.P2, 10.0), s, 1, 1).lambda_min;
+    int proven = 0;
+    for (double lam : {lmin * 1.003, lmin * 1.05, 30.0, 60.0, 120.0}) {
+      const auto M = build_model(dm.P1, dm.P2, lam);
+      const auto r = certify(M, s, 1, 1, CertOptions{true, false});
+      ASSERT_EQ(r.margins.size(), 3u);
+      if (r.margins[1].proven) {
+        ++proven;
+        EXPECT_EQ(exhaustive_failures<double>(M, s, 1, 1), 0) << n << "x" << m << " lambda " << lam;
+      }
+      if (r.margins[2].proven) {
+        EXPECT_EQ(exhaustive_failures<float>(M, s, 1, 1), 0) << n << "x" << m << " lambda " << lam;
+      }
+    }
+    EXPECT_GE(proven, 3);
+  }
+}
+
+// --offsets all shares one structure pass per wrap case; sharing changes no result.
+TEST(Certificate, SharedOffsetsGiveTheSameResults) {
+  for (auto [n, m, P1] : std::vector<std::tuple<int, int, int>>{{3, 4, 3}, {2, 3, 0}, {5, 2, 0}}) {
+    const auto s = Shape::make(n, m);
+    const auto dm = dims_ours(s);
+    const int p1 = P1 ? P1 : dm.P1;  // {3, 4, 3}: l = 5 < 2^3 - 1, several offsets, no wrap
+    const auto M = build_model(p1, dm.P2 + 1, 8.0);
+    Certifier shared(M, s, CertOptions{true, false, true}), each(M, s, CertOptions{true, false, false});
+    std::int64_t pairs = 0;
+    for (std::int64_t s1 = 1; s1 <= max_s1(s, p1); ++s1)
+      for (std::int64_t s2 = 1; s2 <= max_s2(s, dm.P2 + 1); ++s2) {
+        const auto a = shared.run(s1, s2), b = each.run(s1, s2);
+        ++pairs;
+        EXPECT_EQ(a.proven, b.proven);
+        EXPECT_EQ(a.classes, b.classes);
+        ASSERT_EQ(a.margins.size(), b.margins.size());
+        for (std::size_t k = 0; k < a.margins.size(); ++k) EXPECT_EQ(a.margins[k].min_margin, b.margins[k].min_margin);
+      }
+    EXPECT_EQ(each.structure_passes(), pairs);
+    EXPECT_LE(shared.structure_passes(), 4);
+    EXPECT_GE(pairs, 4);
+  }
 }

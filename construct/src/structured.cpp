@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
 #include <fmt/format.h>
 
 namespace manyadd {
@@ -34,6 +36,22 @@ StructuredStream::StructuredStream(const Shape& shape, std::int64_t s1, std::int
   build_lists(s1, shape.l + 1, 0, P1, l1_start_, l1_ids_);
   build_lists(s2, shape.m + 1, 0, P2, l2_start_, l2_ids_);
   build_lists(s2, shape.m + 1, 1, P2, l2n_start_, l2n_ids_);
+  // the targets of each query offset, when every code holds at most one real ID
+  auto one = [](const std::vector<std::int32_t>& start, const std::vector<std::int32_t>& ids, std::int64_t c, bool& ok) {
+    const std::int32_t a = start[std::size_t(c)], b = start[std::size_t(c + 1)];
+    ok = ok && b - a <= 1;
+    return b > a ? ids[std::size_t(a)] : -1;
+  };
+  bool ok = true;
+  for (std::int64_t o = 0; o <= shape.l; ++o) {
+    same1_.push_back(one(l1_start_, l1_ids_, code(s1 + o, P1), ok));
+    next1_.push_back(one(l1_start_, l1_ids_, code(s1 + o + 1, P1), ok));
+  }
+  for (std::int64_t j = 0; j <= shape.m; ++j) {
+    same2_.push_back(one(l2_start_, l2_ids_, code(s2 + j, P2), ok));
+    prev2_.push_back(one(l2n_start_, l2n_ids_, code(s2 + j, P2), ok));
+  }
+  single_ = ok;
 }
 
 double StructuredStream::estimate_bytes(const Shape& s) {
@@ -141,6 +159,8 @@ StructuredResult structured_forward(const ConstructedModel& M, const CompiledFFN
   R.min_margin = 1e300;
   std::vector<std::uint64_t> cache_key(4096, 0);
   std::vector<std::array<double, kVocab>> cache_val(4096);
+  std::int64_t other_x3 = -1, other_x4 = -1;
+  std::array<double, kVocab> other_lg{};
   stream.run(tokens.data(), [&](const QueryMatch& q) {
     std::array<double, 7> y{};
     const int tok = tokens[std::size_t(q.j)];
@@ -168,14 +188,32 @@ StructuredResult structured_forward(const ConstructedModel& M, const CompiledFFN
       lg = F.c0;
       F.add_groups(y, true, lg);
     }
-    F.add_groups(y, false, lg);
+    // The other groups read PRE_ARROW, PRE_EOS, which in limit mode are 1/x3, 1/x4 and change only
+    // between numbers: their contribution is kept for the last (x3, x4).
+    if (q.h[2].x != other_x3 || q.h[3].x != other_x4) {
+      other_x3 = q.h[2].x;
+      other_x4 = q.h[3].x;
+      other_lg.fill(0);
+      F.add_groups(y, false, other_lg);
+    }
+    for (int t = 0; t < kVocab; ++t) lg[std::size_t(t)] += other_lg[std::size_t(t)];
     const std::size_t r = std::size_t(q.j - eq);
     const int expected = q.j + 1 < N ? tokens[std::size_t(q.j + 1)] : int(kDollar);
-    int best = 0;
-    double other = -1e300;
-    for (int t = 0; t < kVocab; ++t) {
-      if (lg[std::size_t(t)] > lg[std::size_t(best)]) best = t;
-      if (t != expected) other = std::max(other, lg[std::size_t(t)]);
+    // The best rival by two independent running maxima (no loop-carried reload of lg[best]: that
+    // chain was ~40% of the pass); the argmax equals the expected token whenever the margin is
+    // positive, else it is searched (the lowest index on ties, as before).
+    static_assert(kVocab % 2 == 0, "two maxima over token pairs");
+    double other = -1e300, other2 = -1e300;
+    for (int t = 0; t < kVocab; t += 2) {
+      other = std::max(other, t == expected ? -1e300 : lg[std::size_t(t)]);
+      other2 = std::max(other2, t + 1 == expected ? -1e300 : lg[std::size_t(t + 1)]);
+    }
+    other = std::max(other, other2);
+    int best = expected;
+    if (!(lg[std::size_t(expected)] > other)) {
+      best = 0;
+      for (int t = 1; t < kVocab; ++t)
+        if (lg[std::size_t(t)] > lg[std::size_t(best)]) best = t;
     }
     R.pred[r] = std::uint8_t(best);
     const double margin = lg[std::size_t(expected)] - other;
@@ -197,9 +235,16 @@ StructuredResult structured_forward(const ConstructedModel& M, const CompiledFFN
 
 RowEngine::RowEngine(const ConstructedModel& M, const Shape& shape, std::int64_t s1, std::int64_t s2,
                      const std::vector<std::uint8_t>& tokens)
-    : M_(M), shape_(shape), s1_(s1), s2_(s2), tokens_(tokens), num_(tokens.size()) {
+    : M_(M), shape_(shape), s1_(s1), s2_(s2), tokens_(tokens) {
   if (std::int64_t(tokens.size()) != shape.N()) throw InputError("RowEngine: token count differs from the shape's N");
-  for (std::size_t k = 0; k < tokens.size(); ++k) num_[k] = tokens[k] < 10 ? tokens[k] : 0;
+  // A_{b+1} and B_b share their level-2 ID (s2 + b), so every row weighs them alike: their digit
+  // sums by significance t, B's order (values <= 18), for the rows that see both whole.
+  const std::int64_t l = shape.l, LL = l + 1, m = shape.m;
+  pair_sum_.resize(std::size_t(m * l));
+  for (std::int64_t b = 0; b < m; ++b)
+    for (std::int64_t t = 1; t <= l; ++t)
+      pair_sum_[std::size_t(b * l + t - 1)] =
+          std::uint8_t(tokens[std::size_t(b * LL + 1 + (l - t))] + tokens[std::size_t((m + b) * LL + t)]);
   const int d = M.d();
   pe1_ = Eigen::MatrixXd::Zero(shape.l + 1, d);
   pe2_ = Eigen::MatrixXd::Zero(shape.m + 1, d);
@@ -223,86 +268,145 @@ RowResult RowEngine::row(std::int64_t j, const CompiledFFN& F) const {
   if (j < 0 || j >= N) throw InputError("RowEngine: query index outside the sequence");
   std::int32_t qp1, qp2;
   position_id_at(shape_, s1_, s2_, j, qp1, qp2);
+  auto num = [&](std::int64_t k) { return tokens_[std::size_t(k)] < 10 ? double(tokens_[std::size_t(k)]) : 0.0; };
   // Key k's index range: BOS 0; A_i (i = 1..m) digits at (i-1)LL + 1 + r (r = 0..l-1, level-1
   // offset l - r), its separator at i LL; B_b (b = 0..m) separator at (m+b) LL (b >= 1; b = 0 is
   // the '=' already counted as A_m's separator), digits at (m+b) LL + t (offset t = 1..l).
+  // The keys, as (level-1 offset o, level-2 offset b, index k), visited by blocks: a whole digit
+  // block at once, the rest (separators, the query's own partial block) one key at a time.
+  auto visit_blocks = [&](auto&& block, auto&& single) {
+    // query blocks A_1 .. A_m
+    for (std::int64_t i = 1; i <= m; ++i) {
+      const std::int64_t k0 = (i - 1) * LL + 1, sep = i * LL;
+      if (k0 > j) return;
+      const std::int64_t b = i - 1;
+      if (sep <= j) block(k0, b, true);
+      else
+        for (std::int64_t k = k0; k <= j; ++k) single(k, l - (k - k0), b);
+      if (sep <= j) single(sep, 0, i < m ? b : 0);
+    }
+    for (std::int64_t bb = 0; bb <= m; ++bb) {
+      const std::int64_t base = (m + bb) * LL;
+      if (bb > 0) {
+        if (base > j) return;
+        single(base, 0, bb);
+      }
+      const std::int64_t k0 = base + 1;
+      if (k0 > j) return;
+      if (base + l <= j) block(k0, bb, false);
+      else
+        for (std::int64_t k = k0; k <= j; ++k) single(k, k - base, bb);
+    }
+  };
   RowResult R;
   Eigen::VectorXd xq = Eigen::VectorXd::Zero(d);
   xq(Layout::FULL_ONES) = 1;
   write_position(L, qp1, qp2, xq.data());
+  // Per head: weight = exp(a1[o] - A1max) * exp(a2[b] + tokpart + A1max - top) (both factors <= 1,
+  // max-subtracted as the dense engine); z and the value sum without the digit blocks' NUM part.
+  struct PerHead {
+    std::vector<double> e1, e1rev, e2;
+    double z = 0, acc = 0, vnum = 0;
+  };
+  std::array<PerHead, 4> H;
   for (int h = 0; h < 4; ++h) {
-    const Head& H = M_.heads[std::size_t(h)];
-    const Eigen::VectorXd q = H.Q * xq;
+    const Head& Hd = M_.heads[std::size_t(h)];
+    PerHead& P = H[std::size_t(h)];
+    const Eigen::VectorXd q = Hd.Q * xq;
     // K is linear: a key's score = level-1 part + level-2 part + token part, each from the weights:
     // part = (K x_part) . q = x_part . (K^T q).
-    const Eigen::VectorXd kq = H.K.transpose() * q;
-    const Eigen::VectorXd a1v = pe1_ * kq, a2v = pe2_ * kq;
+    const Eigen::VectorXd kq = Hd.K.transpose() * q;
+    // (the position rows of pe1_/pe2_ are zero outside their level's blocks)
+    const Eigen::VectorXd a1v = pe1_.middleCols(L.POS_1(), 2 * L.P1) * kq.segment(L.POS_1(), 2 * L.P1);
+    const Eigen::VectorXd a2v = pe2_.middleCols(L.POS_2(), 2 * L.P2) * kq.segment(L.POS_2(), 2 * L.P2);
     const std::vector<double> a1(a1v.data(), a1v.data() + a1v.size()), a2(a2v.data(), a2v.data() + a2v.size());
     Eigen::VectorXd xt = Eigen::VectorXd::Zero(d);
     xt(Layout::FULL_ONES) = 1;
-    const double tokpart = (H.K * xt).dot(q);
+    const double tokpart = (Hd.K * xt).dot(q);
     xt(Layout::IS_BOS) = 1;
-    const double bos = (H.K * xt).dot(q);
-    const double vnum = H.V(0, Layout::NUM), vone = H.V(0, Layout::FULL_ONES), vbos = H.V(0, Layout::IS_BOS);
-
-    // The keys, as (level-1 offset o, level-2 offset b, index k), visited by blocks; the first
-    // pass finds the top score (max-subtracted softmax, as the dense engine), the second sums.
+    const double bos = (Hd.K * xt).dot(q);
+    P.vnum = Hd.V(0, Layout::NUM);
+    const double vone = Hd.V(0, Layout::FULL_ONES), vbos = Hd.V(0, Layout::IS_BOS);
+    // the first pass finds the top score, the second sums
     const double A1max = *std::max_element(a1.begin(), a1.end());
     double top = bos;
-    auto visit_blocks = [&](auto&& block, auto&& single) {
-      // query blocks A_1 .. A_m
-      for (std::int64_t i = 1; i <= m; ++i) {
-        const std::int64_t k0 = (i - 1) * LL + 1, sep = i * LL;
-        if (k0 > j) return;
-        const std::int64_t b = i - 1;
-        if (sep <= j) block(k0, l, b, true);
-        else
-          for (std::int64_t k = k0; k <= j; ++k) single(k, l - (k - k0), b);
-        if (sep <= j) single(sep, 0, i < m ? b : 0);
-      }
-      for (std::int64_t bb = 0; bb <= m; ++bb) {
-        const std::int64_t base = (m + bb) * LL;
-        if (bb > 0) {
-          if (base > j) return;
-          single(base, 0, bb);
-        }
-        const std::int64_t k0 = base + 1;
-        if (k0 > j) return;
-        if (base + l <= j) block(k0, l, bb, false);
-        else
-          for (std::int64_t k = k0; k <= j; ++k) single(k, k - base, bb);
-      }
-    };
-    visit_blocks([&](std::int64_t, std::int64_t, std::int64_t b, bool) { top = std::max(top, A1max + a2[std::size_t(b)] + tokpart); },
+    visit_blocks([&](std::int64_t, std::int64_t b, bool) { top = std::max(top, A1max + a2[std::size_t(b)] + tokpart); },
                  [&](std::int64_t, std::int64_t o, std::int64_t b) { top = std::max(top, a1[std::size_t(o)] + a2[std::size_t(b)] + tokpart); });
-    // weight = exp(a1[o] - A1max) * exp(a2[b] + tokpart + A1max - top): both factors <= 1.
-    std::vector<double> e1(a1.size()), e1rev(a1.size()), e2(a2.size());
-    for (std::size_t o = 0; o < a1.size(); ++o) e1[o] = std::exp(a1[o] - A1max);
-    for (std::int64_t r = 0; r < l; ++r) e1rev[std::size_t(r)] = e1[std::size_t(l - r)];  // A blocks: offsets l .. 1
-    for (std::size_t o = 0; o < a2.size(); ++o) e2[o] = std::exp(std::min(0.0, a2[o] + tokpart + A1max - top));
+    P.e1.resize(a1.size());
+    P.e1rev.resize(a1.size());
+    P.e2.resize(a2.size());
+    for (std::size_t o = 0; o < a1.size(); ++o) P.e1[o] = std::exp(a1[o] - A1max);
+    for (std::int64_t r = 0; r < l; ++r) P.e1rev[std::size_t(r)] = P.e1[std::size_t(l - r)];  // A blocks: offsets l .. 1
+    for (std::size_t o = 0; o < a2.size(); ++o) P.e2[o] = std::exp(std::min(0.0, a2[o] + tokpart + A1max - top));
     double sumDigits = 0;
-    for (std::int64_t o = 1; o <= l; ++o) sumDigits += e1[std::size_t(o)];
+    for (std::int64_t o = 1; o <= l; ++o) sumDigits += P.e1[std::size_t(o)];
     const double wb = std::exp(bos - top);
-    double z = wb, acc = wb * (vbos + vone);
+    P.z = wb;
+    P.acc = wb * (vbos + vone);
     visit_blocks(
-        [&](std::int64_t k0, std::int64_t len, std::int64_t b, bool isA) {
-          const double* v = num_.data() + k0;
-          const double* e = isA ? e1rev.data() : e1.data() + 1;
-          double dot = 0;
-          if (vnum != 0)
-            for (std::int64_t r = 0; r < len; ++r) dot += e[r] * v[r];
-          z += e2[std::size_t(b)] * sumDigits;
-          acc += e2[std::size_t(b)] * (vnum * dot + vone * sumDigits);
+        [&](std::int64_t, std::int64_t b, bool) {
+          P.z += P.e2[std::size_t(b)] * sumDigits;
+          P.acc += P.e2[std::size_t(b)] * vone * sumDigits;
         },
         [&](std::int64_t k, std::int64_t o, std::int64_t b) {
-          const double w = e1[std::size_t(o)] * e2[std::size_t(b)];
-          z += w;
-          acc += w * (vnum * num_[std::size_t(k)] + vone);
+          const double w = P.e1[std::size_t(o)] * P.e2[std::size_t(b)];
+          P.z += w;
+          P.acc += w * (P.vnum * num(k) + vone);
         });
-    R.out[std::size_t(h)] = acc / z;
   }
+  // The digit blocks' NUM part of the heads that read NUM: sum_b e2[b] sum_r e[r] digit(b, r). A
+  // block's level-2 weights take one value per hypercube distance (<= P2 + 1 values), so the blocks
+  // are grouped by them and the digits of a group summed exactly as integers, one pass over the
+  // digits for all such heads: O(N) bytes per row instead of O(N) multiply-adds per head.
+  std::vector<int> reads;
+  for (int h = 0; h < 4; ++h)
+    if (H[std::size_t(h)].vnum != 0) reads.push_back(h);
+  if (!reads.empty()) {
+    std::map<std::vector<double>, int> group_of;
+    std::vector<std::vector<double>> group_e2;
+    // full blocks by level-2 offset b: A_{b+1} (index b) and B_b share it, so share a group
+    std::vector<int> groupA(std::size_t(m + 1), -1), groupB(std::size_t(m + 1), -1);
+    visit_blocks(
+        [&](std::int64_t, std::int64_t b, bool isA) {
+          std::vector<double> key;
+          for (int h : reads) key.push_back(H[std::size_t(h)].e2[std::size_t(b)]);
+          auto it = group_of.find(key);
+          if (it == group_of.end()) {
+            it = group_of.emplace(key, int(group_e2.size())).first;
+            group_e2.push_back(key);
+          }
+          (isA ? groupA : groupB)[std::size_t(b)] = it->second;
+        },
+        [](std::int64_t, std::int64_t, std::int64_t) {});
+    const std::size_t G = group_e2.size();
+    std::vector<std::int32_t> sums(2 * G * std::size_t(l), 0);  // [A/B][group][r]; at most 9 (m + 1) each
+    auto add = [&](const std::uint8_t* t, bool isA, int g) {
+      std::int32_t* s = sums.data() + (std::size_t(isA ? 0 : 1) * G + std::size_t(g)) * std::size_t(l);
+      for (std::int64_t r = 0; r < l; ++r) s[r] += t[r];  // full blocks hold digits only
+    };
+    for (std::int64_t b = 0; b <= m; ++b) {
+      const int ga = groupA[std::size_t(b)], gb = groupB[std::size_t(b)];
+      if (ga >= 0 && gb >= 0 && b < m) {
+        add(pair_sum_.data() + b * l, false, gb);  // A_{b+1} + B_b by significance: one pass for both
+      } else {
+        if (ga >= 0) add(tokens_.data() + b * LL + 1, true, ga);
+        if (gb >= 0) add(tokens_.data() + (m + b) * LL + 1, false, gb);
+      }
+    }
+    for (std::size_t hi = 0; hi < reads.size(); ++hi) {
+      PerHead& P = H[std::size_t(reads[hi])];
+      for (std::size_t g = 0; g < G; ++g) {
+        const std::int32_t* sa = sums.data() + g * std::size_t(l);
+        const std::int32_t* sb = sums.data() + (G + g) * std::size_t(l);
+        double dot = 0;
+        for (std::int64_t r = 0; r < l; ++r) dot += P.e1rev[std::size_t(r)] * sa[r] + P.e1[std::size_t(r + 1)] * sb[r];
+        P.acc += P.vnum * group_e2[g][hi] * dot;
+      }
+    }
+  }
+  for (int h = 0; h < 4; ++h) R.out[std::size_t(h)] = H[std::size_t(h)].acc / H[std::size_t(h)].z;
   std::array<double, 7> y{};
-  y[Layout::NUM] = num_[std::size_t(j)];
+  y[Layout::NUM] = num(j);
   y[Layout::FULL_ONES] = 1;
   for (int h = 0; h < 4; ++h) y[std::size_t(3 + h)] = R.out[std::size_t(h)];
   R.logits = F.logits(y);

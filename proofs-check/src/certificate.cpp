@@ -2,7 +2,9 @@
 #include "manyadd/certificate.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <future>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -10,16 +12,17 @@
 #include <mutex>
 #include <tuple>
 
-#include <boost/multiprecision/cpp_int.hpp>
+#include <boost/multiprecision/gmp.hpp>
 #include <fmt/format.h>
 #include <mpfr.h>
 
 #include "manyadd/core/parallel.hpp"
+#include "manyadd/offset_cases.hpp"
 #include "manyadd/structured.hpp"
 
 namespace manyadd {
 
-using Rational = boost::multiprecision::cpp_rational;
+using Rational = boost::multiprecision::mpq_rational;  // GMP: several times faster than cpp_rational here
 
 namespace {
 // e^a rounded outward: a directed-rounding enclosure from MPFR (128-bit intermediate precision).
@@ -275,24 +278,75 @@ struct FpModel {
 };
 
 template <class T>
-Box<T> head_box(std::int64_t vsum, std::int64_t x, std::int64_t u, int vmax, const FpModel& fp) {
-  const T V(vsum), X(x), U(u), eps(fp.eps), vm(vmax);
-  if (fp.exact) return {V / (X + U * eps), (V + U * vm * eps) / X};
+T big_value() { return T(1e300); }
+
+// An enclosure's ends rounded outward to doubles (sound: the box only grows, by an ulp). Exact
+// arithmetic downstream then runs on 53-bit dyadic rationals instead of the long fractions that
+// e^{-2 lambda} and the rounding factors produce: the floating-point tables build ~10x faster.
+template <class T>
+Box<T> outward(const Box<T>& b) { return b; }  // double: already (the bisection's) working precision
+template <>
+Box<Rational> outward(const Box<Rational>& b) {
+  double lo = b.lo.convert_to<double>(), hi = b.hi.convert_to<double>();
+  if (Rational(lo) > b.lo) lo = std::nextafter(lo, -std::numeric_limits<double>::infinity());
+  if (Rational(hi) < b.hi) hi = std::nextafter(hi, std::numeric_limits<double>::infinity());
+  return {Rational(lo), Rational(hi)};
+}
+
+// Monotone in u, which lets one check at the largest token count cover every smaller shape: in
+// real arithmetic lo = V / (x + u eps) falls and hi = (V + u vmax eps) / x rises with u; in floating
+// point zb, ab, the unmatched additions' errors (u min(.)) and zhi, ahi rise with u, so zlo and alo
+// fall, hence lo = alo / zhi (1 - r) falls and hi = ahi / zlo (1 + r) rises (and the [0, big] box
+// taken once zlo <= 0 stays taken for larger u). tests/test_whole_claim.cpp checks it (RapidCheck).
+//
+// The enclosure for every matched count x in [x1, x2] at once (a hull over a class group).
+// Real arithmetic is monotone in x. The floating-point model is not (its summation error grows
+// like r x^2, so the upper end starts to rise near x ~ 1/(5r), ~3e6 keys in float32): its ends
+// are bounded separately, each by the monotone pieces it is made of.
+template <class T>
+Box<T> head_box_range(std::int64_t vsum, std::int64_t x1, std::int64_t x2, std::int64_t u, int vmax, const FpModel& fp) {
+  const T V(vsum), U(u), eps(fp.eps), vm(vmax);
+  if (fp.exact) return outward(Box<T>{V / (T(x2) + U * eps), (V + U * vm * eps) / T(x1)});
   const T r(fp.r), wlo(fp.wlo), whi(fp.whi);
   const T one(1);
+  const Box<T> wide{T(0), big_value<T>()};  // when the lower bound of z is not positive
   // z = BOS + (x-1) matched + u unmatched terms, added in index order from 0 (the BOS term is
-  // exact); each addition errs by at most min(r |partial sum|, |term|) (round to nearest: the
-  // old partial sum is itself a candidate), so unmatched terms cost at most their size, matched
-  // ones r times a bound of the partial sums (twice the upper bound of the exact sum, safe while
-  // the errors stay below 100%).
-  const T zb = T(2) * (X * whi + U * eps);
-  const T Ez = U * eps + (X - one) * r * zb;
-  const T ab = T(2) * (whi * (one + r) * V + U * eps * vm * (one + r));
-  const T Ea = U * eps * vm * (one + r) + (X - one) * r * ab;
-  T zlo = X * wlo - Ez, zhi = X * whi + U * eps + Ez;
-  T alo = wlo * (one - r) * V - Ea, ahi = whi * (one + r) * V + U * eps * vm * (one + r) + Ea;
-  if (alo < 0) alo = T(0);
-  return {alo / zhi * (one - r), ahi / zlo * (one + r)};
+  // exact); acc likewise with the products fl(w v) = w v (1 +- r), values v >= 0. Round to
+  // nearest: an addition errs by at most min(r |partial sum + term|, |term|) (the old partial sum
+  // is itself a candidate), so no computed partial sum exceeds twice the exact sum of the terms
+  // (zb for z, ab for acc). What the arithmetic can lose, and no more:
+  //  * a matched addition errs by at most r zb (resp. r ab);
+  //  * an unmatched one by at most min(eps, r zb) (resp. min(eps vmax (1 + r), r ab)): in float64
+  //    near lambda_min that is r zb, ~1e-15, not the whole weight eps ~1e-8;
+  //  * and an unmatched addition never lowers a partial sum (fl(s + w) >= s for w >= 0, s a
+  //    float), so the lower ends lose only the matched additions' errors.
+  struct Ends {
+    T zlo, zhi, alo, ahi;
+    bool valid;
+  };
+  auto at = [&](std::int64_t x) {
+    const T X(x);
+    const T zb = T(2) * (X * whi + U * eps);
+    const T Ezm = (X - one) * r * zb, Ezu = U * std::min(eps, T(r * zb));
+    const T A = whi * (one + r) * V + U * eps * vm * (one + r), ab = T(2) * A;
+    const T Eam = (X - one) * r * ab, Eau = U * std::min(T(eps * vm * (one + r)), T(r * ab));
+    Ends e{X * wlo - Ezm, X * whi + U * eps + Ezm + Ezu, wlo * (one - r) * V - Eam, A + Eam + Eau, true};
+    e.valid = e.zlo > 0;
+    if (e.alo < 0) e.alo = T(0);
+    return e;
+  };
+  const Ends a = at(x1), b = at(x2);
+  if (!a.valid || !b.valid) return wide;
+  // alo falls and zhi, ahi rise with x; zlo is concave in x (its minimum is at an end)
+  return outward(Box<T>{b.alo / b.zhi * (one - r), b.ahi / std::min(a.zlo, b.zlo) * (one + r)});
+}
+
+// Head-output enclosures. Real arithmetic: matched keys weight 1, unmatched in [0, eps]:
+//   [vsum / (x + u eps), (vsum + u vmax eps) / x].
+// Floating point: the dense engine's program, unit roundoff r (derivation in certify()).
+template <class T>
+Box<T> head_box(std::int64_t vsum, std::int64_t x, std::int64_t u, int vmax, const FpModel& fp) {
+  return head_box_range<T>(vsum, x, x, u, vmax, fp);
 }
 
 struct Worst {
@@ -311,9 +365,6 @@ struct DigitTables {
   std::array<std::array<std::array<T, kVocab>, kVocab>, kKinds> A;
   std::array<std::array<std::array<std::array<int, 3>, kVocab>, kVocab>, kKinds> Acfg{};
 };
-
-template <class T>
-T big_value() { return T(1e300); }
 
 template <class T>
 DigitTables<T> digit_tables(const ExactFFN<T>& E, const std::array<FpModel, 4>& fp, std::int64_t u1, std::int64_t u2) {
@@ -392,7 +443,7 @@ DigitTables<T> digit_tables(const ExactFFN<T>& E, const std::array<FpModel, 4>& 
 // The minimum margin over all classes for one precision.
 template <class T>
 T class_margins(const Structure& st, const ExactFFN<T>& E, const std::array<FpModel, 4>& fp, const DigitTables<T>& D,
-                Worst& worst, std::vector<std::int64_t>* risky) {
+                Worst& worst, std::vector<std::int64_t>* risky, bool hull_only = false) {
   const T big = big_value<T>();
   const auto& A = D.A;
   const auto& Acfg = D.Acfg;
@@ -453,9 +504,9 @@ T class_margins(const Structure& st, const ExactFFN<T>& E, const std::array<FpMo
     std::vector<const std::pair<const ClassKey, ClassInfo>*> members;
   };
   std::map<std::pair<int, int>, Merged> merged;
-  // The hull of a merged group's boxes from the extreme counts: a head-3/4 enclosure is monotone in
-  // x (matched keys) and u (unmatched keys), so its lowest lo and highest hi sit at corners of the
-  // (x, u) ranges; this costs a few exact operations per group instead of two boxes per class.
+  // The hull of a merged group's boxes from the extreme counts: a head-3/4 enclosure widens as u
+  // (unmatched keys) grows, and head_box_range bounds it over the whole x range, so the hull costs
+  // a few exact operations per group instead of two boxes per class.
   for (const auto& kv : st.classes) {
     const auto& [key, info] = kv;
     auto it = merged.find({key.kind, key.expect});
@@ -476,12 +527,11 @@ T class_margins(const Structure& st, const ExactFFN<T>& E, const std::array<FpMo
   }
   auto hull = [&](std::int64_t xlo, std::int64_t xhi, std::int64_t ulo, std::int64_t uhi, const FpModel& f) {
     Box<T> b{big, -big};
-    for (std::int64_t x : {xlo, xhi})
-      for (std::int64_t u : {ulo, uhi}) {
-        const Box<T> c = head_box<T>(1, x, u, 0, f);
-        if (c.lo < b.lo) b.lo = c.lo;
-        if (c.hi > b.hi) b.hi = c.hi;
-      }
+    for (std::int64_t u : {ulo, uhi}) {
+      const Box<T> c = head_box_range<T>(1, xlo, xhi, u, 0, f);
+      if (c.lo < b.lo) b.lo = c.lo;
+      if (c.hi > b.hi) b.hi = c.hi;
+    }
     return b;
   };
   T best = big;
@@ -516,8 +566,10 @@ T class_margins(const Structure& st, const ExactFFN<T>& E, const std::array<FpMo
                              hull(mg.x4lo, mg.x4hi, mg.u4lo, mg.u4hi, fp[3]), arge, argk);
     std::int64_t first = -1;
     for (auto* kv : mg.members) first = first < 0 ? kv->second.first : std::min(first, kv->second.first);
-    if (cls > 0) {
-      record(cls, mk.first, arge, argk, first, 0, 0);
+    // hull_only: the members stand for a range of classes (a class group's corners), so only the
+    // hull speaks for them; else the members are every class and each may be checked alone.
+    if (cls > 0 || hull_only) {
+      record(cls, mk.first, arge, argk, first, mg.x3lo, mg.x4lo);
       continue;
     }
     for (auto* kv : mg.members) {  // locate: class by class
@@ -533,20 +585,21 @@ T class_margins(const Structure& st, const ExactFFN<T>& E, const std::array<FpMo
 
 double gamma(int n, double r) { return n * r / (1 - n * r); }
 
-// The dense engine's floating-point model for head h (derivation in certify()).
-FpModel fp_model(const ConstructedModel& M, int h, double r) {
+// The dense engine's floating-point model for head h at scale lambda (derivation in certify()).
+FpModel fp_model_at(const ConstructedModel& M, int h, double r, double lambda) {
   FpModel f;
   f.exact = false;
   f.r = r;
   const Head& H = M.heads[std::size_t(h)];
   const int dqk = int(H.Q.rows());
   const double P = dqk - 1;
-  const double eta = (gamma(dqk, r) + 4 * r) * H.lambda * P * (1 + 1e-12);
+  const double eta = (gamma(dqk, r) + 4 * r) * lambda * P * (1 + 1e-12);
   f.wlo = exp_lower(-2 * eta * (1 + r)) * (1 - 2 * r) * (1 - 1e-15);
   f.whi = (1 + 2 * r) * (1 + 1e-15);
-  f.eps = exp_upper(-(2 * H.lambda - 2 * eta) * (1 - r)) * (1 + 2 * r) * (1 + 1e-15);
+  f.eps = exp_upper(-(2 * lambda - 2 * eta) * (1 - r)) * (1 + 2 * r) * (1 + 1e-15);
   return f;
 }
+FpModel fp_model(const ConstructedModel& M, int h, double r) { return fp_model_at(M, h, r, M.heads[std::size_t(h)].lambda); }
 
 // Bound of the rounding error of one logit in the FFN + readout of precision r (see certify()).
 double ffn_logit_error(const ConstructedModel& M, double r) {
@@ -617,6 +670,9 @@ struct Certifier::Impl {
   std::array<std::shared_ptr<const DigitTables<Rational>>, 2> Dfp;
   std::mutex memo_mu;
   std::map<double, std::shared_ptr<const DigitTables<double>>> memo;  // lambda -> tables (bisection)
+  std::mutex share_mu;
+  std::map<std::pair<bool, bool>, std::shared_future<CertResult>> by_wrap;  // one result per wrap case
+  std::atomic<std::int64_t> passes{0};
 
   Impl(const ConstructedModel& model, const Shape& s, const CertOptions& o)
       : M(model), shape(s), opt(o), F(CompiledFFN::build(model)), ubound(s.N()) {
@@ -675,7 +731,40 @@ struct Certifier::Impl {
     return t;
   }
 
+  // Offsets enter part 1 only through the wrap of a "next" vector (offset_cases.hpp; proven for
+  // every shape and offset pair whose IDs stay within [1, 2^P] by the whole claim's solver run, and
+  // compared with the structure pass at every offset for P1 = P2 <= 5 by the tests), and parts
+  // 2-3 read only part 1's classes: so one structure pass serves every offset pair of a wrap case.
+  // Offsets whose IDs exceed 2^P (aliasing) get their own pass.
   CertResult run(std::int64_t s1, std::int64_t s2) {
+    if (!opt.share_offsets || !ids_in_range(shape, M.layout.P1, M.layout.P2, s1, s2)) return run_one(s1, s2);
+    const std::pair<bool, bool> key = wrap_case(shape, M.layout.P1, M.layout.P2, s1, s2);
+    std::promise<CertResult> mine;
+    std::shared_future<CertResult> fut;
+    bool first = false;
+    {
+      std::lock_guard<std::mutex> g(share_mu);
+      auto it = by_wrap.find(key);
+      if (it == by_wrap.end()) {
+        fut = mine.get_future().share();
+        by_wrap[key] = fut;
+        first = true;
+      } else {
+        fut = it->second;
+      }
+    }
+    if (first) {
+      try {
+        mine.set_value(run_one(s1, s2));
+      } catch (...) {
+        mine.set_exception(std::current_exception());
+      }
+    }
+    return fut.get();
+  }
+
+  CertResult run_one(std::int64_t s1, std::int64_t s2) {
+    ++passes;
     const auto t0 = std::chrono::steady_clock::now();
     CertResult R;
     // Part 1.
@@ -740,9 +829,237 @@ Certifier::Certifier(const ConstructedModel& M, const Shape& shape, const CertOp
     : impl_(std::make_unique<Impl>(M, shape, opt)) {}
 Certifier::~Certifier() = default;
 CertResult Certifier::run(std::int64_t s1, std::int64_t s2) const { return impl_->run(s1, s2); }
+std::int64_t Certifier::structure_passes() const { return impl_->passes; }
 
 CertResult certify(const ConstructedModel& M, const Shape& shape, std::int64_t s1, std::int64_t s2, const CertOptions& opt) {
   return Certifier(M, shape, opt).run(s1, s2);
+}
+
+// ---- Building blocks for the whole claim ---------------------------------------------------------
+static_assert(int(kDigitT2) == kD2 && int(kDigitT1) == kD1 && int(kDigitSep) == kD0 && int(kDigitB0) == kZ &&
+                  int(kMsd) == kM && int(kPositionKinds) == kKinds,
+              "the public position kinds are the certificate's");
+
+const char* position_kind_name(int kind) {
+  static const char* names[] = {"digit (t >= 2)", "digit (t = 1)", "digit after a separator", "digit of B_0", "'>' or '$'"};
+  return kind >= 0 && kind < kKinds ? names[kind] : "?";
+}
+
+ResponseStructure response_structure(const Shape& shape, std::int64_t s1, std::int64_t s2, int P1, int P2) {
+  const Structure st = analyze(shape, s1, s2, P1, P2);
+  ResponseStructure R;
+  for (const auto& [k, c] : st.classes) R.classes.push_back({k.kind, k.expect, k.x3, k.x4, c.u3, c.u4, c.first, c.count});
+  R.u1 = st.u1;
+  R.u2 = st.u2;
+  R.positions = st.positions;
+  R.failure = st.failure;
+  return R;
+}
+
+namespace {
+constexpr double kRoundoff[3] = {0.0, 0x1p-53, 0x1p-24};  // real, float64, float32
+}  // namespace
+
+struct ClassCertifier::Impl {
+  const ConstructedModel& M;
+  std::int64_t ubound;
+  bool fp;
+  CompiledFFN F;
+  std::array<ExactFFN<Rational>, 3> E;  // real, float64 (the double weights), float32 (cast weights)
+  std::array<ExactFFN<double>, 3> Ed;
+  std::array<std::array<FpModel, 4>, 3> fpm{};
+  std::array<double, 3> logit_err{};
+  mutable std::array<std::shared_ptr<const DigitTables<Rational>>, 3> D;  // built by the first check()
+  mutable std::once_flag exact_once;
+  mutable std::mutex memo_mu;
+  mutable std::map<std::pair<double, int>, std::shared_ptr<const DigitTables<double>>> memo;
+
+  Impl(const ConstructedModel& model, std::int64_t u, bool floating_point)
+      : M(model), ubound(u), fp(floating_point), F(CompiledFFN::build(model)) {
+    std::string err;
+    E[0] = E[1] = exact_ffn<Rational>(M, F, false, err);
+    E[2] = exact_ffn<Rational>(M, F, true, err);
+    Ed[0] = Ed[1] = exact_ffn<double>(M, F, false, err);
+    Ed[2] = exact_ffn<double>(M, F, true, err);
+    if (!err.empty()) throw InputError("certificate: " + err);
+    for (int h = 0; h < 4; ++h) fpm[0][std::size_t(h)].eps = exp_neg2_upper(M.heads[std::size_t(h)].lambda);
+    for (int p = 1; p < 3; ++p) {
+      for (int h = 0; h < 4; ++h) fpm[std::size_t(p)][std::size_t(h)] = fp_model(M, h, kRoundoff[p]);
+      logit_err[std::size_t(p)] = ffn_logit_error(M, kRoundoff[p]);
+    }
+  }
+  // The exact tables at the model's lambda, built once (holds() needs only the double ones).
+  void exact_tables() const {
+    std::call_once(exact_once, [&] {
+      const std::string fpr = ffn_fingerprint(M);
+      // the real table on one thread, the two floating-point ones on another
+      const int parts = fp ? 2 : 1;
+      parallel_for(parts, parts, [&](int, std::int64_t part) {
+        if (part == 0) {
+          D[0] = cached_tables(fpr, false, E[0], fpm[0], ubound);
+        } else {
+          D[1] = cached_tables(fpr, false, E[1], fpm[1], ubound);
+          D[2] = cached_tables(fpr, true, E[2], fpm[2], ubound);
+        }
+      });
+    });
+  }
+
+  // The part-1 structure of a sub-range of a group: its two corner classes (the hull of a merged
+  // class covers every x3 between them, see class_margins).
+  Structure corners(const ClassGroup& g, std::int64_t lo, std::int64_t hi) const {
+    Structure st;
+    st.u1 = st.u2 = ubound;
+    for (std::int64_t x3 : {lo, hi}) st.classes[ClassKey{g.kind, g.expect, x3, g.x4}] = ClassInfo{ubound, ubound, -1, 1};
+    return st;
+  }
+  Rational margin(const Structure& st, int p, Worst& w) const {
+    Rational r = class_margins<Rational>(st, E[std::size_t(p)], fpm[std::size_t(p)], *D[std::size_t(p)], w, nullptr, true);
+    if (p > 0) r -= Rational(2 * logit_err[std::size_t(p)]);
+    return r;
+  }
+  // The smallest failing x3 of [lo, hi] (a progression of step g.x3_step), or -1 when none is
+  // found within `budget` hull evaluations (a hull may fail where no single class does).
+  std::int64_t first_failing(const ClassGroup& g, std::int64_t lo, std::int64_t hi, int p, std::string& why, int& budget) const {
+    Worst w;
+    if (--budget < 0 || margin(corners(g, lo, hi), p, w) > 0) return -1;
+    if (lo == hi) {
+      why = w.what;
+      return lo;
+    }
+    const std::int64_t k = (hi - lo) / g.x3_step, mid = lo + (k - 1) / 2 * g.x3_step;
+    const std::int64_t a = first_failing(g, lo, mid, p, why, budget);
+    return a >= 0 ? a : first_failing(g, mid + g.x3_step, hi, p, why, budget);
+  }
+
+  std::shared_ptr<const DigitTables<double>> tables_at(double lam, int p) const {
+    std::lock_guard<std::mutex> g(memo_mu);
+    auto it = memo.find({lam, p});
+    if (it != memo.end()) return it->second;
+    const auto fm = models_at(lam, p);
+    auto t = std::make_shared<const DigitTables<double>>(digit_tables<double>(Ed[std::size_t(p)], fm, ubound, ubound));
+    if (memo.size() > 256) memo.clear();
+    memo[{lam, p}] = t;
+    return t;
+  }
+  std::array<FpModel, 4> models_at(double lam, int p) const {
+    std::array<FpModel, 4> fm{};
+    for (int h = 0; h < 4; ++h)
+      fm[std::size_t(h)] = p == 0 ? FpModel{true, 0, 1, 1, exp_neg2_upper(lam)} : fp_model_at(M, h, kRoundoff[p], lam);
+    return fm;
+  }
+};
+
+ClassCertifier::ClassCertifier(const ConstructedModel& M, std::int64_t ubound, bool floating_point)
+    : impl_(std::make_unique<Impl>(M, ubound, floating_point)) {}
+ClassCertifier::~ClassCertifier() = default;
+
+ClassCertifier::Verdict ClassCertifier::check(const ClassGroup& g) const { return check(std::vector<ClassGroup>{g}); }
+
+ClassCertifier::Verdict ClassCertifier::check(const std::vector<ClassGroup>& gs) const {
+  const Impl& I = *impl_;
+  I.exact_tables();
+  // One structure holding every group's corners: class_margins merges the classes of one (kind,
+  // expected token) into one hull, exactly as the per-shape certifier merges a shape's classes, so
+  // every shape's margins are at least these (its hulls lie inside, its u is smaller).
+  Structure st;
+  st.u1 = st.u2 = I.ubound;
+  for (const ClassGroup& g : gs) {
+    if (g.size() < 1) throw InputError("ClassCertifier: an empty class group");
+    for (std::int64_t x3 : {g.x3_lo, g.x3_hi}) st.classes[ClassKey{g.kind, g.expect, x3, g.x4}] = ClassInfo{I.ubound, I.ubound, -1, 1};
+  }
+  Verdict v;
+  for (int p = 0; p < (I.fp ? 3 : 1); ++p) {
+    Worst w;
+    Rational r = I.margin(st, p, w);
+    bool ok = r > 0;
+    if (!ok && gs.size() > 1) {  // the merged hull fails: decide group by group (finer hulls)
+      r = Rational(1e300);
+      for (const ClassGroup& g : gs) {
+        Worst wg;
+        r = std::min(r, I.margin(I.corners(g, g.x3_lo, g.x3_hi), p, wg));
+      }
+      ok = r > 0;
+    }
+    v.margin[std::size_t(p)] = r.convert_to<double>();
+    v.ok[std::size_t(p)] = ok;
+    if (!ok && v.failing_x3 < 0)
+      for (const ClassGroup& g : gs) {
+        std::string why = "(only the hull of the group's classes fails)";
+        int budget = 4096;
+        const std::int64_t x3 = I.first_failing(g, g.x3_lo, g.x3_hi, p, why, budget);
+        Worst wg;
+        if (x3 < 0 && I.margin(I.corners(g, g.x3_lo, g.x3_hi), p, wg) > 0) continue;
+        v.failing_x3 = x3;
+        v.failing_group = int(&g - gs.data());
+        v.reason = std::string(p == 0 ? "" : p == 1 ? "float64: " : "float32: ") + "margin not positive " + why;
+        break;
+      }
+  }
+  return v;
+}
+
+bool ClassCertifier::holds(const std::vector<ClassGroup>& gs, double lambda, int p) const {
+  const Impl& I = *impl_;
+  const auto fm = I.models_at(lambda, p);
+  const auto T = I.tables_at(lambda, p);
+  auto margin = [&](const Structure& st) {
+    Worst w;
+    double m = class_margins<double>(st, I.Ed[std::size_t(p)], fm, *T, w, nullptr, true);
+    return p > 0 ? m - 2 * I.logit_err[std::size_t(p)] : m;
+  };
+  Structure st;  // merged as in check()
+  st.u1 = st.u2 = I.ubound;
+  for (const ClassGroup& g : gs)
+    for (std::int64_t x3 : {g.x3_lo, g.x3_hi}) st.classes[ClassKey{g.kind, g.expect, x3, g.x4}] = ClassInfo{I.ubound, I.ubound, -1, 1};
+  if (margin(st) > 0) return true;
+  for (const ClassGroup& g : gs)
+    if (!(margin(I.corners(g, g.x3_lo, g.x3_hi)) > 0)) return false;
+  return gs.size() > 1;
+}
+
+namespace {
+// A box as part 1's structure: its two corners, which class_margins merges into one hull.
+Structure box_structure(const ClassBox& b, std::int64_t ubound) {
+  Structure st;
+  st.u1 = st.u2 = ubound;
+  st.classes[ClassKey{b.kind, b.expect, b.x3_lo, b.x4_lo}] = ClassInfo{ubound, ubound, -1, 1};
+  st.classes[ClassKey{b.kind, b.expect, b.x3_hi, b.x4_hi}] = ClassInfo{ubound, ubound, -1, 1};
+  return st;
+}
+}  // namespace
+
+std::array<double, 3> ClassCertifier::box_margins(const ClassBox& b, std::array<bool, 3>& ok) const {
+  const Impl& I = *impl_;
+  I.exact_tables();
+  const Structure st = box_structure(b, I.ubound);
+  std::array<double, 3> m{};
+  ok = {false, false, false};
+  for (int p = 0; p < (I.fp ? 3 : 1); ++p) {
+    Worst w;
+    const Rational r = I.margin(st, p, w);
+    m[std::size_t(p)] = r.convert_to<double>();
+    ok[std::size_t(p)] = r > 0;
+  }
+  return m;
+}
+
+double ClassCertifier::box_margin_at(const ClassBox& b, double lambda, int p) const {
+  const Impl& I = *impl_;
+  const auto fm = I.models_at(lambda, p);
+  const auto T = I.tables_at(lambda, p);
+  Worst w;
+  const double m = class_margins<double>(box_structure(b, I.ubound), I.Ed[std::size_t(p)], fm, *T, w, nullptr, true);
+  return p > 0 ? m - 2 * I.logit_err[std::size_t(p)] : m;
+}
+
+ExactInterval head_enclosure(const ConstructedModel& M, int head, int precision, std::int64_t vsum, std::int64_t x,
+                             std::int64_t u, int vmax, std::int64_t x_hi) {
+  if (head < 0 || head > 3 || precision < 0 || precision > 2) throw InputError("head_enclosure: head 0..3, precision 0..2");
+  const FpModel f = precision == 0 ? FpModel{true, 0, 1, 1, exp_neg2_upper(M.heads[std::size_t(head)].lambda)}
+                                   : fp_model(M, head, kRoundoff[precision]);
+  const Box<Rational> b = head_box_range<Rational>(vsum, x, std::max(x, x_hi), u, vmax, f);
+  return {b.lo, b.hi};
 }
 
 }  // namespace manyadd

@@ -61,6 +61,11 @@ class StructuredStream {
   std::vector<std::int32_t> l1_start_, l1_ids_;    // level 1: code(p1) == c
   std::vector<std::int32_t> l2_start_, l2_ids_;    // level 2: code(p2) == c
   std::vector<std::int32_t> l2n_start_, l2n_ids_;  // level 2: code(p2 + 1) == c
+  // When no code holds two real IDs (no aliasing), each query's target is at most one real ID per
+  // level: the ID offsets a query at level-1 offset o / level-2 offset j looks for, -1 for none.
+  bool single_ = false;
+  std::vector<std::int32_t> same1_, next1_;  // code(s1 + a) == code(s1 + o), == code(s1 + o + 1)
+  std::vector<std::int32_t> same2_, prev2_;  // code(s2 + b) == code(s2 + j), code(s2 + b + 1) == code(s2 + j)
 };
 
 // The feed-forward layer and readout compiled for evaluation at one token from its 7 input
@@ -124,7 +129,8 @@ struct RowResult {
 };
 class RowEngine {
  public:
-  // Keeps a reference to the model; the tokens are copied as per-position values.
+  // Keeps a reference to the model; the tokens are copied (N bytes), and the digit sums of the
+  // block pairs that share a level-2 ID are kept (N/2 bytes).
   RowEngine(const ConstructedModel& M, const Shape& shape, std::int64_t s1, std::int64_t s2,
             const std::vector<std::uint8_t>& tokens);
   RowResult row(std::int64_t j, const CompiledFFN& F) const;
@@ -133,8 +139,8 @@ class RowEngine {
   const ConstructedModel& M_;
   Shape shape_;
   std::int64_t s1_, s2_;
-  std::vector<std::uint8_t> tokens_;
-  std::vector<double> num_;  // NUM of every position (0 for non-digits)
+  std::vector<std::uint8_t> tokens_;    // NUM of a digit token is the token itself
+  std::vector<std::uint8_t> pair_sum_;  // (m, l): A_{b+1} + B_b digits by significance
   // Position parts of a residual column per real ID: level 1 (l+1, d) and level 2 (m+1, d).
   Eigen::MatrixXd pe1_, pe2_;
 };
@@ -156,10 +162,12 @@ void for_each_id(const Shape& s, std::int64_t s1, std::int64_t s2, F&& f) {
 
 template <class Visit>
 void StructuredStream::run(const std::uint8_t* tokens, Visit&& visit) const {
-  const std::int64_t W = shape_.m + 1;  // row width of the pair table (p1 - s1, p2 - s2)
+  // The pair table is indexed (p2 - s2) * W + (p1 - s1): consecutive tokens of a number share p2
+  // and step p1 by one, so both the keys inserted and the cells queried walk it sequentially.
+  const std::int64_t W = shape_.l + 1;
   // Per real ID pair, the keys seen so far: at most 2 share a pair (A_{i+1} and B_i digits of one
   // significance; '+' after A_{i+1} and the separator before B_i), so bytes suffice.
-  std::vector<std::uint8_t> cnt(std::size_t((shape_.l + 1) * W), 0), val(std::size_t((shape_.l + 1) * W), 0);
+  std::vector<std::uint8_t> cnt(std::size_t((shape_.m + 1) * W), 0), val(std::size_t((shape_.m + 1) * W), 0);
   std::vector<std::int64_t> cnt1(std::size_t(shape_.l + 1), 0);
   std::int64_t prefix_value = 0;
   const std::int64_t eq = shape_.eq_index();
@@ -175,7 +183,7 @@ void StructuredStream::run(const std::uint8_t* tokens, Visit&& visit) const {
     h.only_separators = true;
     for (std::int32_t a = s1v[std::size_t(c1)]; a < s1v[std::size_t(c1 + 1)]; ++a)
       for (std::int32_t b = s2v[std::size_t(c2)]; b < s2v[std::size_t(c2 + 1)]; ++b) {
-        const std::size_t cell = std::size_t(std::int64_t(i1[std::size_t(a)]) * W + i2[std::size_t(b)]);
+        const std::size_t cell = std::size_t(std::int64_t(i2[std::size_t(b)]) * W + i1[std::size_t(a)]);
         if (!cnt[cell]) continue;
         h.x += cnt[cell];
         h.vsum += val[cell];
@@ -186,11 +194,29 @@ void StructuredStream::run(const std::uint8_t* tokens, Visit&& visit) const {
       }
   };
 
+  // the same for at most one matching ID pair (single_): one cell, no list walks
+  auto pair1 = [&](std::int32_t a, std::int32_t b, HeadMatch& h) {
+    h.x = 1;
+    h.vsum = 0;
+    h.pairs = 0;
+    h.pair_t = h.pair_j = -1;
+    h.only_separators = true;
+    if (a < 0 || b < 0) return;
+    const std::size_t cell = std::size_t(std::int64_t(b) * W + a);
+    if (!cnt[cell]) return;
+    h.x += cnt[cell];
+    h.vsum += val[cell];
+    h.pairs = 1;
+    h.pair_t = a;
+    h.pair_j = b;
+    h.only_separators = a == 0;
+  };
+
   for_each_id(shape_, s1_, s2_, [&](std::int64_t k, std::int64_t p1, std::int64_t p2) {
     const int tok = tokens ? tokens[k] : 0;
     const int v = tok < 10 ? 3 * tok : 0;  // V1 = V2 = 3 e_NUM (Eqs. 9, 13)
     if (k > 0) {  // insert key k (causal: a query sees itself)
-      const std::size_t cell = std::size_t((p1 - s1_) * W + (p2 - s2_));
+      const std::size_t cell = std::size_t((p2 - s2_) * W + (p1 - s1_));
       ++cnt[cell];
       val[cell] = std::uint8_t(val[cell] + v);
       ++cnt1[std::size_t(p1 - s1_)];
@@ -198,6 +224,13 @@ void StructuredStream::run(const std::uint8_t* tokens, Visit&& visit) const {
     }
     if (k < eq) return;
     q.j = k;
+    if (single_) {
+      const std::size_t o = std::size_t(p1 - s1_), j = std::size_t(p2 - s2_);
+      pair1(next1_[o], prev2_[j], q.h[0]);  // head 1 (Eqs. 7-8)
+      pair1(same1_[o], prev2_[j], q.h[1]);  // head 2 (Eqs. 11-12)
+      pair1(same1_[o], same2_[j], q.h[3]);  // head 4 (Eqs. 19-20)
+      q.h[2].x = 1 + (next1_[o] >= 0 ? cnt1[std::size_t(next1_[o])] : 0);  // head 3 (Eqs. 15-16)
+    } else {
     const std::int64_t c1 = stream_code(p1, P1_), c1n = stream_code(p1 + 1, P1_), c2 = stream_code(p2, P2_);
     // head 1: key (POS_1, POS_2_NEXT) = query (POS_1_NEXT, POS_2)   (Eqs. 7-8)
     pairs(l1_start_, l1_ids_, c1n, l2n_start_, l2n_ids_, c2, q.h[0]);
@@ -210,6 +243,7 @@ void StructuredStream::run(const std::uint8_t* tokens, Visit&& visit) const {
     h3.x = 1;
     for (std::int32_t a = l1_start_[std::size_t(c1n)]; a < l1_start_[std::size_t(c1n + 1)]; ++a)
       h3.x += cnt1[std::size_t(l1_ids_[std::size_t(a)])];
+    }
     for (int h = 0; h < 4; ++h) q.h[std::size_t(h)].u = k + 1 - q.h[std::size_t(h)].x;
     for (int h : {0, 1}) q.h[std::size_t(h)].usum = prefix_value - q.h[std::size_t(h)].vsum;
     // heads 3-4 carry IS_BOS: value 1 on BOS (always matched), 0 elsewhere

@@ -19,11 +19,14 @@
 // and the CLI then searches for a concrete instance that the dense or row engine confirms.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <boost/multiprecision/gmp.hpp>
 
 #include "manyadd/model.hpp"
 
@@ -57,6 +60,7 @@ struct CertResult {
 struct CertOptions {
   bool floating_point = true;  // part 3 (float64 and float32)
   bool lambda_min = true;      // compute lambda_min
+  bool share_offsets = true;   // one structure pass per wrap case, not per offset pair (see run())
 };
 
 // Certifies one shape at many offsets: the configuration tables (which depend on the model and
@@ -65,7 +69,10 @@ class Certifier {
  public:
   Certifier(const ConstructedModel& M, const Shape& shape, const CertOptions& opt = {});
   ~Certifier();
+  // The certificate at (s1, s2). Offset pairs of one wrap case share one structure pass and its
+  // result (CertOptions::share_offsets; certificate.cpp says why that is sound).
   CertResult run(std::int64_t s1, std::int64_t s2) const;
+  std::int64_t structure_passes() const;  // structure passes run so far
 
  private:
   struct Impl;
@@ -77,5 +84,92 @@ CertResult certify(const ConstructedModel& M, const Shape& shape, std::int64_t s
 
 // An upper bound of e^{-2 lambda} as a double (MPFR, rounded up).
 double exp_neg2_upper(double lambda);
+
+// ---- The certificate's parts as building blocks (the whole claim, whole_claim.hpp, joins them) ----
+
+// What a response position predicts: a digit of B_i (i >= 1) at significance t + 1 >= 3, = 2, = 1
+// (the query is the separator before B_i), a digit of B_0, or '>' / '$' (the query is a most
+// significant digit).
+enum PositionKind : int { kDigitT2 = 0, kDigitT1, kDigitSep, kDigitB0, kMsd, kPositionKinds };
+const char* position_kind_name(int kind);
+
+// Part 1's output for one shape and offset pair: its classes of response positions. A class is
+// (kind, expected token for kMsd, x3, x4) with x3, x4 the matched keys of heads 3 and 4, BOS
+// included, and the most unmatched keys of heads 3-4 over its positions.
+struct ResponseClass {
+  int kind = 0, expect = -1;
+  std::int64_t x3 = 0, x4 = 0, u3 = 0, u4 = 0;
+  std::int64_t first = -1, count = 0;  // first 0-based position, number of positions
+};
+struct ResponseStructure {
+  std::vector<ResponseClass> classes;  // sorted by (kind, expect, x3, x4)
+  std::int64_t u1 = 0, u2 = 0, positions = 0;
+  std::optional<CertFailure> failure;  // heads 1-2 do not match what part 2 needs
+};
+ResponseStructure response_structure(const Shape& shape, std::int64_t s1, std::int64_t s2, int P1, int P2);
+
+// A group of classes: one kind and expected token, one x4, and x3 over an arithmetic progression
+// x3_lo, x3_lo + x3_step, ..., x3_hi. Parts 2-3 check one enclosure valid for every x3 of the
+// group (head_enclosure with x_hi), then split the group when it fails.
+struct ClassGroup {
+  int kind = 0, expect = -1;
+  std::int64_t x3_lo = 1, x3_hi = 1, x3_step = 1, x4 = 1;
+  std::string origin;  // where in the closed form the group comes from
+  std::int64_t size() const { return x3_hi < x3_lo ? 0 : (x3_hi - x3_lo) / x3_step + 1; }
+};
+
+// A box of classes: one kind and expected token, x3 in [x3_lo, x3_hi], x4 in [x4_lo, x4_hi]. Its
+// enclosures hold every class inside it, so a per-shape certificate, which takes one hull over a
+// shape's classes of one kind, has margins at least a box's that holds them.
+struct ClassBox {
+  int kind = 0, expect = -1;
+  std::int64_t x3_lo = 1, x3_hi = 1, x4_lo = 1, x4_hi = 1;
+};
+
+// Parts 2-3 for classes whose unmatched-key counts are all at most `ubound`, at the model's
+// lambda. Every head's enclosure only widens as u grows (head_enclosure), so one check at the
+// largest count covers every shape with fewer tokens.
+class ClassCertifier {
+ public:
+  ClassCertifier(const ConstructedModel& M, std::int64_t ubound, bool floating_point = true);
+  ~ClassCertifier();
+  struct Verdict {
+    std::array<double, 3> margin{};  // real, float64, float32: exact minimum margin, rounded to double
+    std::array<bool, 3> ok{};        // margin > 0 (floating point: after the FFN/readout rounding)
+    int failing_group = -1;          // which group fails (real arithmetic first)
+    std::int64_t failing_x3 = -1;    // its smallest failing x3 (-1: only a hull over several fails)
+    std::string reason;              // what fails there
+  };
+  // Exact (rational) margins of a set of groups, merged as the per-shape certifier merges a
+  // shape's classes (one hull per kind and expected token), so that every shape's certificate has
+  // margins at least these; when a merged hull fails, group by group. Failing groups are split
+  // down to single classes to name the first failing one.
+  Verdict check(const std::vector<ClassGroup>& gs) const;
+  Verdict check(const ClassGroup& g) const;
+  // Whether every group holds at scale lambda (every head) in precision p (0 real, 1 float64,
+  // 2 float32), in double with outward-rounded exponentials: for bisecting lambda windows (a
+  // report; the proof is check() at the model's lambda).
+  bool holds(const std::vector<ClassGroup>& gs, double lambda, int precision) const;
+  // One box: exact margins at the model's lambda (real, float64, float32), or the margin in double
+  // at scale lambda in one precision (for bisection).
+  std::array<double, 3> box_margins(const ClassBox& b, std::array<bool, 3>& ok) const;
+  double box_margin_at(const ClassBox& b, double lambda, int precision) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The enclosure of a head's output that parts 2-3 use, exactly: vsum = summed value of the x
+// matched keys (BOS included), u unmatched keys with values in [0, vmax]; precision 0 real, 1
+// float64, 2 float32 (the dense engine's program with the model's own lambda_h and d_qk). With
+// x_hi > x: one enclosure for every matched count in [x, x_hi] (what a class group's hull uses; in
+// floating point the enclosure is not monotone in x, so this is not the x and x_hi ends' hull).
+// Every enclosure widens as u grows: lo never rises, hi never falls.
+struct ExactInterval {
+  boost::multiprecision::mpq_rational lo, hi;
+};
+ExactInterval head_enclosure(const ConstructedModel& M, int head, int precision, std::int64_t vsum, std::int64_t x,
+                             std::int64_t u, int vmax, std::int64_t x_hi = 0);
 
 }  // namespace manyadd

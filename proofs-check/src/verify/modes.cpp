@@ -1,7 +1,8 @@
-// The stages of the other modes: --exhaustive, --dump and --dims-table (verify/stages.hpp).
+// The stages of the other modes: --exhaustive, --dump, --dims-table and --whole-claim (verify/stages.hpp).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <mutex>
 #include <numeric>
 #include <ostream>
@@ -10,6 +11,7 @@
 
 #include "manyadd/core/parallel.hpp"
 #include "manyadd/dense.hpp"
+#include "manyadd/offset_cases.hpp"
 #include "manyadd/verify/stages.hpp"
 
 namespace manyadd {
@@ -21,6 +23,10 @@ using json = nlohmann::json;
 // key's token enters its score through IS_BOS alone), so the four N x N attention matrices come from
 // one dense pass per offset pair; each instance then costs the two digit heads' rows (A_h times 3 NUM)
 // and the feed-forward layer at the response positions.
+// Offset pairs of one wrap case (offset_cases.hpp) match the same keys everywhere; only the
+// unmatched keys' weights differ. The case's first pair is enumerated, recording every position's
+// smallest margin; another pair of the case inherits the verdict when margin_shift_bound (what its
+// attention can move any instance's margin) stays below those margins, and is enumerated otherwise.
 ExhaustiveOutcome run_exhaustive(const Plan& plan, const BuiltModel& model) {
   const auto t0 = std::chrono::steady_clock::now();
   const Shape& shape = plan.shape;
@@ -32,81 +38,117 @@ ExhaustiveOutcome run_exhaustive(const Plan& plan, const BuiltModel& model) {
   std::uint64_t total = 1;
   for (int i = 0; i < shape.m; ++i) total *= per;
   const std::int64_t N = shape.N(), eq = shape.eq_index();
+  const auto rows = std::size_t(N - eq);
   constexpr std::uint64_t chunk = 4096;
   const auto chunks = std::int64_t((total + chunk - 1) / chunk);
-  for (const auto& [s1, s2] : plan.offsets) {
-    Problem rep;
-    for (int i = 0; i < shape.m; ++i) rep.operands.push_back("0");
-    const auto ids = position_ids(shape, s1, s2);
-    DenseOptions dopt;
-    dopt.keep_attention = true;
-    const auto R = dense_forward<double>(M, embed(M, build_sequence(rep, shape), ids), dopt);
-    // per thread: the digit values and the result buffer of one instance
-    std::vector<std::vector<double>> nums(std::size_t(plan.threads), std::vector<double>(std::size_t(N)));
-    std::vector<EngineResult> results(std::size_t(plan.threads));
-    for (auto& r : results) {
-      r.engine = "exhaustive (dense attention)";
-      r.first = eq;
-      r.logits.resize(kVocab, N - eq);
-    }
-    std::mutex mu;
-    std::uint64_t fails = 0, first_code = total;
-    std::optional<Counterexample> first;
-    parallel_for(
-        plan.threads, chunks,
-        [&](int t, std::int64_t c) {
-          std::vector<double>& num = nums[std::size_t(t)];
-          EngineResult& er = results[std::size_t(t)];
-          std::uint64_t chunk_fails = 0;
-          for (std::uint64_t code = std::uint64_t(c) * chunk; code < std::min(total, std::uint64_t(c + 1) * chunk); ++code) {
-            Problem p;
-            p.operands.reserve(std::size_t(shape.m));
-            std::uint64_t rest = code;
-            std::int64_t sum = 0;
-            for (int i = 0; i < shape.m; ++i) {
-              const std::uint64_t v = rest % per;
-              rest /= per;
-              p.operands.push_back(std::to_string(v));
-              sum += std::int64_t(v);
-            }
-            const auto seq = build_sequence(p, shape);
-            if (parse_sequence(seq).partial_sums.back() != std::to_string(sum)) {  // independent 64-bit reference
-              ++chunk_fails;
-              continue;
-            }
-            for (std::int64_t k = 0; k < N; ++k) num[std::size_t(k)] = seq[std::size_t(k)] < 10 ? seq[std::size_t(k)] : 0;
-            for (std::int64_t j = eq; j < N; ++j) {
-              std::array<double, 7> y{};
-              y[Layout::NUM] = num[std::size_t(j)];
-              y[Layout::FULL_ONES] = 1;
-              for (int h = 0; h < 2; ++h) {
-                const double vs = M.heads[std::size_t(h)].V(0, Layout::NUM);
-                double acc = 0;
-                for (std::int64_t i = 0; i <= j; ++i) acc += R.attention[std::size_t(h)](j, i) * num[std::size_t(i)];
-                y[std::size_t(3 + h)] = vs * acc;
+  for (const auto& group : group_by_wrap_case(shape, M.layout.P1, M.layout.P2, plan.offsets)) {
+    std::array<Eigen::MatrixXd, 4> first_attention;
+    std::vector<double> first_margin(rows, std::numeric_limits<double>::infinity());
+    bool first_ok = false;
+    for (std::size_t gi = 0; gi < group.size(); ++gi) {
+      const auto [s1, s2] = group[gi];
+      Problem rep;
+      for (int i = 0; i < shape.m; ++i) rep.operands.push_back("0");
+      const auto ids = position_ids(shape, s1, s2);
+      DenseOptions dopt;
+      dopt.keep_attention = true;
+      const auto R = dense_forward<double>(M, embed(M, build_sequence(rep, shape), ids), dopt);
+      if (gi > 0 && first_ok) {  // inherit the first pair's verdict when no margin can close
+        const auto shift = margin_shift_bound(model.F, first_attention, R.attention, eq);
+        bool inherit = true;
+        for (std::size_t r = 0; r < shift.size(); ++r) inherit = inherit && first_margin[r] > shift[r] + 1e-9;
+        if (inherit) {
+          res.instances += total;
+          ++res.inherited_pairs;
+          continue;
+        }
+      }
+      const bool record = gi == 0;  // the first pair's per-position margins, for the pairs that inherit
+      // per thread: the digit values, the result buffer of one instance and the smallest margins
+      std::vector<std::vector<double>> nums(std::size_t(plan.threads), std::vector<double>(std::size_t(N)));
+      std::vector<std::vector<double>> margins(std::size_t(plan.threads),
+                                               std::vector<double>(record ? rows : 0, std::numeric_limits<double>::infinity()));
+      std::vector<EngineResult> results(std::size_t(plan.threads));
+      for (auto& r : results) {
+        r.engine = "exhaustive (dense attention)";
+        r.first = eq;
+        r.logits.resize(kVocab, N - eq);
+      }
+      std::mutex mu;
+      std::uint64_t fails = 0, first_code = total;
+      std::optional<Counterexample> first;
+      parallel_for(
+          plan.threads, chunks,
+          [&](int t, std::int64_t c) {
+            std::vector<double>& num = nums[std::size_t(t)];
+            std::vector<double>& margin = margins[std::size_t(t)];
+            EngineResult& er = results[std::size_t(t)];
+            std::uint64_t chunk_fails = 0;
+            for (std::uint64_t code = std::uint64_t(c) * chunk; code < std::min(total, std::uint64_t(c + 1) * chunk); ++code) {
+              Problem p;
+              p.operands.reserve(std::size_t(shape.m));
+              std::uint64_t rest = code;
+              std::int64_t sum = 0;
+              for (int i = 0; i < shape.m; ++i) {
+                const std::uint64_t v = rest % per;
+                rest /= per;
+                p.operands.push_back(std::to_string(v));
+                sum += std::int64_t(v);
               }
-              y[Layout::PRE_ARROW] = R.Y(Layout::PRE_ARROW, j);
-              y[Layout::PRE_EOS] = R.Y(Layout::PRE_EOS, j);
-              const auto lg = model.F.logits(y);
-              std::copy(lg.begin(), lg.end(), er.logits.col(j - eq).data());
+              const auto seq = build_sequence(p, shape);
+              if (parse_sequence(seq).partial_sums.back() != std::to_string(sum)) {  // independent 64-bit reference
+                ++chunk_fails;
+                continue;
+              }
+              for (std::int64_t k = 0; k < N; ++k) num[std::size_t(k)] = seq[std::size_t(k)] < 10 ? seq[std::size_t(k)] : 0;
+              for (std::int64_t j = eq; j < N; ++j) {
+                std::array<double, 7> y{};
+                y[Layout::NUM] = num[std::size_t(j)];
+                y[Layout::FULL_ONES] = 1;
+                for (int h = 0; h < 2; ++h) {
+                  const double vs = M.heads[std::size_t(h)].V(0, Layout::NUM);
+                  double acc = 0;
+                  for (std::int64_t i = 0; i <= j; ++i) acc += R.attention[std::size_t(h)](j, i) * num[std::size_t(i)];
+                  y[std::size_t(3 + h)] = vs * acc;
+                }
+                y[Layout::PRE_ARROW] = R.Y(Layout::PRE_ARROW, j);
+                y[Layout::PRE_EOS] = R.Y(Layout::PRE_EOS, j);
+                const auto lg = model.F.logits(y);
+                std::copy(lg.begin(), lg.end(), er.logits.col(j - eq).data());
+                if (record) {
+                  const int expected = j + 1 < N ? seq[std::size_t(j + 1)] : int(kDollar);
+                  double other = -std::numeric_limits<double>::infinity();
+                  for (int t2 = 0; t2 < kVocab; ++t2)
+                    if (t2 != expected) other = std::max(other, lg[std::size_t(t2)]);
+                  double& mj = margin[std::size_t(j - eq)];
+                  mj = std::min(mj, lg[std::size_t(expected)] - other);
+                }
+              }
+              predict_from_logits(er);
+              const Verdict v = judge(er, seq, shape);
+              if (v.ok) continue;
+              ++chunk_fails;
+              std::lock_guard<std::mutex> g(mu);
+              if (code < first_code) {
+                first_code = code;
+                first = counterexample_from(p, s1, s2, v, er.engine);
+              }
             }
-            predict_from_logits(er);
-            const Verdict v = judge(er, seq, shape);
-            if (v.ok) continue;
-            ++chunk_fails;
             std::lock_guard<std::mutex> g(mu);
-            if (code < first_code) {
-              first_code = code;
-              first = counterexample_from(p, s1, s2, v, er.engine);
-            }
-          }
-          std::lock_guard<std::mutex> g(mu);
-          fails += chunk_fails;
-        },
-        Schedule::dynamic);
-    res.instances += total;
-    res.failures += fails;
-    if (first && !res.first) res.first = first;
+            fails += chunk_fails;
+          },
+          Schedule::dynamic);
+      res.instances += total;
+      res.failures += fails;
+      ++res.enumerated_pairs;
+      if (first && !res.first) res.first = first;
+      if (record) {
+        first_ok = fails == 0;
+        first_attention = R.attention;
+        for (const auto& m : margins)
+          for (std::size_t r = 0; r < rows; ++r) first_margin[r] = std::min(first_margin[r], m[r]);
+      }
+    }
   }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
@@ -279,6 +321,27 @@ int dims_table(const DimsTablePlan& plan, std::ostream& out) {
   if (!plan.json_path.empty())
     write_json_report(plan.json_path, json({{"dims_table", rows}, {"padding", padding_name(plan.padding)}}));
   return all_found ? 0 : 1;
+}
+
+// --whole-claim: the claim for the plan's model (or the lambda window table), printed and written
+// to --json.
+int whole_claim_stage(const WholeClaimPlan& plan, std::ostream& out) {
+  const auto t0 = std::chrono::steady_clock::now();
+  json report;
+  int code = 0;
+  if (plan.windows_table) {
+    const auto rows = lambda_window_table(plan.windows_table->first, plan.windows_table->second, plan.opt.threads);
+    print_window_table(out, rows);
+    report["lambda_windows_table"] = window_table_json(rows);
+  } else {
+    const WholeClaimResult r = whole_claim(plan.opt);
+    print_whole_claim(out, r);
+    report["whole_claim"] = whole_claim_json(r);
+    code = r.proven ? 0 : 1;
+  }
+  report["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!plan.json_path.empty()) write_json_report(plan.json_path, report);
+  return code;
 }
 
 }  // namespace manyadd

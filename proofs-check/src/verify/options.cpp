@@ -113,6 +113,20 @@ void add_mode_options(CLI::App& app, Options& o) {
                           kDenseSecondsLimit, kSamplesSecondsLimit, kExhaustiveSecondsLimit));
 }
 
+void add_whole_claim_options(CLI::App& app, Options& o) {
+  auto* g = app.add_option_group("Whole claim", "Theorem 4.1's whole claim for the model with --p1, --p2 (and --lambda)");
+  g->add_flag("--whole-claim", o.whole_claim,
+              "instead: prove every shape the model with --p1, --p2 (and --lambda) serves, at every offset pair, for "
+              "every input (part 1 by z3), and report the admitted shapes that fail; takes only --p1 --p2 --lambda "
+              "--threads --seed --json and the options below");
+  cli::add_int(*g, "--sample-shapes", o.sample_shapes,
+               "--whole-claim: random per-shape certificates besides the boundary ones", 0, kWholeClaimMaxSampleShapes);
+  g->add_flag("--no-non-vacuity", o.no_non_vacuity, "--whole-claim: skip the solver's witnesses and wrong key lists");
+  cli::add_string(*g, "--windows-table", o.windows_table,
+                  "--whole-claim: lambda_min and the lambda windows for P1 = P2 = A..B instead (A:B, 2 <= A <= B <= 30)")
+      ->type_name("A:B");
+}
+
 void add_output_options(CLI::App& app, Options& o) {
   auto* g = app.add_option_group("Resources and output");
   cli::add_threads(*g, o.threads);
@@ -138,6 +152,7 @@ int parse_options(int argc, const char* const* argv, Options& o, std::ostream& o
   add_offset_options(app, o);
   add_instance_options(app, o);
   add_mode_options(app, o);
+  add_whole_claim_options(app, o);
   add_output_options(app, o);
   app.footer(cli::exit_codes_footer(true));
   if (const int rc = cli::parse(app, argc, argv, out, err); rc >= 0) return rc;

@@ -93,6 +93,12 @@ std::vector<std::int64_t> choose_cross_check_rows(const Shape& shape, std::int64
   return rows;
 }
 
+// The whole claim's own options, refused outside it.
+void refuse_whole_claim_options(const Options& o) {
+  if (o.has("--windows-table") || o.has("--sample-shapes") || o.has("--no-non-vacuity"))
+    throw InputError("--windows-table, --sample-shapes and --no-non-vacuity go with --whole-claim");
+}
+
 Engine structured_engine() {
   return {"structured", [](const BuiltModel& b, const Shape& s, const Instance& in) {
             return run_structured(b.M, b.F, in.tokens, s, in.s1, in.s2, in.interval_rows);
@@ -116,6 +122,7 @@ bool Plan::has_engine(const std::string& name) const {
 }
 
 Plan make_plan(const Options& o) {
+  refuse_whole_claim_options(o);
   Plan p;
   if (o.engine != "structured" && o.engine != "dense" && o.engine != "cuda" && o.engine != "all")
     throw InputError(fmt::format("--engine '{}': expected structured, dense, cuda or all", o.engine));
@@ -233,6 +240,7 @@ Plan make_plan(const Options& o) {
 }
 
 DimsTablePlan make_dims_table_plan(const Options& o) {
+  refuse_whole_claim_options(o);
   DimsTablePlan p;
   if (o.n_max < 1 || o.m_max < 1) throw InputError("--dims-table needs --n-max A --m-max B (both >= 1)");
   if (double(o.n_max) * double(o.m_max) > double(kDimsTableMaxShapes))
@@ -246,6 +254,46 @@ DimsTablePlan make_dims_table_plan(const Options& o) {
   }
   p.seed = o.seed;
   p.json_path = o.json_path;
+  return p;
+}
+
+WholeClaimPlan make_whole_claim_plan(const Options& o) {
+  static const std::set<std::string> applies = {"--whole-claim", "--sample-shapes", "--no-non-vacuity", "--windows-table",
+                                                "--p1", "--p2", "--lambda", "--threads", "--json", "--seed"};
+  for (const std::string& name : o.given)
+    if (!applies.count(name))
+      throw InputError(fmt::format("--whole-claim covers every shape and offset: {} does not apply",
+                                   name.substr(0, name.find_first_of(",{"))));
+  if (o.has("--lambda") && !(o.lambda > 0 && std::isfinite(o.lambda)))
+    throw InputError(fmt::format("--lambda must be > 0 and finite (got {})", o.lambda));
+  WholeClaimPlan p;
+  p.opt.P1 = o.p1;
+  p.opt.P2 = o.p2;
+  p.opt.lambda = o.has("--lambda") ? o.lambda : 0;
+  p.opt.threads = o.threads;
+  p.opt.seed = o.seed;
+  p.opt.sample_shapes = o.sample_shapes;
+  p.opt.non_vacuity = !o.no_non_vacuity;
+  p.json_path = o.json_path;
+  if (o.has("--windows-table")) {
+    const auto colon = o.windows_table.find(':');
+    std::pair<int, int> ab;
+    try {
+      if (colon == std::string::npos) throw InputError("no colon");
+      ab = {int(cli::parse_int(o.windows_table.substr(0, colon), "--windows-table", -1000, 1000)),
+            int(cli::parse_int(o.windows_table.substr(colon + 1), "--windows-table", -1000, 1000))};
+    } catch (const InputError&) {
+      throw InputError(fmt::format("--windows-table '{}': expected A:B (P1 = P2 from A to B)", o.windows_table));
+    }
+    check_window_table_range(ab.first, ab.second);
+    if (o.has("--p1") || o.has("--p2") || o.has("--lambda"))
+      throw InputError("--windows-table takes no --p1, --p2 or --lambda (it scans P1 = P2)");
+    p.windows_table = ab;
+    return p;
+  }
+  if (!o.has("--p1") || !o.has("--p2"))
+    throw InputError("--whole-claim needs --p1 P1 --p2 P2 (the model's hypercube dimensions)");
+  check_whole_claim_options(p.opt);
   return p;
 }
 

@@ -106,7 +106,8 @@ int report(const Plan& plan, const BuiltModel& model, const Outcomes& r, json& j
   const bool exhaustive_ok = r.exhaustive.failures == 0;
   if (r.exhaustive.run)
     j["exhaustive"] = {{"instances", r.exhaustive.instances}, {"failures", r.exhaustive.failures},
-                       {"seconds", r.exhaustive.seconds}};
+                       {"offset_pairs_enumerated", r.exhaustive.enumerated_pairs},
+                       {"offset_pairs_inherited", r.exhaustive.inherited_pairs}, {"seconds", r.exhaustive.seconds}};
   const SamplesOutcome& s = r.samples;
   json sample_offs = json::array();
   for (const auto& [a, b] : plan.sample_offsets) sample_offs.push_back({a, b});
@@ -128,8 +129,10 @@ int report(const Plan& plan, const BuiltModel& model, const Outcomes& r, json& j
                      shape.N());
   out << fmt::format("  certificate {}\n", cert_line);
   if (r.exhaustive.run)
-    out << fmt::format("  exhaustive  {} (instance, offset pair) runs, {} failing{}\n", r.exhaustive.instances,
-                       r.exhaustive.failures,
+    out << fmt::format("  exhaustive  {} (instance, offset pair) runs, {} failing ({} offset pair(s) enumerated, {} "
+                       "inheriting the verdict of their wrap case){}\n",
+                       r.exhaustive.instances, r.exhaustive.failures, r.exhaustive.enumerated_pairs,
+                       r.exhaustive.inherited_pairs,
                        !cert_ok && exhaustive_ok ? " -- every instance verified: the certificate was conservative here" : "");
   out << fmt::format("  samples     {} checked, {} exact (engines: {}), min margin {:.4g}; engines {}\n", s.checked, s.exact,
                      fmt::join(engines, ", "), s.min_margin, s.agree ? "agree" : "DISAGREE");

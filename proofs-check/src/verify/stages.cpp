@@ -38,12 +38,9 @@ Counterexample counterexample_from(const Problem& p, std::int64_t s1, std::int64
   return c;
 }
 
-namespace {
-
-// Does the real model (finite lambda, double) get this instance wrong? The dense engine when N is
-// small, else the exact row engine at the given positions (the certificate's risky ones).
-std::optional<Counterexample> confirm(const ConstructedModel& M, const CompiledFFN& F, const Problem& p, const Shape& shape,
-                                      std::int64_t s1, std::int64_t s2, const std::vector<std::int64_t>& risky) {
+std::optional<Counterexample> confirm_counterexample(const ConstructedModel& M, const CompiledFFN& F, const Problem& p,
+                                                     const Shape& shape, std::int64_t s1, std::int64_t s2,
+                                                     const std::vector<std::int64_t>& risky) {
   const auto seq = build_sequence(p, shape);
   if (shape.N() <= 4000) {
     const Verdict v = judge(run_dense(M, seq, shape, s1, s2, Precision::float64), seq, shape, reference_sum(p).str());
@@ -54,8 +51,6 @@ std::optional<Counterexample> confirm(const ConstructedModel& M, const CompiledF
   if (v.ok) return std::nullopt;
   return counterexample_from(p, s1, s2, v, "row");
 }
-
-}  // namespace
 
 std::optional<Counterexample> find_counterexample(const ConstructedModel& M, const CompiledFFN& F, const Shape& shape,
                                                   std::int64_t s1, std::int64_t s2,
@@ -72,7 +67,7 @@ std::optional<Counterexample> find_counterexample(const ConstructedModel& M, con
   const int tries = shape.N() <= 4000 ? 62 : 6;
   for (int i = 0; i < tries; ++i) cands.push_back(sample_TA(rng, shape.n, shape.m));
   for (const auto& p : cands) {
-    auto ce = confirm(M, F, p, shape, s1, s2, risky);
+    auto ce = confirm_counterexample(M, F, p, shape, s1, s2, risky);
     if (!ce) continue;
     // Shrink: digits are zeroed one by one (most significant first) while the instance still fails.
     if (shape.N() <= 400) {
@@ -85,7 +80,7 @@ std::optional<Counterexample> find_counterexample(const ConstructedModel& M, con
           o[k] = '0';
           const auto nz = o.find_first_not_of('0');
           o = nz == std::string::npos ? "0" : o.substr(nz);
-          if (auto c2 = confirm(M, F, t, shape, s1, s2, risky)) {
+          if (auto c2 = confirm_counterexample(M, F, t, shape, s1, s2, risky)) {
             cur = t;
             ce = c2;
             k = std::size_t(-1);  // restart this operand

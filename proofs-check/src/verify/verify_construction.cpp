@@ -12,6 +12,7 @@ int verify_construction_main(int argc, const char* const* argv, std::ostream& ou
   return run_tool("verify_construction", err, [&] {
     Options o;
     if (const int rc = parse_options(argc, argv, o, out, err); rc >= 0) return rc;
+    if (o.whole_claim) return whole_claim_stage(make_whole_claim_plan(o), out);
     if (o.dims_table) return dims_table(make_dims_table_plan(o), out);
     return run_plan(make_plan(o), out);
   });

@@ -19,7 +19,9 @@
 #include "manyadd/dense.hpp"
 #include "manyadd/format.hpp"
 #include "manyadd/model.hpp"
+#include "manyadd/offset_cases.hpp"
 #include "manyadd/verify.hpp"
+#include "manyadd/whole_claim.hpp"
 
 namespace manyadd {
 
@@ -32,6 +34,7 @@ inline constexpr double kMemoryLimitBytes = double(std::int64_t(16) << 30);
 inline constexpr std::int64_t kMaxOffsetPairs = std::int64_t(1) << 20;
 inline constexpr std::int64_t kDumpMaxTokens = 2000;     // --dump attention prints N x N weights
 inline constexpr std::int64_t kDimsTableMaxShapes = 4096;
+inline constexpr int kWholeClaimMaxSampleShapes = 100000;
 
 // The command line, parsed. Initial values are the defaults --help shows.
 struct Options {
@@ -59,6 +62,10 @@ struct Options {
   bool dims_table = false;
   std::int64_t n_max = 0, m_max = 0;
   bool force = false;
+  // --whole-claim (whole_claim.hpp)
+  bool whole_claim = false, no_non_vacuity = false;
+  int sample_shapes = 2;
+  std::string windows_table;
   // resources and output
   int threads = 2;
   std::string json_path;
@@ -86,8 +93,6 @@ struct Engine {
   std::string name;
   std::function<EngineResult(const BuiltModel&, const Shape&, const Instance&)> run;
 };
-
-using OffsetPair = std::pair<std::int64_t, std::int64_t>;
 
 // The verification run, validated.
 struct Plan {
@@ -124,5 +129,14 @@ struct DimsTablePlan {
   std::string json_path;
 };
 DimsTablePlan make_dims_table_plan(const Options& o);
+
+// --whole-claim, validated: the claim for one model (--p1, --p2, --lambda), or with --windows-table
+// the lambda windows for P1 = P2 = A..B. Every option that chooses a shape or an offset is refused.
+struct WholeClaimPlan {
+  WholeClaimOptions opt;                              // lambda 0: the default of the claimed range
+  std::optional<std::pair<int, int>> windows_table;  // --windows-table A:B
+  std::string json_path;
+};
+WholeClaimPlan make_whole_claim_plan(const Options& o);
 
 }  // namespace manyadd

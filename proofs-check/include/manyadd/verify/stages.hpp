@@ -8,6 +8,7 @@
 //   run_samples        random instances through every engine of the plan, judged against the reference
 //   cross_check        rows of the first sample by the exact row engine against the structured intervals
 //   dims_table         --dims-table (its own mode)
+//   whole_claim_stage  --whole-claim (its own mode; whole_claim.hpp)
 #pragma once
 
 #include <cstdint>
@@ -43,6 +44,12 @@ Counterexample counterexample_from(const Problem& p, std::int64_t s1, std::int64
 
 nlohmann::json counterexample_json(const Counterexample& c);
 
+// Does the real model (finite lambda, double) get this instance wrong? The dense engine when N <= 4000,
+// else the exact row engine at the given positions (the certificate's risky ones).
+std::optional<Counterexample> confirm_counterexample(const ConstructedModel& M, const CompiledFFN& F, const Problem& p,
+                                                     const Shape& shape, std::int64_t s1, std::int64_t s2,
+                                                     const std::vector<std::int64_t>& risky);
+
 // Searches candidates (all nines, all ones, random instances) for one that the dense engine (N <= 4000)
 // or the row engine at `risky` positions confirms, then shrinks it (small N only).
 std::optional<Counterexample> find_counterexample(const ConstructedModel& M, const CompiledFFN& F, const Shape& shape,
@@ -62,7 +69,8 @@ CertifyOutcome certify_offsets(const Plan& plan, const BuiltModel& model);
 struct ExhaustiveOutcome {
   bool run = false;
   std::uint64_t instances = 0, failures = 0;
-  std::optional<Counterexample> first;  // the failing instance of the smallest enumeration index
+  std::uint64_t enumerated_pairs = 0, inherited_pairs = 0;  // offset pairs enumerated / inheriting their wrap case's verdict
+  std::optional<Counterexample> first;  // the failing instance of the smallest enumeration index (first enumerated pair)
   double seconds = 0;
 };
 ExhaustiveOutcome run_exhaustive(const Plan& plan, const BuiltModel& model);
@@ -107,5 +115,9 @@ int run_plan(const Plan& plan, std::ostream& out);
 
 // --dims-table: prints the table, writes --json; 0 when a proven (P1, P2) was found for every shape.
 int dims_table(const DimsTablePlan& plan, std::ostream& out);
+
+// --whole-claim: prints the claim (or the lambda window table), writes --json; 0 when the claimed
+// range is proven (the table: always), 1 when it fails.
+int whole_claim_stage(const WholeClaimPlan& plan, std::ostream& out);
 
 }  // namespace manyadd
