@@ -5,6 +5,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "constructed_case.hpp"
 #include "manyadd/cuda_engine.hpp"
 #include "manyadd/dense.hpp"
 #include "manyadd/kernel_rounding.hpp"
@@ -20,24 +21,8 @@ using namespace manyadd;
     if (!cuda_available(&why_)) GTEST_SKIP() << "no CUDA device: " << why_; \
   } while (0)
 
-struct Case {
-  Shape shape;
-  std::int64_t s1, s2;
-  ConstructedModel M;
-  std::vector<std::uint8_t> seq;
-};
-
-Case make_case(int n, int m, std::uint64_t seed) {
-  Case c;
-  c.shape = Shape::make(n, m);
-  const Dims dims = dims_ours(c.shape);
-  Rng rng(seed);
-  c.s1 = 1;
-  c.s2 = 1;
-  c.M = build_model(dims.P1, dims.P2, default_lambda(c.shape.N()));
-  c.seq = build_sequence(sample_TA(rng, n, m), c.shape);
-  return c;
-}
+using cases::Case;
+using cases::make_case;
 
 // Lowest-index argmax ties: the logit gap below which two engines may legitimately pick differently.
 bool tie(const Eigen::VectorXd& logits, int a, int b) { return std::abs(logits(a) - logits(b)) < 1e-6; }

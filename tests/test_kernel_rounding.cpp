@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "constructed_case.hpp"
 #include "manyadd/cuda_engine.hpp"
 #include "manyadd/kernel_rounding.hpp"
 #include "manyadd/structured.hpp"
@@ -14,21 +15,8 @@
 namespace {
 using namespace manyadd;
 
-struct Case {
-  Shape shape;
-  ConstructedModel M;
-  std::vector<std::uint8_t> seq;
-};
-
-Case make_case(int n, int m, std::uint64_t seed) {
-  Case c;
-  c.shape = Shape::make(n, m);
-  const Dims dims = dims_ours(c.shape);
-  Rng rng(seed);
-  c.M = build_model(dims.P1, dims.P2, default_lambda(c.shape.N()));
-  c.seq = build_sequence(sample_TA(rng, n, m), c.shape);
-  return c;
-}
+using cases::Case;
+using cases::make_case;
 
 // Heads 1-2 carry 3 NUM (<= 27), heads 3-4 IS_BOS (<= 1).
 int vmax(int h) { return h < 2 ? 27 : 1; }
