@@ -208,8 +208,11 @@ class CppFiles(TempDir):
         tensors, meta = read(path)
         N = int(meta["N"])
         self.assertEqual(N, (2 * 2 + 1) * (2 + 1 + 0 + 1))  # (2m+1)(l+1), l = n + 1 + floor(log10 m)
-        self.assertEqual(list(tensors), ["q1", "k1", "v1", "q2", "k2", "v2", "q3", "k3", "v3", "q4", "k4", "v4"])
+        self.assertEqual(list(tensors), ["q1", "k1", "v1", "q2", "k2", "v2", "q3", "k3", "v3", "q4", "k4", "v4",
+                                         "ref1", "ref2", "ref3", "ref4"])
+        first = int(meta["first"])
         for h in range(1, 5):
+            self.assertEqual(tuple(tensors["ref%d" % h].shape), (N - first, 1))  # the structured engine's outputs
             self.assertEqual(tuple(tensors["q%d" % h].shape)[0], N)
             self.assertEqual(tuple(tensors["k%d" % h].shape), tuple(tensors["q%d" % h].shape))
             self.assertEqual(tuple(tensors["v%d" % h].shape), (N, 1))

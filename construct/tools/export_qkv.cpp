@@ -1,6 +1,9 @@
 // export_qkv --n N --m M --out DIR [--seed S]: writes DIR/qkv.safetensors with, per head h = 1..4,
 // q{h} = (Q_h X0)^T (N, d_qk), k{h} = (K_h X0)^T (N, d_qk), v{h} = (V_h X0)^T (N, 1), all F32 row-major,
-// for one TA instance of the shape at offsets s1 = s2 = 1 (lambda is folded into Q and K: use scale 1).
+// for one TA instance of the shape at offsets s1 = s2 = 1 (lambda is folded into Q and K: use scale 1),
+// and ref{h} (N - first, 1) F64: the structured engine's head outputs at the response rows first..N-1
+// (lambda -> infinity; the real softmax at the model's lambda differs by < u e^{-2 lambda} relative,
+// u < N the unmatched keys: < 1e-4 at N = 2M), the reference for the peers' errors.
 // bench/sdpa_compare.py feeds them to torch's scaled_dot_product_attention. CPU only; streamed, so
 // memory stays O(chunk d) besides the file.
 #include <iostream>
@@ -14,6 +17,7 @@
 #include "manyadd/core/safetensors.hpp"
 #include "manyadd/format.hpp"
 #include "manyadd/model.hpp"
+#include "manyadd/structured.hpp"
 
 using namespace manyadd;
 
@@ -49,14 +53,20 @@ int main(int argc, char** argv) {
       decls.push_back({fmt::format("k{}", h), DType::F32, {N, std::int64_t(H.K.rows())}});
       decls.push_back({fmt::format("v{}", h), DType::F32, {N, std::int64_t(H.V.rows())}});
     }
+    const std::int64_t first = shape.eq_index();
+    for (int h = 1; h <= 4; ++h) decls.push_back({fmt::format("ref{}", h), DType::F64, {N - first, 1}});
+    StructuredOptions so;
+    so.keep_outputs = true;
+    const StructuredResult S = structured_forward(M, CompiledFFN::build(M), seq, shape, 1, 1, so);
     make_output_dir(dir);
     SafetensorsWriter w(dir + "/qkv.safetensors", decls,
                         {{"n", std::to_string(shape.n)},
                          {"m", std::to_string(shape.m)},
                          {"N", std::to_string(N)},
+                         {"first", std::to_string(first)},
                          {"lambda", fmt::format("{}", M.heads[0].lambda)}});
     constexpr std::int64_t chunk = 1 << 16;  // tokens per pass over X0
-    for (std::size_t t = 0; t < decls.size(); ++t) {
+    for (std::size_t t = 0; t < 12; ++t) {  // q, k, v of the 4 heads; then ref
       const auto& H = M.heads[t / 3];
       const Eigen::MatrixXd& A = t % 3 == 0 ? H.Q : t % 3 == 1 ? H.K : H.V;
       for (std::int64_t c0 = 0; c0 < N; c0 += chunk) {
@@ -68,6 +78,11 @@ int main(int argc, char** argv) {
         const Eigen::MatrixXf Y = (A * embed(M, tk, part)).cast<float>();  // (cols, c1 - c0), column = token
         w.write(Y.data(), std::size_t(Y.size()) * 4);  // column-major (cols, tokens) = row-major (tokens, cols)
       }
+    }
+    for (std::size_t h = 0; h < 4; ++h) {
+      std::vector<double> ref(std::size_t(N - first));
+      for (std::size_t r = 0; r < ref.size(); ++r) ref[r] = S.out[r][h];
+      w.write(ref.data(), ref.size() * 8);
     }
     w.commit();
     std::cout << fmt::format("wrote {}/qkv.safetensors: n={} m={} N={} lambda={}\n", dir, shape.n, shape.m, N,

@@ -1,0 +1,83 @@
+// The rounding model of the tensor-core attention kernel (kernels/src/constructed_attention.cu,
+// tc_attention): how far its float32 head outputs can be from the real softmax, per head, as an
+// enclosure of the same shape as the certificate's (part 3, head_box): from a query's matched count
+// x (BOS included), unmatched count u, matched value sum vsum and the largest value vmax.
+// Derivation (each step is a line of kernel_rounding.cpp):
+//  1. Scores, base 2 (log2 e folded into q). q = fl32(fl64(w x) fl64(log2 e)), k = fl32(w x): relative
+//     2^-24 + 4 2^-53 and 2^-24 + 2 2^-53 against the exact sqrt(lambda) entries. 3xTF32 drops
+//     q_lo k_lo and the split's residuals: <= 3.01 2^-22 |q k| per product. MMA: 3 KS steps of 8
+//     products (KS = D / 8); a step errs by < 9 2^(e - 23) (addends aligned to the largest, exponent
+//     e, keeping >= 24 bits) + 2 2^(e_res - 23) (normalization), doubled as in the twin: 22 2^-23 of
+//     the largest partial sum. The q_hi k_hi steps see partial sums <= S = sum |q k| = lambda P log2 e
+//     (every key: P dims of +-lambda, or BOS's one lambda P); the small steps <= 2^-10 S. So
+//     |computed - exact| <= eta2 = S (2^-23 + 6 2^-53 + 3.01 2^-22 + 22 KS 2^-23 + 44 KS 2^-33).
+//  2. Weights p = exp2f(RN(s - m)) with m the running max: a matched key (exact score = the top)
+//     has s - m in [-2 eta2, 0] (m <= top + eta2), so p in [2^(-2 eta2 (1 + r)) (1 - 2^-22), 1 + 2^-22]
+//     (exp2f: 2 ulp <= 2^-22 relative); an unmatched key (exact <= top - 2 lambda log2 e)
+//     p <= 2^(-(2 lambda log2 e - 2 eta2)(1 - r)) (1 + 2^-22) = eps.
+//  3. Rescaling: at each rise of the running max, l and acc of every lane are multiplied by
+//     sc = exp2f(RN(m_old - m_new)): the terms added before the rise gain a relative error
+//     rho = 2^-22 + r + 2 eta2 ln 2 r (exp2f, the product's rounding, the exponent's rounding). BOS
+//     (key 0, first tile) carries the top score, unmatched keys stay below the computed BOS score, so
+//     the max rises only at a tile with a new matched key: at most x - 1 rises. Each weight, relative
+//     to the final max, is therefore within (1 +- rho)^(x - 1) of step 2's.
+//  4. Sums: each lane sums its keys sequentially (l += p; acc = fma(p, v, acc)), then the quad
+//     (l0 + l1) + (l2 + l3): every addition of a positive term errs by <= min(r |sum|, |term|), in any
+//     order, so head_box's argument holds with x + 2 matched-sized additions (each lane's first is
+//     exact; the two quad additions are charged as matched ones). fma rounds once: head_box's (1 + r)
+//     product factor over-covers it. out = acc / l: (1 +- r).
+// Not covered here: the FFN and readout (the host's double arithmetic; the certificate's float64
+// rounding of them applies) and the q/k/v of a model other than the Theorem 4.1 construction.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "manyadd/model.hpp"
+
+namespace manyadd {
+
+struct KernelRounding {
+  double r = 0;         // float32 unit roundoff 2^-24
+  double eta2 = 0;      // bound of |computed - exact| of a score, base-2 units (step 1)
+  double wlo = 1, whi = 1;  // a matched key's weight relative to the running max (step 2)
+  double eps = 0;       // an unmatched key's weight bound (step 2)
+  double rho = 0;       // relative error per rise of the running max (step 3)
+  int D = 0;            // the kernel's padded q/k width (KS = D / 8 MMA k-steps)
+};
+
+// Head h of M, run by the kernel at padded width D (a multiple of 8 >= the head's P + 1).
+KernelRounding kernel_rounding(const ConstructedModel& M, int h, int D);
+
+template <class T>
+struct KernelBox {
+  T lo, hi;
+};
+
+// Enclosure of the kernel's head output for a query with x matched keys (BOS included), u unmatched,
+// matched value sum vsum, values in [0, vmax] (step 4 on top of steps 1-3). T: double or an exact
+// rational type constructible from double and int64 (the certificate's).
+template <class T>
+KernelBox<T> kernel_head_box(std::int64_t vsum, std::int64_t x, std::int64_t u, int vmax, const KernelRounding& k,
+                             double rise_lo_factor, double rise_hi_factor) {
+  const T V(vsum), X(x), U(u), vm(vmax), r(k.r), one(1);
+  const T wlo = T(k.wlo) * T(rise_lo_factor), whi = T(k.whi) * T(rise_hi_factor), eps = T(k.eps) * T(rise_hi_factor);
+  const T adds = X + T(2);
+  const T zb = T(2) * (X * whi + U * eps);
+  const T Ez = U * eps + adds * r * zb;
+  const T ab = T(2) * (whi * (one + r) * V + U * eps * vm * (one + r));
+  const T Ea = U * eps * vm * (one + r) + adds * r * ab;
+  const T zlo = X * wlo - Ez, zhi = X * whi + U * eps + Ez;
+  T alo = wlo * (one - r) * V - Ea;
+  const T ahi = whi * (one + r) * V + U * eps * vm * (one + r) + Ea;
+  if (alo < T(0)) alo = T(0);
+  return {alo / zhi * (one - r), ahi / zlo * (one + r)};
+}
+
+// The factors (1 - rho)^(x - 1) (rounded down) and (1 + rho)^(x - 1) (rounded up) of step 3.
+void kernel_rise_factors(const KernelRounding& k, std::int64_t x, double& lo, double& hi);
+
+// kernel_head_box in double with the rise factors of x.
+KernelBox<double> kernel_head_box(std::int64_t vsum, std::int64_t x, std::int64_t u, int vmax, const KernelRounding& k);
+
+}  // namespace manyadd

@@ -1,0 +1,50 @@
+// The tensor-core kernel's rounding model: the numbers of kernel_rounding.hpp's derivation.
+#include "manyadd/kernel_rounding.hpp"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace manyadd {
+
+KernelRounding kernel_rounding(const ConstructedModel& M, int h, int D) {
+  if (h < 0 || h > 3) throw InputError(fmt::format("kernel_rounding: head {} outside 1..4", h + 1));
+  const Head& H = M.heads[std::size_t(h)];
+  const int P = int(H.Q.rows()) - 1;
+  if (D % 8 || D < P + 1 || D > 48)
+    throw InputError(fmt::format("kernel_rounding: width {} is not a multiple of 8 in [P + 1, 48] (P = {})", D, P));
+  const double r = std::ldexp(1.0, -24), KS = D / 8;
+  const double log2e = 1.4426950408889634074;
+  KernelRounding k;
+  k.r = r;
+  k.D = D;
+  // Step 1: S = sum |q k| (with the entries' own rounding, relative <= 2^-22), eta2.
+  const double S = H.lambda * P * log2e * (1 + std::ldexp(1.0, -21));
+  const double rel = std::ldexp(1.0, -23) + 6 * std::ldexp(1.0, -53) + 3.01 * std::ldexp(1.0, -22) +
+                     22 * KS * std::ldexp(1.0, -23) + 44 * KS * std::ldexp(1.0, -33);
+  k.eta2 = S * rel * (1 + 1e-9);
+  // Step 2. exp2 in double is within 1 ulp of double: the 1e-15 margins cover it.
+  const double e2 = std::ldexp(1.0, -22);
+  k.wlo = std::exp2(-2 * k.eta2 * (1 + r)) * (1 - e2) * (1 - 1e-15);
+  k.whi = (1 + e2) * (1 + 1e-15);
+  const double gap = 2 * H.lambda * log2e * (1 - 1e-15) - 2 * k.eta2;
+  if (!(gap > 0)) throw InputError("kernel_rounding: the score error reaches the gap 2 lambda");
+  k.eps = std::exp2(-gap * (1 - r)) * (1 + e2) * (1 + 1e-15);
+  // Step 3.
+  k.rho = (e2 + r + 2 * k.eta2 * std::log(2.0) * r) * (1 + 1e-9);
+  return k;
+}
+
+void kernel_rise_factors(const KernelRounding& k, std::int64_t x, double& lo, double& hi) {
+  const double R = double(std::max<std::int64_t>(0, x - 1));
+  lo = std::exp(R * std::log1p(-k.rho)) * (1 - 1e-12);
+  hi = std::exp(R * std::log1p(k.rho)) * (1 + 1e-12);
+}
+
+KernelBox<double> kernel_head_box(std::int64_t vsum, std::int64_t x, std::int64_t u, int vmax, const KernelRounding& k) {
+  double lo, hi;
+  kernel_rise_factors(k, x, lo, hi);
+  return kernel_head_box<double>(vsum, x, u, vmax, k, lo, hi);
+}
+
+}  // namespace manyadd

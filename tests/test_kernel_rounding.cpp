@@ -1,0 +1,137 @@
+// The tensor-core kernel's rounding model (proofs-check kernel_rounding.hpp) against its CPU twin
+// (construct TcTwin): the model's enclosure, built from a query's matched/unmatched counts only, must
+// contain the twin's nominal replay (one execution the device may perform), the twin's score bounds
+// and rise counts must stay within the model's, on many shapes and on rows of the full-size sequence
+// (N = 2,011,005); and the enclosure must be narrow enough to mean something.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "constructed_case.hpp"
+#include "manyadd/cuda_engine.hpp"
+#include "manyadd/kernel_rounding.hpp"
+#include "manyadd/structured.hpp"
+
+namespace {
+using namespace manyadd;
+
+using cases::Case;
+using cases::make_case;
+
+// Heads 1-2 carry 3 NUM (<= 27), heads 3-4 IS_BOS (<= 1).
+int vmax(int h) { return h < 2 ? 27 : 1; }
+
+// The matches of the asked rows (sorted), from the structured stream.
+std::vector<QueryMatch> matches(const Case& c, const std::vector<std::int64_t>& rows) {
+  StructuredStream st(c.shape, 1, 1, c.M.layout.P1, c.M.layout.P2);
+  std::vector<QueryMatch> out;
+  std::size_t next = 0;
+  st.run(c.seq.data(), [&](const QueryMatch& q) {
+    if (next < rows.size() && rows[next] == q.j) out.push_back(q), ++next;
+  });
+  return out;
+}
+
+struct Stats {
+  double used = 0;   // largest (twin width) / (model box width)
+  double width = 0;  // largest model box width relative to max(1, |centre|)
+  std::int64_t checked = 0;
+};
+
+void check_rows(const Case& c, const std::vector<std::int64_t>& rows, Stats& S) {
+  const TcTwin twin(c.M, c.seq, c.shape, 1, 1);
+  const auto tw = twin.rows(rows);
+  const auto qm = matches(c, rows);
+  ASSERT_EQ(qm.size(), rows.size());
+  for (std::size_t r = 0; r < rows.size(); ++r)
+    for (int h = 0; h < 4; ++h) {
+      const HeadMatch& hm = qm[r].h[std::size_t(h)];
+      const KernelRounding k = kernel_rounding(c.M, h, twin.plan().D);
+      // The twin's per-score MMA bound is within the model's score bound (step 1).
+      EXPECT_LE(tw[r].score_bound[std::size_t(h)], k.eta2) << "row " << rows[r] << " head " << h + 1;
+      // The rises are within the model's x - 1 (step 3).
+      EXPECT_LE(tw[r].rises[std::size_t(h)], hm.x - 1) << "row " << rows[r] << " head " << h + 1;
+      const auto box = kernel_head_box(hm.vsum, hm.x, hm.u, vmax(h), k);
+      // The twin's nominal run is one execution the device may perform (RN MMA steps, exp2 rounded
+      // correctly): it must lie in the model's box. (The twin's own interval is not compared: it
+      // bounds each rescale separately and so loses their telescoping on rows with many rises.)
+      const float lo = tw[r].lo[std::size_t(h)], hi = tw[r].hi[std::size_t(h)], nom = tw[r].out[std::size_t(h)];
+      EXPECT_LE(box.lo, double(nom)) << "n=" << c.shape.n << " m=" << c.shape.m << " row " << rows[r] << " head " << h + 1;
+      EXPECT_GE(box.hi, double(nom)) << "n=" << c.shape.n << " m=" << c.shape.m << " row " << rows[r] << " head " << h + 1;
+      const double centre = 0.5 * (box.lo + box.hi);
+      S.width = std::max(S.width, (box.hi - box.lo) / std::max(1.0, std::abs(centre)));
+      S.used = std::max(S.used, double(hi - lo) / (box.hi - box.lo));  // information only
+      ++S.checked;
+    }
+}
+
+TEST(KernelRounding, EnclosesTheTwinOnManyShapes) {
+  Stats S;
+  std::uint64_t seed = 11;
+  for (int n = 1; n <= 7; n += 2)
+    for (int m = 1; m <= 7; m += 2, ++seed) {
+      const Case c = make_case(n, m, seed);
+      std::vector<std::int64_t> rows;
+      for (std::int64_t i = c.shape.eq_index(); i < c.shape.N(); ++i) rows.push_back(i);
+      check_rows(c, rows, S);
+    }
+  for (auto [n, m] : {std::pair{3, 60}, std::pair{40, 4}, std::pair{20, 20}}) {
+    const Case c = make_case(n, m, ++seed);
+    std::vector<std::int64_t> rows;
+    for (std::int64_t i = c.shape.eq_index(); i < c.shape.N(); i += 7) rows.push_back(i);
+    rows.push_back(c.shape.N() - 1);
+    check_rows(c, rows, S);
+  }
+  std::printf("[ bounds ] %lld (row, head) pairs: twin width <= %.3g of the model's box; box width <= %.3g relative\n",
+              (long long)S.checked, S.used, S.width);
+  // Meaningful: the box is narrow against the FFN's thresholds (head outputs 1/3 vs 1/2 and the
+  // digit sums' 1/10 steps differ by > 0.05 relative).
+  EXPECT_LT(S.width, 0.02);
+}
+
+// Full size, n = m = 1000 (N = 2,011,005): sampled rows only (each O(N)); also the exact double row
+// engine's value lies in the model's box (the box contains the real softmax).
+TEST(KernelRounding, EnclosesTheTwinAtFullSize) {
+  const Case c = make_case(1000, 1000, 7);
+  const std::int64_t N = c.shape.N(), eq = c.shape.eq_index();
+  const std::vector<std::int64_t> rows = {eq, N - 1};
+  Stats S;
+  check_rows(c, rows, S);
+  const CompiledFFN F = CompiledFFN::build(c.M);
+  RowEngine exact(c.M, c.shape, 1, 1, c.seq);
+  const auto qm = matches(c, rows);
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const auto rr = exact.row(rows[r], F);
+    for (int h = 0; h < 4; ++h) {
+      const HeadMatch& hm = qm[r].h[std::size_t(h)];
+      const auto box = kernel_head_box(hm.vsum, hm.x, hm.u, vmax(h), kernel_rounding(c.M, h, 24));
+      EXPECT_LE(box.lo, rr.out[std::size_t(h)]);
+      EXPECT_GE(box.hi, rr.out[std::size_t(h)]);
+    }
+  }
+  std::printf("[ bounds ] full size: twin width <= %.3g of the model's box; box width <= %.3g relative\n", S.used, S.width);
+}
+
+// The model is not vacuous: a twin 1% off, or the score bound of a tenth of the kernel's steps,
+// is caught on some rows.
+TEST(KernelRounding, RejectsWrongValues) {
+  const Case c = make_case(5, 5, 3);
+  std::vector<std::int64_t> rows;
+  for (std::int64_t i = c.shape.eq_index(); i < c.shape.N(); ++i) rows.push_back(i);
+  const TcTwin twin(c.M, c.seq, c.shape, 1, 1);
+  const auto tw = twin.rows(rows);
+  const auto qm = matches(c, rows);
+  std::int64_t out = 0;
+  for (std::size_t r = 0; r < rows.size(); ++r)
+    for (int h = 0; h < 4; ++h) {
+      const HeadMatch& hm = qm[r].h[std::size_t(h)];
+      const auto box = kernel_head_box(hm.vsum, hm.x, hm.u, vmax(h), kernel_rounding(c.M, h, twin.plan().D));
+      const double wrong = double(tw[r].out[std::size_t(h)]) * 1.01;
+      out += wrong > box.hi || wrong < box.lo;
+    }
+  EXPECT_GT(out, std::int64_t(rows.size()));  // most (row, head) pairs with a nonzero output
+  EXPECT_THROW(kernel_rounding(c.M, 0, 4), InputError);
+  EXPECT_THROW(kernel_rounding(c.M, 4, 24), InputError);
+}
+
+}  // namespace
