@@ -52,6 +52,11 @@ TEST(VerifyCli, SmallShapeVerifies) {
   EXPECT_EQ(j["cross_check"]["agree"], j["cross_check"]["rows"]);
   EXPECT_TRUE(j["counterexample"].is_null());
   EXPECT_TRUE(j["engines_agree"].get<bool>());
+  // provenance and a verdict that agrees with the exit code (core/report.hpp)
+  EXPECT_EQ(j["verdict"], "pass");
+  EXPECT_EQ(j["manyadd"]["tool"], "verify_construction");
+  EXPECT_EQ(j["manyadd"]["argv"][0], "verify_construction");
+  EXPECT_FALSE(j["manyadd"]["commit"].get<std::string>().empty());
 }
 
 TEST(VerifyCli, AllOffsetsAndRandomOffsets) {
@@ -91,6 +96,13 @@ TEST(VerifyCli, PaperDimsFailWithCounterexample) {
   ASSERT_FALSE(j["counterexample"].is_null());
   EXPECT_EQ(j["counterexample"]["expected"], ">");
   EXPECT_EQ(j["counterexample"]["position"], 16);  // B_0's last digit predicts the first '>'
+  EXPECT_EQ(j["verdict"], "fail");
+}
+
+TEST(VerifyCli, PerHeadLambdasAreWhatTheReportNames) {
+  const auto j = run_json({"--n", "3", "--m", "3", "--lambdas", "6,7,8,9", "--samples", "1"}, 0);
+  EXPECT_TRUE(j["lambda"].is_null());  // no common lambda ran
+  EXPECT_EQ(j["lambdas"], nlohmann::json({6.0, 7.0, 8.0, 9.0}));
 }
 
 // The certificate can fail, and its failures are real: a lambda far too small, a head switched

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "manyadd/core/parallel.hpp"
+#include "manyadd/core/report.hpp"
 #include "manyadd/dense.hpp"
 #include "manyadd/offset_cases.hpp"
 #include "manyadd/verify/stages.hpp"
@@ -319,7 +320,8 @@ int dims_table(const DimsTablePlan& plan, std::ostream& out) {
                          found ? std::to_string(P2) : "-", paper.P1, paper.P2, verdict);
     }
   if (!plan.json_path.empty())
-    write_json_report(plan.json_path, json({{"dims_table", rows}, {"padding", padding_name(plan.padding)}}));
+    report::write_json_report(plan.json_path, "verify_construction", all_found ? "pass" : "fail",
+                              json({{"dims_table", rows}, {"padding", padding_name(plan.padding)}}));
   return all_found ? 0 : 1;
 }
 
@@ -327,20 +329,22 @@ int dims_table(const DimsTablePlan& plan, std::ostream& out) {
 // to --json.
 int whole_claim_stage(const WholeClaimPlan& plan, std::ostream& out) {
   const auto t0 = std::chrono::steady_clock::now();
-  json report;
+  json body;
   int code = 0;
   if (plan.windows_table) {
     const auto rows = lambda_window_table(plan.windows_table->first, plan.windows_table->second, plan.opt.threads);
     print_window_table(out, rows);
-    report["lambda_windows_table"] = window_table_json(rows);
+    body["lambda_windows_table"] = window_table_json(rows);
   } else {
     const WholeClaimResult r = whole_claim(plan.opt);
     print_whole_claim(out, r);
-    report["whole_claim"] = whole_claim_json(r);
+    body["whole_claim"] = whole_claim_json(r);
     code = r.proven ? 0 : 1;
   }
-  report["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!plan.json_path.empty()) write_json_report(plan.json_path, report);
+  body["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!plan.json_path.empty())
+    report::write_json_report(plan.json_path, "verify_construction",
+                              plan.windows_table ? "done" : code == 0 ? "pass" : "fail", body);
   return code;
 }
 

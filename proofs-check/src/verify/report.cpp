@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "manyadd/core/files.hpp"
+#include "manyadd/core/report.hpp"
 #include "manyadd/verify/stages.hpp"
 
 namespace manyadd {
@@ -24,8 +25,6 @@ json counterexample_json(const Counterexample& c) {
   }
   return j;
 }
-
-void write_json_report(const std::string& path, const json& j) { atomic_write(path, j.dump(2) + "\n"); }
 
 namespace {
 
@@ -75,7 +74,7 @@ json certificate_json(const Plan& plan, const CertifyOutcome& c, std::string& li
 
 }  // namespace
 
-int report(const Plan& plan, const BuiltModel& model, const Outcomes& r, json& j, std::ostream& out) {
+int report_outcomes(const Plan& plan, const BuiltModel& model, const Outcomes& r, json& j, std::ostream& out) {
   const Shape& shape = plan.shape;
   std::vector<std::string> engines;
   for (const auto& e : plan.engines) engines.push_back(e.name);
@@ -87,7 +86,9 @@ int report(const Plan& plan, const BuiltModel& model, const Outcomes& r, json& j
   j["P2"] = plan.dims.P2;
   j["dims_rule"] = plan.dims_rule;
   j["d"] = model.M.d();
-  j["lambda"] = plan.lambda;
+  // with --lambdas the heads' own scales; "lambda" (the default every head would have had) is not
+  // what ran, so it is null then
+  j["lambda"] = plan.per_head_lambdas ? json(nullptr) : json(plan.lambda);
   if (plan.per_head_lambdas) j["lambdas"] = plan.lambdas;
   j["N"] = shape.N();
   json offs = json::array();
@@ -124,8 +125,10 @@ int report(const Plan& plan, const BuiltModel& model, const Outcomes& r, json& j
   const bool xc_ok = !x.run || x.agree == x.rows;
   const bool pass = (cert_ok || (r.exhaustive.run && exhaustive_ok)) && s.exact == s.checked && s.agree && xc_ok &&
                     exhaustive_ok;
-  out << fmt::format("verify_construction  n={} m={} l={} ({} padding)  P1={} P2={} d={}  lambda={}  N={}\n", shape.n,
-                     shape.m, shape.l, padding_name(shape.padding), plan.dims.P1, plan.dims.P2, model.M.d(), plan.lambda,
+  const std::string lam = plan.per_head_lambdas ? fmt::format("lambdas={}", fmt::join(plan.lambdas, ","))
+                                                : fmt::format("lambda={}", plan.lambda);
+  out << fmt::format("verify_construction  n={} m={} l={} ({} padding)  P1={} P2={} d={}  {}  N={}\n", shape.n,
+                     shape.m, shape.l, padding_name(shape.padding), plan.dims.P1, plan.dims.P2, model.M.d(), lam,
                      shape.N());
   out << fmt::format("  certificate {}\n", cert_line);
   if (r.exhaustive.run)
@@ -152,7 +155,7 @@ int report(const Plan& plan, const BuiltModel& model, const Outcomes& r, json& j
     out << "  (no concrete counterexample found among the candidates tried: the certificate is conservative here)\n";
   }
   out << fmt::format("  result      {}  ({:.2f} s)\n", pass ? "VERIFIED" : "FAILED", r.seconds);
-  if (!plan.json_path.empty()) write_json_report(plan.json_path, j);
+  if (!plan.json_path.empty()) report::write_json_report(plan.json_path, "verify_construction", pass ? "pass" : "fail", j);
   return pass ? kExitOk : kExitFailed;
 }
 

@@ -216,7 +216,7 @@ int run_plan(const Plan& plan, std::ostream& out) {
   r.samples = run_samples(plan, model);
   r.cross_check = cross_check(plan, model, r.samples);
   r.seconds = seconds_since(t0);
-  return report(plan, model, r, json, out);
+  return report_outcomes(plan, model, r, json, out);
 }
 
 }  // namespace manyadd

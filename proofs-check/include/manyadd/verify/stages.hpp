@@ -105,10 +105,8 @@ struct Outcomes {
   double seconds = 0;
 };
 // Prints the summary, writes --json, returns the exit code (0 verified, 1 failed).
-int report(const Plan& plan, const BuiltModel& model, const Outcomes& r, nlohmann::json& json, std::ostream& out);
-
-// Writes a report to `path` (atomically) as indented JSON.
-void write_json_report(const std::string& path, const nlohmann::json& j);
+int report_outcomes(const Plan& plan, const BuiltModel& model, const Outcomes& r, nlohmann::json& json,
+                    std::ostream& out);
 
 // Every stage of a verification run in order; returns the exit code.
 int run_plan(const Plan& plan, std::ostream& out);
