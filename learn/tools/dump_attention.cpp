@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "manyadd/core/cli.hpp"
+#include "manyadd/core/report.hpp"
 #include "manyadd/learn/cli_common.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
@@ -119,7 +120,7 @@ int main(int argc, char** argv) {
                               {"skipped_other_lengths", skipped}, {"teacher_forced_exact", exact},
                               {"heads", maps.heads()}, {"out", out}};
         if (!tk->two_axes()) rep.erase("m");
-        atomic_write(json_path, rep.dump(2) + "\n");
+        report::write_json_report(json_path, "dump_attention", "done", rep);
       }
       std::printf("averaged attention over %lld samples of %s cell (%d, %d) (T = %d): %s/attention.safetensors + %d "
                   "PNGs\n",
@@ -155,7 +156,7 @@ int main(int argc, char** argv) {
       nlohmann::json rep = {{"model", constructed ? std::string("constructed") : model}, {"n", n}, {"m", m},
                             {"l", shape.l}, {"N", maps.T}, {"s1", s1}, {"s2", s2}, {"samples", samples},
                             {"heads", maps.heads()}, {"out", out}};
-      atomic_write(json_path, rep.dump(2) + "\n");
+      report::write_json_report(json_path, "dump_attention", "done", rep);
     }
     std::printf("averaged attention over %lld samples of TA(%d, %d) (N = %d): %s/attention.safetensors + %d PNGs\n",
                 static_cast<long long>(samples), n, m, maps.T, out.c_str(), maps.heads());
