@@ -125,6 +125,12 @@ TEST(LearnCli, RequireFailsWithExitOne) {
                               "/d.csv --png " + tmp() + "/d.png --json " + tmp() + "/d.json");
   EXPECT_EQ(d.rc, 0) << d.err;
   expect_report(tmp() + "/d.json", "evaluate", "done");
+  // --problem: pass or fail as the exit code (a 30-step model gets some wrong; either way they agree).
+  for (const char* prob : {"12+34", "99+99+99", "1+2"}) {
+    const CmdResult p = run_cmd(kEval + " --model " + model_dir() + " --problem " + prob + " --json " + tmp() + "/p.json");
+    ASSERT_TRUE(p.rc == 0 || p.rc == 1) << p.err;
+    expect_report(tmp() + "/p.json", "evaluate", p.rc == 0 ? "pass" : "fail");
+  }
 }
 
 // Progress goes to stderr: in a pipe, plain lines (at least the final one, with counts); --quiet
@@ -165,16 +171,27 @@ TEST(LearnCli, ProgressInAPipeAndQuiet) {
   r = run_cmd(kCompare + cmp);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.err.find("compare_attention --grid: 4/4 cells (100%)"), std::string::npos) << r.err;
-  r = run_cmd(kCompare + cmp + " --quiet");
+  expect_report(tmp() + "/cmp_grid/grid_alignment.json", "compare_attention", "done");
+  r = run_cmd(kCompare + cmp + " --quiet --json " + tmp() + "/cmp.json");
   ASSERT_EQ(r.rc, 0) << r.err;
+  expect_report(tmp() + "/cmp.json", "compare_attention", "done");
   EXPECT_EQ(r.err, "");
   EXPECT_NE(r.out.find("2 x 2 cells"), std::string::npos) << r.out;
+  // One shape: compare.json in --out, by default ./compare_TA<n>x<m>, not inside the model directory.
+  const std::string cwd = tmp() + "/cmp_cwd";
+  fs::create_directories(cwd);
+  r = run_cmd("cd " + cwd + " && " + kCompare + " --learned " + d + " --n 2 --m 3 --samples 2");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  expect_report(cwd + "/compare_TA2x3/compare.json", "compare_attention", "done");
+  EXPECT_FALSE(fs::exists(d + "/compare_TA2x3"));
 }
 
 TEST(LearnCli, DumpAttentionRowsAreDistributions) {
   const std::string out = tmp() + "/att";
-  const CmdResult r = run_cmd(kDump + " --model " + model_dir() + " --n 2 --m 3 --samples 6 --out " + out);
+  const CmdResult r = run_cmd(kDump + " --model " + model_dir() + " --n 2 --m 3 --samples 6 --out " + out + " --json " +
+                              tmp() + "/att.json");
   ASSERT_EQ(r.rc, 0) << r.err;
+  expect_report(tmp() + "/att.json", "dump_attention", "done");
   const auto ts = read_safetensors(out + "/attention.safetensors").tensors;
   ASSERT_EQ(ts.size(), 4u);  // 1 layer x 4 heads
   EXPECT_TRUE(fs::exists(out + "/layer0_head3.png"));
@@ -221,6 +238,7 @@ TEST(LearnCli, CommittedModelsGiveTheirRecordedLogits) {
     const CmdResult r = run_cmd(kEval + " --model " + manyadd::testing::source_path("models/" + it.key()) +
                                 " --problem " + rec["problem"].get<std::string>() + " --json " + js);
     ASSERT_EQ(r.rc, 0) << r.err;
+    expect_report(js, "evaluate", "pass");  // --problem checks the greedy answer
     const auto got = read_json_file(js)["logits_from_eq"];
     ASSERT_EQ(got.size(), it.value().size()) << it.key();
     for (std::size_t i = 0; i < got.size(); ++i)
