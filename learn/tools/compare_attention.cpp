@@ -317,8 +317,8 @@ int main(int argc, char** argv) {
   cli::add_string(app, "--task", a.task,
                   "addition only (the constructed model of Theorem 4.1 adds): any other task is refused, as is a "
                   "learned model trained on one");
-  cli::add_int(app, "--n", a.n, "digits per operand (Figure 7: 11); with --grid: the reference shape");
-  cli::add_int(app, "--m", a.m, "operand count; with --grid: the reference shape");
+  cli::add_int(app, "--n", a.n, "digits per operand (Figure 7: 11); with --grid: the reference shape", 1, 1000);
+  cli::add_int(app, "--m", a.m, "operand count; with --grid: the reference shape", 2, 1000);
   cli::add_int(app, "--samples", a.samples, "TA(n, m) samples averaged (per cell with --grid)", 1, 10'000'000);
   cli::add_int(app, "--s1", a.s1, "level-1 position offset", 1, 1'000'000);
   cli::add_int(app, "--s2", a.s2, "level-2 position offset", 1, 1'000'000);
@@ -328,10 +328,10 @@ int main(int argc, char** argv) {
                   "output directory (default: compare_TA<n>x<m>, or compare_grid, in the current directory; never "
                   "inside the model directory)");
   app.add_flag("--grid", a.grid, "score every TA cell of the grid (--n-min..--n-max x --m-min..--m-max)");
-  cli::add_int(app, "--n-min", a.n_min, "grid: smallest operand length");
-  cli::add_int(app, "--n-max", a.n_max, "grid: largest operand length");
-  cli::add_int(app, "--m-min", a.m_min, "grid: smallest operand count");
-  cli::add_int(app, "--m-max", a.m_max, "grid: largest operand count");
+  cli::add_int(app, "--n-min", a.n_min, "grid: smallest operand length", 1, 1000);
+  cli::add_int(app, "--n-max", a.n_max, "grid: largest operand length", 1, 1000);
+  cli::add_int(app, "--m-min", a.m_min, "grid: smallest operand count", 2, 1000);
+  cli::add_int(app, "--m-max", a.m_max, "grid: largest operand count", 2, 1000);
   cli::add_threads(app, a.threads);
   cli::add_json(app, a.json_path, "also write the JSON report here");
   cli::add_quiet(app, a.quiet);

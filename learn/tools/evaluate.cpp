@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -81,9 +82,11 @@ int main(int argc, char** argv) {
                   "instead of the grid: one problem in the task's notation (57+48+96, 0101, 37*925); prints the "
                   "expected response, the teacher-forced predictions and the greedy output (JSON adds tokens, "
                   "position IDs and response logits); exit 1 if the greedy answer is wrong");
-  cli::add_int(app, "--s1", s1, "with --problem: level-1 position offset");
-  cli::add_int(app, "--s2", s2, "with --problem: level-2 position offset");
-  cli::add_int(app, "--s3", s3, "with --problem: level-3 position offset (coupled3)");
+  const std::int64_t kMaxOffset = std::numeric_limits<std::int64_t>::max();
+  cli::add_int(app, "--s1", s1, "with --problem: level-1 position offset (at most what max_pos1 allows)", 1, kMaxOffset);
+  cli::add_int(app, "--s2", s2, "with --problem: level-2 position offset (at most what max_pos2 allows)", 1, kMaxOffset);
+  cli::add_int(app, "--s3", s3, "with --problem: level-3 position offset (coupled3; at most what max_pos3 allows)", 1,
+               kMaxOffset);
   cli::add_quiet(app, quiet);
   app.footer(cli::exit_codes_footer(true));
   if (const int rc = cli::parse(app, argc, argv, std::cout, std::cerr); rc >= 0) return rc;
