@@ -73,6 +73,10 @@ TEST(LearnCli, TrainWritesAModelDirectory) {
   const auto cfg = read_json_file(d + "/config.json");
   EXPECT_EQ(cfg["model"]["d_model"], 16);
   EXPECT_EQ(cfg["step"], 30);
+  // The position-ID rule in words, for a reader who loads the model elsewhere.
+  const std::string rule = cfg["format"]["position_ids"];
+  EXPECT_NE(rule.find("pos_mode coupled: two levels"), std::string::npos) << rule;
+  EXPECT_NE(rule.find("-> s1 + t"), std::string::npos) << rule;
 }
 
 // A --json report names its tool, version, commit and command line, and its verdict is the exit code's.

@@ -245,6 +245,7 @@ void Trainer::save(const std::string& dir, const std::map<std::string, std::stri
   cfg["train"] = tc_;
   cfg["step"] = step_;
   cfg["format"] = task_->describe();
+  cfg["format"]["position_ids"] = position_rule(*task_, mc_.pos_mode);
   cfg["architecture"] = architecture_description(mc_);
   cfg["architecture"]["precision"] =
       tc_.precision_value() == Precision::bf16

@@ -68,9 +68,10 @@ int main(int argc, char** argv) {
                   "checked to agree) (default teacher)");
   csv = "grid.csv", png = "grid.png";
   cli::add_output(app, "--csv", csv,
-                  "CSV output, in the current directory unless a path is given: n,m,samples,exact,accuracy "
-                  "(addition); other tasks add answer_exact,answer_accuracy, and parity has no m column");
-  cli::add_output(app, "--png", png, "PNG heatmap output, in the current directory unless a path is given");
+                  "CSV output (default grid.csv in the current directory; never into --model): "
+                  "n,m,samples,exact,accuracy (addition); other tasks add answer_exact,answer_accuracy, and parity has "
+                  "no m column");
+  cli::add_output(app, "--png", png, "PNG heatmap output (default grid.png in the current directory)");
   cli::add_real(app, "--require", require,
                 "fail (exit 1) if any evaluated cell inside the training region has accuracy below this; < 0 = off");
   cli::add_json(app, json_path, "JSON report");
