@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <filesystem>
 #include <limits>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -364,4 +366,105 @@ TEST(Progress, LinesCountsAndQuiet) {
   EXPECT_EQ(human_seconds(187), "3m07s");
   EXPECT_EQ(human_seconds(7500), "2h05m");
   EXPECT_EQ(human_seconds(NAN), "?");
+}
+
+// Plain lines or a live line: decided by whether the stream is a terminal. stderr is pointed at a
+// pseudo-terminal, then at a file, and a Progress on std::cerr must pick live, then plain.
+TEST(Progress, LiveOnATerminalPlainOtherwise) {
+  const int saved = ::dup(STDERR_FILENO);
+  ASSERT_GE(saved, 0);
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY);
+  ASSERT_GE(master, 0);
+  ASSERT_EQ(::grantpt(master), 0);
+  ASSERT_EQ(::unlockpt(master), 0);
+  const int slave = ::open(::ptsname(master), O_RDWR | O_NOCTTY);
+  ASSERT_GE(slave, 0);
+  ProgressOptions opt;
+  opt.quiet = true;  // nothing written to the terminal nobody reads
+  ::dup2(slave, STDERR_FILENO);
+  const bool on_tty = Progress("x", 1, "items", opt).live();
+  const std::string file = manyadd::testing::temp_dir("progress") + "/log";
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ::dup2(fd, STDERR_FILENO);
+  const bool on_file = Progress("x", 1, "items", opt).live();
+  ::dup2(saved, STDERR_FILENO);
+  ::close(saved), ::close(fd), ::close(slave), ::close(master);
+  EXPECT_TRUE(on_tty);
+  EXPECT_FALSE(on_file);
+  std::ostringstream o;  // any other stream: plain
+  opt.out = &o;
+  EXPECT_FALSE(Progress("x", 1, "items", opt).live());
+}
+
+// Plain lines every period; messages on lines of their own (dropped when quiet, warnings kept); the
+// rate counted from `first`; a deadline caps the ETA.
+TEST(Progress, PeriodicLinesMessagesRateAndDeadline) {
+  {
+    std::ostringstream o;
+    ProgressOptions opt;
+    opt.out = &o, opt.live = 0, opt.period_s = 0;  // a line at every update
+    Progress p("train", 100, "steps", opt);
+    p.add(10);
+    p.message("eval step 10: mean 0.5");
+    p.add(10);
+    p.finish();
+    const std::string s = o.str();
+    EXPECT_EQ(std::count(s.begin(), s.end(), '\n'), 4) << s;
+    EXPECT_NE(s.find("train: 10/100 steps (10%)"), std::string::npos) << s;
+    EXPECT_NE(s.find("\neval step 10: mean 0.5\n"), std::string::npos) << s;
+    EXPECT_NE(s.find("train: 20/100 steps (20%)"), std::string::npos) << s;
+    EXPECT_NE(s.find("ETA"), std::string::npos) << s;
+    EXPECT_EQ(s.find('\r'), std::string::npos) << s;
+  }
+  {
+    std::ostringstream o;
+    ProgressOptions opt;
+    opt.out = &o, opt.quiet = true;
+    Progress p("x", 10, "items", opt);
+    p.add(3);
+    p.message("a row");
+    EXPECT_TRUE(o.str().empty());
+    p.message("warning: settings differ", true);
+    p.finish();
+    EXPECT_EQ(o.str(), "warning: settings differ\n");
+  }
+  {
+    std::ostringstream o;
+    ProgressOptions opt;
+    opt.out = &o, opt.live = 1;  // a message clears the live line and redraws it below
+    Progress p("x", 10, "items", opt);
+    p.add(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(120));
+    p.add(1);  // drawn
+    p.message("row 1");
+    const std::string s = o.str();
+    EXPECT_NE(s.find("\rrow 1\n\rx: 2/10 items"), std::string::npos) << s;
+  }
+  {
+    // A resumed run: 900 of 1000 steps were done before; 50 more in ~0.2 s is ~250/s, so the 50 left
+    // take ~0.2 s (the rate counted from 0 would be ~4750/s and the ETA 0s).
+    std::ostringstream o;
+    ProgressOptions opt;
+    opt.out = &o, opt.quiet = true, opt.first = 900;
+    Progress p("train", 1000, "steps", opt);
+    EXPECT_EQ(p.done(), 900);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    p.add(50);
+    const std::string l = p.line();
+    EXPECT_NE(l.find("train: 950/1000 steps (95%)"), std::string::npos) << l;
+    const double rate = std::stod(l.substr(l.find("| ") + 2));
+    EXPECT_GT(rate, 50);
+    EXPECT_LT(rate, 300);  // 50 / 0.2 s at most (the sleep is a lower bound)
+  }
+  {
+    // 1 of 1000 steps in ~0.1 s: ~100 s left by the rate, but the work stops at 2 s.
+    std::ostringstream o;
+    ProgressOptions opt;
+    opt.out = &o, opt.quiet = true, opt.deadline_s = 2;
+    Progress p("train", 1000, "steps", opt);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    p.add(1);
+    const std::string l = p.line();
+    EXPECT_NE(l.find("ETA 1s (time limit)"), std::string::npos) << l;
+  }
 }

@@ -257,11 +257,10 @@ TEST(CudaTrainGpu, DeterministicAndResumeIsBitIdentical) {
   TrainConfig tc = train_cfg();
   tc.steps = 40;
   const std::string a = scratch("a"), b = scratch("b"), c = scratch("c");
-  auto quiet = [](const std::string&) {};
-  run_training(mc, tc, a, false, 0, quiet, make_cuda_device(mc));
-  run_training(mc, tc, b, false, 0, quiet, make_cuda_device(mc));
-  run_training(mc, tc, c, false, 17, quiet, make_cuda_device(mc));
-  run_training(mc, tc, c, true, 0, quiet, make_cuda_device(mc));
+  run_training(mc, tc, a, false, 0, quiet_progress(), make_cuda_device(mc));
+  run_training(mc, tc, b, false, 0, quiet_progress(), make_cuda_device(mc));
+  run_training(mc, tc, c, false, 17, quiet_progress(), make_cuda_device(mc));
+  run_training(mc, tc, c, true, 0, quiet_progress(), make_cuda_device(mc));
   EXPECT_EQ(read_file(a + "/checkpoint.safetensors"), read_file(b + "/checkpoint.safetensors"));
   EXPECT_EQ(read_file(a + "/checkpoint.safetensors"), read_file(c + "/checkpoint.safetensors"));
   for (auto& d : {a, b, c}) std::filesystem::remove_all(d);
@@ -363,11 +362,10 @@ TEST(CudaTrainGpu, Bf16PaperOptionsDeterministicAndResumeIsBitIdentical) {
   TrainConfig tc = train_cfg();
   tc.steps = 40, tc.precision = "bf16", tc.log_every = 5, tc.warmup_from_zero = true;
   const std::string a = scratch("a16"), b = scratch("b16"), c = scratch("c16");
-  auto quiet = [](const std::string&) {};
-  run_training(mc, tc, a, false, 0, quiet, make_cuda_device(mc, Precision::bf16));
-  run_training(mc, tc, b, false, 0, quiet, make_cuda_device(mc, Precision::bf16));
-  run_training(mc, tc, c, false, 17, quiet, make_cuda_device(mc, Precision::bf16));
-  run_training(mc, tc, c, true, 0, quiet, make_cuda_device(mc, Precision::bf16));
+  run_training(mc, tc, a, false, 0, quiet_progress(), make_cuda_device(mc, Precision::bf16));
+  run_training(mc, tc, b, false, 0, quiet_progress(), make_cuda_device(mc, Precision::bf16));
+  run_training(mc, tc, c, false, 17, quiet_progress(), make_cuda_device(mc, Precision::bf16));
+  run_training(mc, tc, c, true, 0, quiet_progress(), make_cuda_device(mc, Precision::bf16));
   EXPECT_EQ(read_file(a + "/checkpoint.safetensors"), read_file(b + "/checkpoint.safetensors"));
   EXPECT_EQ(read_file(a + "/checkpoint.safetensors"), read_file(c + "/checkpoint.safetensors"));
   // log.csv: step, loss, lr, grad_norm are the run's; tokens/s and elapsed seconds are wall clock.

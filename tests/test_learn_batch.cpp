@@ -414,20 +414,19 @@ TEST(DevicePath, ResumeIsBitIdenticalAndEvalMatches) {
   tc.eval_every = 0;
   tc.checkpoint_every = 0;
   const std::string a = scratch("full"), b = scratch("resumed");
-  auto quiet = [](const std::string&) {};
-  run_training(mc, tc, a, false, 0, quiet, make_packed_cpu_device(mc));
-  run_training(mc, tc, b, false, 25, quiet, make_packed_cpu_device(mc));
-  const auto rep = run_training(mc, tc, b, true, 0, quiet, make_packed_cpu_device(mc));
+  run_training(mc, tc, a, false, 0, quiet_progress(), make_packed_cpu_device(mc));
+  run_training(mc, tc, b, false, 25, quiet_progress(), make_packed_cpu_device(mc));
+  const auto rep = run_training(mc, tc, b, true, 0, quiet_progress(), make_packed_cpu_device(mc));
   EXPECT_EQ(rep["device"], "cpu-packed");
   EXPECT_EQ(read_file(a + "/checkpoint.safetensors"), read_file(b + "/checkpoint.safetensors"));
   EXPECT_EQ(read_file(a + "/model.safetensors"), read_file(b + "/model.safetensors"));
   // --max-seconds: a (tiny) time limit stops after the first step, with a checkpoint; resuming gives the
   // uninterrupted run's bits.
   const std::string c = scratch("timed");
-  const auto part = run_training(mc, tc, c, false, 0, quiet, make_packed_cpu_device(mc), 1e-9);
+  const auto part = run_training(mc, tc, c, false, 0, quiet_progress(), make_packed_cpu_device(mc), 1e-9);
   EXPECT_EQ(part["steps"], 1);
   EXPECT_EQ(part["finished"], false);
-  run_training(mc, tc, c, true, 0, quiet, make_packed_cpu_device(mc));
+  run_training(mc, tc, c, true, 0, quiet_progress(), make_packed_cpu_device(mc));
   EXPECT_EQ(read_file(a + "/checkpoint.safetensors"), read_file(c + "/checkpoint.safetensors"));
   std::filesystem::remove_all(c);
   // Batched evaluation == per-sequence CPU evaluation (same verdict rule; argmax gaps far above fp32

@@ -73,14 +73,35 @@ TEST(LearnCli, TrainWritesAModelDirectory) {
   const auto cfg = read_json_file(d + "/config.json");
   EXPECT_EQ(cfg["model"]["d_model"], 16);
   EXPECT_EQ(cfg["step"], 30);
+  // The position-ID rule in words, for a reader who loads the model elsewhere.
+  const std::string rule = cfg["format"]["position_ids"];
+  EXPECT_NE(rule.find("pos_mode coupled: two levels"), std::string::npos) << rule;
+  EXPECT_NE(rule.find("-> s1 + t"), std::string::npos) << rule;
+}
+
+// A --json report names its tool, version, commit and command line, and its verdict is the exit code's.
+void expect_report(const std::string& path, const std::string& tool, const std::string& verdict) {
+  const auto rep = read_json_file(path);
+  ASSERT_TRUE(rep.contains("manyadd")) << path;
+  EXPECT_EQ(rep["manyadd"]["tool"], tool) << path;
+  EXPECT_FALSE(rep["manyadd"]["version"].get<std::string>().empty()) << path;
+  EXPECT_FALSE(rep["manyadd"]["commit"].get<std::string>().empty()) << path;
+  EXPECT_EQ(rep["manyadd"]["argv"][0], tool) << path;
+  EXPECT_EQ(rep["verdict"], verdict) << path;
 }
 
 TEST(LearnCli, EvaluateWritesGridAndAgreesWithGreedy) {
-  const std::string d = model_dir(), js = tmp() + "/eval.json";
-  const CmdResult r = run_cmd(kEval + " --model " + d + " --n-max 3 --m-max 4 --samples 10 --mode both --json " + js);
+  // The grid files go where --csv/--png say, by default the current directory: never into the model.
+  const std::string d = model_dir(), js = tmp() + "/eval.json", cwd = tmp() + "/eval_cwd";
+  fs::create_directories(cwd);
+  const CmdResult r = run_cmd("cd " + cwd + " && " + kEval + " --model " + d +
+                              " --n-max 3 --m-max 4 --samples 10 --mode both --json " + js);
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_TRUE(fs::exists(d + "/grid.csv"));
-  EXPECT_TRUE(fs::exists(d + "/grid.png"));
+  EXPECT_TRUE(fs::exists(cwd + "/grid.csv"));
+  EXPECT_TRUE(fs::exists(cwd + "/grid.png"));
+  EXPECT_FALSE(fs::exists(d + "/grid.csv"));
+  EXPECT_FALSE(fs::exists(d + "/grid.png"));
+  expect_report(js, "evaluate", "pass");  // --mode both checks the two verdicts agree
   const auto rep = read_json_file(js);
   EXPECT_EQ(rep["cells"].size(), 3u * 3u);
   EXPECT_EQ(rep["disagreements"], 0);
@@ -99,15 +120,82 @@ TEST(LearnCli, EvaluateMarksCellsBeyondMaxPosAsNA) {
 TEST(LearnCli, RequireFailsWithExitOne) {
   // No model is above 100%: --require 1.01 must fail on the training region.
   const CmdResult r = run_cmd(kEval + " --model " + model_dir() + " --n-max 2 --m-max 3 --samples 5 --require 1.01 --csv " + tmp() +
-                    "/r.csv --png " + tmp() + "/r.png");
+                    "/r.csv --png " + tmp() + "/r.png --json " + tmp() + "/r.json");
   EXPECT_EQ(r.rc, 1) << r.err;
   EXPECT_NE(r.err.find("--require"), std::string::npos) << r.err;
+  expect_report(tmp() + "/r.json", "evaluate", "fail");
+  // Without a check the grid is a product: "done".
+  const CmdResult d = run_cmd(kEval + " --model " + model_dir() + " --n-max 1 --m-max 2 --samples 2 --csv " + tmp() +
+                              "/d.csv --png " + tmp() + "/d.png --json " + tmp() + "/d.json");
+  EXPECT_EQ(d.rc, 0) << d.err;
+  expect_report(tmp() + "/d.json", "evaluate", "done");
+  // --problem: pass or fail as the exit code (a 30-step model gets some wrong; either way they agree).
+  for (const char* prob : {"12+34", "99+99+99", "1+2"}) {
+    const CmdResult p = run_cmd(kEval + " --model " + model_dir() + " --problem " + prob + " --json " + tmp() + "/p.json");
+    ASSERT_TRUE(p.rc == 0 || p.rc == 1) << p.err;
+    expect_report(tmp() + "/p.json", "evaluate", p.rc == 0 ? "pass" : "fail");
+  }
+}
+
+// Progress goes to stderr: in a pipe, plain lines (at least the final one, with counts); --quiet
+// leaves stderr empty on success while the results still reach stdout and the files.
+TEST(LearnCli, ProgressInAPipeAndQuiet) {
+  const std::string d = tmp() + "/progress_model";
+  fs::remove_all(d);
+  CmdResult r = run_cmd(kTrain + " --out " + d + kSmall + " --json " + tmp() + "/train.json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("train: 30/30 steps (100%)"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find('\r'), std::string::npos) << r.err;  // a pipe: no redrawn line
+  EXPECT_NE(r.out.find("trained 30 steps"), std::string::npos) << r.out;
+  expect_report(tmp() + "/train.json", "train", "done");
+  fs::remove_all(d);
+  r = run_cmd(kTrain + " --out " + d + kSmall + " --quiet");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_NE(r.out.find("trained 30 steps"), std::string::npos) << r.out;
+  // --stop-after: the progress counts to the stop, not to --steps.
+  fs::remove_all(d);
+  r = run_cmd(kTrain + " --out " + d + kSmall + " --stop-after 20");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("train: 20/20 steps (100%)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("stopping at step 20 of 30"), std::string::npos) << r.err;
+
+  const std::string grid = " --model " + d + " --n-max 2 --m-max 3 --samples 3 --csv " + tmp() + "/q.csv --png " + tmp() + "/q.png";
+  r = run_cmd(kEval + grid);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("evaluate: 4/4 cells (100%)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("exact match (%) per cell: one row per n = 1..2, columns m = 2..3"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("\nn= 2:"), std::string::npos) << r.err;
+  r = run_cmd(kEval + grid + " --quiet");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_NE(r.out.find("evaluated 2 x 2 cells"), std::string::npos) << r.out;
+
+  const std::string cmp = " --learned " + d + " --grid --n 2 --m 3 --n-max 2 --m-max 3 --samples 2 --out " + tmp() + "/cmp_grid";
+  r = run_cmd(kCompare + cmp);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("compare_attention --grid: 4/4 cells (100%)"), std::string::npos) << r.err;
+  expect_report(tmp() + "/cmp_grid/grid_alignment.json", "compare_attention", "done");
+  r = run_cmd(kCompare + cmp + " --quiet --json " + tmp() + "/cmp.json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  expect_report(tmp() + "/cmp.json", "compare_attention", "done");
+  EXPECT_EQ(r.err, "");
+  EXPECT_NE(r.out.find("2 x 2 cells"), std::string::npos) << r.out;
+  // One shape: compare.json in --out, by default ./compare_TA<n>x<m>, not inside the model directory.
+  const std::string cwd = tmp() + "/cmp_cwd";
+  fs::create_directories(cwd);
+  r = run_cmd("cd " + cwd + " && " + kCompare + " --learned " + d + " --n 2 --m 3 --samples 2");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  expect_report(cwd + "/compare_TA2x3/compare.json", "compare_attention", "done");
+  EXPECT_FALSE(fs::exists(d + "/compare_TA2x3"));
 }
 
 TEST(LearnCli, DumpAttentionRowsAreDistributions) {
   const std::string out = tmp() + "/att";
-  const CmdResult r = run_cmd(kDump + " --model " + model_dir() + " --n 2 --m 3 --samples 6 --out " + out);
+  const CmdResult r = run_cmd(kDump + " --model " + model_dir() + " --n 2 --m 3 --samples 6 --out " + out + " --json " +
+                              tmp() + "/att.json");
   ASSERT_EQ(r.rc, 0) << r.err;
+  expect_report(tmp() + "/att.json", "dump_attention", "done");
   const auto ts = read_safetensors(out + "/attention.safetensors").tensors;
   ASSERT_EQ(ts.size(), 4u);  // 1 layer x 4 heads
   EXPECT_TRUE(fs::exists(out + "/layer0_head3.png"));
@@ -154,6 +242,7 @@ TEST(LearnCli, CommittedModelsGiveTheirRecordedLogits) {
     const CmdResult r = run_cmd(kEval + " --model " + manyadd::testing::source_path("models/" + it.key()) +
                                 " --problem " + rec["problem"].get<std::string>() + " --json " + js);
     ASSERT_EQ(r.rc, 0) << r.err;
+    expect_report(js, "evaluate", "pass");  // --problem checks the greedy answer
     const auto got = read_json_file(js)["logits_from_eq"];
     ASSERT_EQ(got.size(), it.value().size()) << it.key();
     for (std::size_t i = 0; i < got.size(); ++i)

@@ -291,3 +291,22 @@ TEST(Tasks, TrainingSetsLieInTheirRegion) {
   bad.task = "multiplication";
   EXPECT_NO_THROW(bad.validate());
 }
+
+// Every task and position mode has its position-ID rule in words (config.json's format.position_ids).
+TEST(Tasks, PositionRuleInWordsForEveryTaskAndMode) {
+  std::string names = task_names() + "|";
+  for (std::size_t a = 0, b; (b = names.find('|', a)) != std::string::npos; a = b + 1) {
+    const Task& t = task_named(names.substr(a, b - a));
+    const std::string coupling = t.describe().value("position_ids", std::string());
+    EXPECT_FALSE(coupling.empty()) << t.name();
+    for (PosMode m : {PosMode::coupled, PosMode::coupled3, PosMode::digits, PosMode::absolute, PosMode::none}) {
+      const std::string r = position_rule(t, m);
+      EXPECT_EQ(r.rfind(std::string("pos_mode ") + pos_mode_name(m) + ":", 0), 0u) << t.name() << ": " << r;
+      if (m == PosMode::absolute) {
+        EXPECT_NE(r.find("-> s + k - 1"), std::string::npos) << t.name() << ": " << r;
+      } else if (m != PosMode::none) {
+        EXPECT_NE(r.find(coupling), std::string::npos) << t.name() << ": " << r;
+      }
+    }
+  }
+}

@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   std::uint64_t seed = 1;
   std::string dir;
   cli::add_int(app, "--n", n, "digits per operand", 1, 100000, false)->required();
-  cli::add_int(app, "--m", m, "operands", 1, 100000, false)->required();
+  cli::add_int(app, "--m", m, "operands; (n, m) whose file would pass 8 GiB are refused", 1, 100000, false)->required();
   cli::add_string(app, "--out", dir, "output directory (created)")->required();
   cli::add_seed(app, seed, "seed of the instance");
   app.footer(cli::exit_codes_footer(false));

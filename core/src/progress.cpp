@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 
@@ -20,6 +21,7 @@ std::string human_seconds(double s) {
 
 Progress::Progress(std::string what, std::int64_t total, std::string unit, ProgressOptions opt)
     : what_(std::move(what)), unit_(std::move(unit)), total_(total), opt_(opt), t0_(clock::now()) {
+  done_ = opt_.first;
   if (!opt_.out) opt_.out = &std::cerr;
   live_ = opt_.live == 1 || (opt_.live < 0 && opt_.out == &std::cerr && ::isatty(STDERR_FILENO)) ||
           (opt_.live < 0 && opt_.out == &std::cout && ::isatty(STDOUT_FILENO));
@@ -62,12 +64,17 @@ std::string Progress::line() const {
 std::string Progress::compose() const {
   const double el = std::chrono::duration<double>(clock::now() - t0_).count();
   const std::int64_t d = done_.load();
-  const double rate = el > 0 ? double(d) / el : 0;
+  const double rate = el > 0 ? double(d - opt_.first) / el : 0;
   std::string s = fmt::format("{}: {}", what_, d);
   if (total_ > 0) s += fmt::format("/{} {} ({:.0f}%)", total_, unit_, 100.0 * double(d) / double(total_));
   else s += " " + unit_;
   s += fmt::format(" | {:.3g} {}/s | elapsed {}", rate, unit_, human_seconds(el));
-  if (total_ > 0 && d < total_) s += " ETA " + human_seconds(rate > 0 ? double(total_ - d) / rate : NAN);
+  if (total_ > 0 && d < total_) {
+    double eta = rate > 0 ? double(total_ - d) / rate : NAN;
+    const bool capped = opt_.deadline_s > 0 && !(eta <= opt_.deadline_s - el);
+    if (capped) eta = std::max(0.0, opt_.deadline_s - el);
+    s += " ETA " + human_seconds(eta) + (capped ? " (time limit)" : "");
+  }
   if (!note_.empty()) s += " | " + note_;
   return s;
 }
@@ -84,6 +91,21 @@ void Progress::print(bool final_line) {
     o << s << '\n';
   }
   o.flush();
+}
+
+void Progress::message(const std::string& s, bool warning) {
+  if (opt_.quiet && !warning) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  std::ostream& o = *opt_.out;
+  if (live_ && last_len_ > 0 && !finished_) {  // clear the live line, print, redraw it below
+    o << '\r' << std::string(last_len_, ' ') << '\r' << s << '\n';
+    last_len_ = 0;
+    if (!opt_.quiet) print(false);
+    else o.flush();
+  } else {
+    o << s << '\n';
+    o.flush();
+  }
 }
 
 void Progress::finish() {

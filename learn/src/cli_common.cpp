@@ -105,7 +105,7 @@ const std::vector<FieldDoc>& config_fields() {
       {"train", "warmup_from_zero", "true: step t runs at the schedule's value at t - 1 (the first at lr 0) | false"},
       {"train", "precision", "fp32 | bf16 (mixed precision: bf16 matrix-product inputs, fp32 accumulation)"},
       {"train", "threads", "worker threads over the batch; part of the run's identity"},
-      {"train", "log_every", "progress line and log.csv row every this many steps"},
+      {"train", "log_every", "a log.csv row every this many steps (its loss is the progress line's)"},
       {"train", "eval_every", "in-distribution evaluation every this many steps, 0 = only at the end"},
       {"train", "eval_samples", "TA samples per in-distribution cell in those evaluations"},
       {"train", "checkpoint_every", "checkpoint every this many steps, 0 = only at the end"},

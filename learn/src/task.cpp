@@ -202,7 +202,12 @@ class Addition final : public AdditionBase {
             {"bos_eos", "$"},
             {"padding", "minimal"},
             {"sequence", "$ A_1 + ... + A_m = B_0 > B_1 > ... > B_m, operands zero-padded to l, "
-                         "partial sums reversed (least significant digit first)"}};
+                         "partial sums reversed (least significant digit first)"},
+            {"position_ids", "two levels (bi-level Position Coupling, construct/'s IDs): level 1 a digit of "
+                             "significance t (1 = least significant) of an operand or a partial sum -> s1 + t, "
+                             "'+', '=' and '>' -> s1; level 2 the digits of A_i and the '+' after it -> s2 + i - 1, "
+                             "'=' -> s2, the digits of B_j and the '>' before it -> s2 + j; BOS 0 on both levels"},
+            {"source", "Cho et al., ICLR 2025, Sec. 4 and Appendix B: SA(n, m) with the scratchpad"}};
   }
   std::string shape_words(const Problem& p) const override {
     const Shape s = shape_of(p);
@@ -838,6 +843,21 @@ const Task& task(TaskKind k) {
 }
 
 const Task& task_named(const std::string& name) { return task(parse_task(name)); }
+
+std::string position_rule(const Task& t, PosMode mode) {
+  const nlohmann::json d = t.describe();
+  const std::string coupling = d.value("position_ids", std::string("the task's coupling"));
+  const std::string offsets = " (offsets s, s1, s2, s3 >= 1: random per sample in training, 1 at evaluation "
+                              "unless given)";
+  switch (mode) {
+    case PosMode::coupled:
+    case PosMode::coupled3: return "pos_mode " + std::string(pos_mode_name(mode)) + ": " + coupling + offsets;
+    case PosMode::digits: return "pos_mode digits: one table, level 1 of the task's coupling alone: " + coupling + offsets;
+    case PosMode::absolute: return "pos_mode absolute: one table, BOS 0, the token at index k >= 1 -> s + k - 1" + offsets;
+    case PosMode::none: return "pos_mode none: no position embeddings (causal attention alone)";
+  }
+  return "";
+}
 
 const Task& task_of_model(const nlohmann::json& config_json, const std::string& requested, const std::string& dir) {
   std::string trained = "addition";

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "manyadd/core/cli.hpp"
+#include "manyadd/core/progress.hpp"
 
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
@@ -30,13 +31,6 @@ std::uint64_t mix(std::uint64_t a, std::uint64_t b, std::uint64_t c = 0) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
-}
-std::string human_seconds(double s) {
-  if (!std::isfinite(s) || s < 0) return "?";
-  const auto t = std::int64_t(s);
-  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t / 60) % 60);
-  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
-  return fmt::format("{}s", t);
 }
 }  // namespace
 
@@ -251,6 +245,7 @@ void Trainer::save(const std::string& dir, const std::map<std::string, std::stri
   cfg["train"] = tc_;
   cfg["step"] = step_;
   cfg["format"] = task_->describe();
+  cfg["format"]["position_ids"] = position_rule(*task_, mc_.pos_mode);
   cfg["architecture"] = architecture_description(mc_);
   cfg["architecture"]["precision"] =
       tc_.precision_value() == Precision::bf16
@@ -401,7 +396,7 @@ void remove_stale_temporaries(const std::string& dir) {
 }  // namespace
 
 nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const std::string& dir, bool resume,
-                            std::int64_t stop_after, const std::function<void(const std::string&)>& log,
+                            std::int64_t stop_after, const ProgressOptions& progress,
                             std::shared_ptr<TrainDevice> device, double max_seconds, bool allow_precision_change) {
   namespace fs = std::filesystem;
   if (!resume && fs::exists(dir + "/checkpoint.safetensors"))
@@ -410,6 +405,14 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
   Trainer tr(mc, tc);
   if (resume) tr.load_checkpoint(dir, allow_precision_change);
   if (device) tr.attach_device(std::move(device));
+  // One progress line over the steps this process runs: up to --stop-after, and no later than
+  // --max-seconds (the ETA says which ends the piece).
+  const std::int64_t end = stop_after > 0 ? std::min(tc.steps, stop_after) : tc.steps;
+  ProgressOptions popt = progress;
+  popt.first = std::min(tr.steps_done(), end);
+  popt.deadline_s = max_seconds;
+  Progress prog("train", end, "steps", popt);
+  if (end < tc.steps) prog.note(fmt::format("stopping at step {} of {}", end, tc.steps));
   make_output_dir(dir);
   if (resume) remove_stale_temporaries(dir);
   // The state of the log at the checkpoint: the steps and the loss sum of the log window not yet
@@ -439,8 +442,8 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
           diff += fmt::format(" {} {} -> {};", it.key(), was.contains(it.key()) ? was.at(it.key()).dump() : "(none)",
                               it.value().dump());
       if (!diff.empty())
-        log("resuming with train settings other than the checkpoint's:" + diff +
-            " the steps from here differ from the run's");
+        prog.message("resuming with train settings other than the checkpoint's:" + diff +
+            " the steps from here differ from the run's", true);
     }
   }
   // The logs hold one history: the rows of the steps the checkpoint holds (a new run starts them anew).
@@ -454,7 +457,6 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
   const auto t0 = clock::now();
   auto last = t0;
   auto elapsed = [&] { return std::chrono::duration<double>(clock::now() - t0).count(); };
-  const std::int64_t start = tr.steps_done();
   std::int64_t win_tokens = 0, total_tokens = 0;
   double last_loss = NAN;
   nlohmann::json evals = nlohmann::json::array();
@@ -462,7 +464,7 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
     const auto e = tr.eval_in_distribution(tc.eval_samples);
     if (tr.steps_done() > last_eval)  // a finished run resumed has its final row already
       ecsv << fmt::format("{},{:.4f},{:.4f},{:.1f}\n", tr.steps_done(), e.mean, e.min, elapsed()) << std::flush;
-    log(fmt::format("eval step {}: in-distribution exact match mean {:.4f} min {:.4f} ({} samples/cell)",
+    prog.message(fmt::format("eval step {}: in-distribution exact match mean {:.4f} min {:.4f} ({} samples/cell)",
                     tr.steps_done(), e.mean, e.min, tc.eval_samples));
     evals.push_back({{"step", tr.steps_done()}, {"mean", e.mean}, {"min", e.min}});
     return e;
@@ -481,7 +483,6 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
       last_loss = st.loss, last_gnorm = st.grad_norm;
     }
   };
-  const std::int64_t end = stop_after > 0 ? std::min(tc.steps, stop_after) : tc.steps;
   while (tr.steps_done() < end) {
     const StepStats st = tr.step_async();
     const std::int64_t s = tr.steps_done();
@@ -495,23 +496,24 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
       const double dt = std::chrono::duration<double>(now - last).count();
       const double el = elapsed();
       const double tps = dt > 0 ? double(win_tokens) / dt : 0;
-      const double eta = el / double(s - start) * double(tc.steps - s);
-      log(fmt::format("step {}/{} loss {:.4f} lr {:.2e} gnorm {:.2f} | {:.0f} tok/s | elapsed {} ETA {}", s, tc.steps,
-                      win_loss / double(win_n), lr_at(tc, s), last_gnorm, tps, human_seconds(el), human_seconds(eta)));
+      prog.note(fmt::format("loss {:.4f} lr {:.2e} gnorm {:.2f} | {:.0f} tok/s{}", win_loss / double(win_n), lr_at(tc, s),
+                            last_gnorm, tps, end < tc.steps ? fmt::format(" | stopping at step {} of {}", end, tc.steps) : ""));
       csv << fmt::format("{},{:.6f},{:.6e},{:.4f},{:.0f},{:.1f}\n", s, win_loss / double(win_n), lr_at(tc, s),
                          last_gnorm, tps, el)
           << std::flush;
       last = now, win_loss = 0, win_n = 0, win_tokens = 0;
     }
+    prog.set(s);
     if (eval_now) do_eval();
     if (save_now) save();
     if (max_seconds > 0 && std::chrono::duration<double>(clock::now() - t0).count() >= max_seconds) {
-      log(fmt::format("stopping at step {}: --max-seconds {} reached (resume with --resume)", s, max_seconds));
+      prog.message(fmt::format("stopping at step {}: --max-seconds {} reached (resume with --resume)", s, max_seconds));
       break;
     }
   }
   settle();
   save();
+  prog.finish();
   nlohmann::json out;
   const double secs = std::chrono::duration<double>(clock::now() - t0).count();
   out["steps"] = tr.steps_done();

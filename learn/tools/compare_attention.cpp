@@ -1,4 +1,4 @@
-// compare_attention: which learned head plays which constructed head's role, in numbers (issue 7).
+// compare_attention: which learned head plays which constructed head's role, in numbers.
 // On the same TA(n, m) instances and offsets, the learned model's averaged attention per head is
 // scored against each head of the constructed model of Theorem 4.1 (construct/, minimal padding as
 // the learned format): the share of the non-BOS attention on the constructed head's matched keys,
@@ -6,6 +6,8 @@
 // Definitions: learn/include/manyadd/learn/attention.hpp and learn/README.md.
 //   compare_attention --learned DIR --n 11 --m 11 --samples 1000          one shape: table, PNGs, JSON
 //   compare_attention --learned DIR --grid --samples 20                   per TA cell: alignment | accuracy
+// Files go to --out (default compare_TA<n>x<m> or compare_grid in the current directory); with --grid,
+// progress (cells, ETA) on stderr unless --quiet.
 // `--learned constructed` compares the construction with itself (a sanity check: every matched share
 // is 1 up to the finite lambda). Exit codes: 0 done, 2 bad usage or input, 3 internal error.
 #include <cmath>
@@ -19,6 +21,8 @@
 
 #include "manyadd/learn/attention.hpp"
 #include "manyadd/core/cli.hpp"
+#include "manyadd/core/progress.hpp"
+#include "manyadd/core/report.hpp"
 #include "manyadd/learn/cli_common.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
@@ -35,7 +39,7 @@ struct Args {
   std::string learned, out, json_path, task;
   int n = 11, m = 11, threads = 2;
   int n_min = 1, n_max = 30, m_min = 2, m_max = 30;
-  bool grid = false;
+  bool grid = false, quiet = false;
   double lambda = 0;
   std::int64_t samples = 1000, s1 = 1, s2 = 1;
   std::uint64_t seed = 12345;
@@ -185,8 +189,8 @@ int run_single(const Args& a, const LoadedModel* lm) {
       {"learned_heads", heads}, {"matching", matching}, {"mean_matched_share", c.mean_matched_share},
       {"learned_exact", r.exact >= 0 ? nlohmann::json(r.exact) : nlohmann::json(nullptr)},
       {"example_tokens", tokens_to_string(toks)}};
-  atomic_write(a.out + "/compare.json", rep.dump(2) + "\n");
-  if (!a.json_path.empty()) atomic_write(a.json_path, rep.dump(2) + "\n");
+  report::write_json_report(a.out + "/compare.json", "compare_attention", "done", rep);
+  if (!a.json_path.empty()) report::write_json_report(a.json_path, "compare_attention", "done", rep);
   return 0;
 }
 
@@ -203,11 +207,14 @@ int run_grid(const Args& a, const LoadedModel* lm) {
   const ShapeRun ref = run_shape(a, lm, a.n, a.m);
   std::array<int, 4> ref_head{-1, -1, -1, -1};
   for (auto [g, h] : ref.cmp.matching) ref_head[std::size_t(h)] = g;
-  std::fprintf(stderr, "compare_attention --grid: reference matching at TA(%d, %d):", a.n, a.m);
+  ProgressOptions popt;
+  popt.quiet = a.quiet;
+  Progress prog("compare_attention --grid", std::int64_t(rows) * cols, "cells", popt);
+  std::string refline = fmt::format("compare_attention --grid: reference matching at TA({}, {}):", a.n, a.m);
   for (int h = 0; h < 4; ++h)
-    std::fprintf(stderr, " %s <- %s", kConstructedHeadNames[std::size_t(h)],
-                 ref_head[std::size_t(h)] >= 0 ? ref.learned.names[std::size_t(ref_head[std::size_t(h)])].c_str() : "none");
-  std::fprintf(stderr, "\n");
+    refline += fmt::format(" {} <- {}", kConstructedHeadNames[std::size_t(h)],
+                           ref_head[std::size_t(h)] >= 0 ? ref.learned.names[std::size_t(ref_head[std::size_t(h)])] : "none");
+  prog.message(refline);
   make_output_dir(a.out);
   std::string csv = "n,m,N,samples,accuracy,mean_matched_share";
   for (auto* nm : kConstructedHeadNames) csv += fmt::format(",{0}_learned,{0}_share,{0}_chance,{0}_fixed_share", nm);
@@ -223,6 +230,7 @@ int run_grid(const Args& a, const LoadedModel* lm) {
         csv += fmt::format("{},{},{},0,NA,NA", n, m, shape.N());
         for (int k = 0; k < 16; ++k) csv += ",NA";
         csv += "\n";
+        prog.add();
         continue;
       }
       const ShapeRun r = run_shape(a, lm, n, m);
@@ -252,9 +260,11 @@ int run_grid(const Args& a, const LoadedModel* lm) {
       }
       csv += line + "\n";
       cells.push_back(cell);
+      prog.add();
+      prog.note(fmt::format("TA({}, {}) done", n, m));
     }
-    std::fprintf(stderr, "compare_attention --grid: operand length %d done (%d of %d rows)\n", n, n - a.n_min + 1, rows);
   }
+  prog.finish();
   int train_n = 0, train_m = 0;
   if (lm && lm->config_json.contains("train")) {
     train_n = lm->config_json["train"].value("train_n", 0);
@@ -288,8 +298,8 @@ int run_grid(const Args& a, const LoadedModel* lm) {
                         {"s1", a.s1}, {"s2", a.s2}, {"n_min", a.n_min}, {"n_max", a.n_max}, {"m_min", a.m_min},
                         {"m_max", a.m_max}, {"reference", {{"n", a.n}, {"m", a.m}, {"matching", refj}}},
                         {"cells", cells}};
-  atomic_write(a.out + "/grid_alignment.json", rep.dump(2) + "\n");
-  if (!a.json_path.empty()) atomic_write(a.json_path, rep.dump(2) + "\n");
+  report::write_json_report(a.out + "/grid_alignment.json", "compare_attention", "done", rep);
+  if (!a.json_path.empty()) report::write_json_report(a.json_path, "compare_attention", "done", rep);
   std::printf("compare_attention --grid: %d x %d cells, %lld samples each: %s/grid.png (alignment | accuracy, and the "
               "share of each head matched at TA(%d, %d)), grid_alignment.{csv,png,json}, grid_share_<head>.png\n",
               rows, cols, static_cast<long long>(a.samples), a.out.c_str(), a.n, a.m);
@@ -307,22 +317,24 @@ int main(int argc, char** argv) {
   cli::add_string(app, "--task", a.task,
                   "addition only (the constructed model of Theorem 4.1 adds): any other task is refused, as is a "
                   "learned model trained on one");
-  cli::add_int(app, "--n", a.n, "digits per operand (Figure 7: 11); with --grid: the reference shape");
-  cli::add_int(app, "--m", a.m, "operand count; with --grid: the reference shape");
+  cli::add_int(app, "--n", a.n, "digits per operand (Figure 7: 11); with --grid: the reference shape", 1, 1000);
+  cli::add_int(app, "--m", a.m, "operand count; with --grid: the reference shape", 2, 1000);
   cli::add_int(app, "--samples", a.samples, "TA(n, m) samples averaged (per cell with --grid)", 1, 10'000'000);
   cli::add_int(app, "--s1", a.s1, "level-1 position offset", 1, 1'000'000);
   cli::add_int(app, "--s2", a.s2, "level-2 position offset", 1, 1'000'000);
   cli::add_seed(app, a.seed, "seed of the samples (the same instances as evaluate/dump_attention)");
   cli::add_real(app, "--lambda", a.lambda, "constructed model's attention scale; 0 = construct's default for N", 0);
   cli::add_string(app, "--out", a.out,
-                  "output directory (default: <learned>/compare_TA<n>x<m>, or <learned>/compare_grid)");
+                  "output directory (default: compare_TA<n>x<m>, or compare_grid, in the current directory; never "
+                  "inside the model directory)");
   app.add_flag("--grid", a.grid, "score every TA cell of the grid (--n-min..--n-max x --m-min..--m-max)");
-  cli::add_int(app, "--n-min", a.n_min, "grid: smallest operand length");
-  cli::add_int(app, "--n-max", a.n_max, "grid: largest operand length");
-  cli::add_int(app, "--m-min", a.m_min, "grid: smallest operand count");
-  cli::add_int(app, "--m-max", a.m_max, "grid: largest operand count");
+  cli::add_int(app, "--n-min", a.n_min, "grid: smallest operand length", 1, 1000);
+  cli::add_int(app, "--n-max", a.n_max, "grid: largest operand length", 1, 1000);
+  cli::add_int(app, "--m-min", a.m_min, "grid: smallest operand count", 2, 1000);
+  cli::add_int(app, "--m-max", a.m_max, "grid: largest operand count", 2, 1000);
   cli::add_threads(app, a.threads);
   cli::add_json(app, a.json_path, "also write the JSON report here");
+  cli::add_quiet(app, a.quiet);
   app.footer(cli::exit_codes_footer(false));
   if (const int rc = cli::parse(app, argc, argv, std::cout, std::cerr); rc >= 0) return rc;
   return run_tool("compare_attention", std::cerr, [&] {
@@ -357,7 +369,7 @@ int main(int argc, char** argv) {
     }
     if (a.out.empty()) {
       if (self) throw InputError("--learned constructed needs --out DIR");
-      a.out = a.grid ? a.learned + "/compare_grid" : fmt::format("{}/compare_TA{}x{}", a.learned, a.n, a.m);
+      a.out = a.grid ? std::string("compare_grid") : fmt::format("compare_TA{}x{}", a.n, a.m);
     }
     if (!self) {  // the single shape, or the grid's reference shape
       const Shape s = Shape::make(a.n, a.m, Padding::minimal);

@@ -7,12 +7,14 @@
 // Exit codes: 0 done, 2 bad usage or input, 3 internal error.
 #include <cstdio>
 #include <iostream>
+#include <limits>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "manyadd/core/cli.hpp"
+#include "manyadd/core/report.hpp"
 #include "manyadd/learn/cli_common.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
@@ -44,13 +46,15 @@ int main(int argc, char** argv) {
   cli::add_real(app, "--lambda", lambda, "attention scale of the constructed model; 0 = construct's default for N", 0);
   cli::add_string(app, "--out", out, "output directory (created if missing)")->required();
   cli::add_int(app, "--n", n, "the cell's row value: digits per operand (Figure 7: 11), the first factor's digits, "
-                              "or the parity query's length");
+                              "or the parity query's length (the task's range is checked: addition up to 1000, "
+                              "addition-2op up to 100000)", 1, 100'000);
   auto* o_m = cli::add_int(app, "--m", m, "the cell's column value: operand count, or the second operand's digits "
-                                          "(parity: none)");
+                                          "(parity: none; addition: at least 2)", 1, 100'000);
   cli::add_int(app, "--samples", samples, "samples averaged", 1, 100'000'000);
-  cli::add_int(app, "--s1", s1, "level-1 position offset");
-  cli::add_int(app, "--s2", s2, "level-2 position offset");
-  cli::add_int(app, "--s3", s3, "level-3 position offset (coupled3)");
+  const std::int64_t kMaxOffset = std::numeric_limits<std::int64_t>::max();
+  cli::add_int(app, "--s1", s1, "level-1 position offset (at most what the model's max_pos1 allows)", 1, kMaxOffset);
+  cli::add_int(app, "--s2", s2, "level-2 position offset (at most what the model's max_pos2 allows)", 1, kMaxOffset);
+  cli::add_int(app, "--s3", s3, "level-3 position offset (coupled3; at most what max_pos3 allows)", 1, kMaxOffset);
   cli::add_seed(app, seed, "seed of the samples");
   cli::add_threads(app, threads);
   cli::add_json(app, json_path, "JSON report");
@@ -119,7 +123,7 @@ int main(int argc, char** argv) {
                               {"skipped_other_lengths", skipped}, {"teacher_forced_exact", exact},
                               {"heads", maps.heads()}, {"out", out}};
         if (!tk->two_axes()) rep.erase("m");
-        atomic_write(json_path, rep.dump(2) + "\n");
+        report::write_json_report(json_path, "dump_attention", "done", rep);
       }
       std::printf("averaged attention over %lld samples of %s cell (%d, %d) (T = %d): %s/attention.safetensors + %d "
                   "PNGs\n",
@@ -155,7 +159,7 @@ int main(int argc, char** argv) {
       nlohmann::json rep = {{"model", constructed ? std::string("constructed") : model}, {"n", n}, {"m", m},
                             {"l", shape.l}, {"N", maps.T}, {"s1", s1}, {"s2", s2}, {"samples", samples},
                             {"heads", maps.heads()}, {"out", out}};
-      atomic_write(json_path, rep.dump(2) + "\n");
+      report::write_json_report(json_path, "dump_attention", "done", rep);
     }
     std::printf("averaged attention over %lld samples of TA(%d, %d) (N = %d): %s/attention.safetensors + %d PNGs\n",
                 static_cast<long long>(samples), n, m, maps.T, out.c_str(), maps.heads());

@@ -1,18 +1,23 @@
 // evaluate: exact match of a trained model on its task's grid (addition: TA(i, j), Sec. 4.2: i = 1..30
 // digits, j = 2..30 operands; multiplication: TM(i, j), i, j = 1..30; parity: query lengths 5..100 step
-// 5; 1000 samples per cell), at offsets 1; CSV + PNG heatmap (the training region outlined). Exit codes: 0 done, 1 a failed check (--require, or teacher-forced and
+// 5; 1000 samples per cell), at offsets 1; CSV + PNG heatmap (the training region outlined), written where
+// --csv/--png say (default grid.csv/grid.png in the current directory: never into the model directory).
+// Progress (cells, ETA) and the rows of the grid on stderr unless --quiet. Exit codes: 0 done, 1 a failed check (--require, or teacher-forced and
 // greedy verdicts disagree under --mode both, or --problem answered wrongly), 2 bad usage or input, 3 internal
 // error.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "manyadd/core/cli.hpp"
+#include "manyadd/core/progress.hpp"
+#include "manyadd/core/report.hpp"
 #include "manyadd/learn/cli_common.hpp"
 #include "manyadd/learn/cuda_device.hpp"
 #include "manyadd/learn/data.hpp"
@@ -40,6 +45,7 @@ int main(int argc, char** argv) {
   std::int64_t samples = 1000;
   std::uint64_t seed = 12345;
   double require = -1;
+  bool quiet = false;
   std::string problem;
   std::int64_t s1 = 1, s2 = 1, s3 = 1;
   cli::add_string(app, "--model", model, "model directory (config.json + model.safetensors)")->required();
@@ -60,10 +66,12 @@ int main(int argc, char** argv) {
   cli::add_string(app, "--mode", mode_s,
                   "teacher (one forward per instance) | greedy (KV-cache decoding) | both (teacher verdicts, greedy "
                   "checked to agree) (default teacher)");
+  csv = "grid.csv", png = "grid.png";
   cli::add_output(app, "--csv", csv,
-                  "CSV output (default MODEL/grid.csv): n,m,samples,exact,accuracy (addition); other tasks add "
-                  "answer_exact,answer_accuracy, and parity has no m column");
-  cli::add_output(app, "--png", png, "PNG heatmap output (default MODEL/grid.png)");
+                  "CSV output (default grid.csv in the current directory; never into --model): "
+                  "n,m,samples,exact,accuracy (addition); other tasks add answer_exact,answer_accuracy, and parity has "
+                  "no m column");
+  cli::add_output(app, "--png", png, "PNG heatmap output (default grid.png in the current directory)");
   cli::add_real(app, "--require", require,
                 "fail (exit 1) if any evaluated cell inside the training region has accuracy below this; < 0 = off");
   cli::add_json(app, json_path, "JSON report");
@@ -75,9 +83,12 @@ int main(int argc, char** argv) {
                   "instead of the grid: one problem in the task's notation (57+48+96, 0101, 37*925); prints the "
                   "expected response, the teacher-forced predictions and the greedy output (JSON adds tokens, "
                   "position IDs and response logits); exit 1 if the greedy answer is wrong");
-  cli::add_int(app, "--s1", s1, "with --problem: level-1 position offset");
-  cli::add_int(app, "--s2", s2, "with --problem: level-2 position offset");
-  cli::add_int(app, "--s3", s3, "with --problem: level-3 position offset (coupled3)");
+  const std::int64_t kMaxOffset = std::numeric_limits<std::int64_t>::max();
+  cli::add_int(app, "--s1", s1, "with --problem: level-1 position offset (at most what max_pos1 allows)", 1, kMaxOffset);
+  cli::add_int(app, "--s2", s2, "with --problem: level-2 position offset (at most what max_pos2 allows)", 1, kMaxOffset);
+  cli::add_int(app, "--s3", s3, "with --problem: level-3 position offset (coupled3; at most what max_pos3 allows)", 1,
+               kMaxOffset);
+  cli::add_quiet(app, quiet);
   app.footer(cli::exit_codes_footer(true));
   if (const int rc = cli::parse(app, argc, argv, std::cout, std::cerr); rc >= 0) return rc;
   return run_tool("evaluate", std::cerr, [&] {
@@ -165,7 +176,7 @@ int main(int argc, char** argv) {
           rep["teacher_answer_exact"] = answer_tf;
           rep["greedy_answer"] = greedy_answer;
         }
-        atomic_write(json_path, rep.dump() + "\n");
+        report::write_json_report(json_path, "evaluate", ok_gr ? "pass" : "fail", rep);
       }
       return ok_gr ? 0 : 1;
     }
@@ -176,8 +187,6 @@ int main(int argc, char** argv) {
       if (t.contains("train_n") && t["train_n"].is_number_integer()) region.train_n = t["train_n"].get<int>();
       if (t.contains("train_m") && t["train_m"].is_number_integer()) region.train_m = t["train_m"].get<int>();
     }
-    if (csv.empty()) csv = model + "/grid.csv";
-    if (png.empty()) png = model + "/grid.png";
     const bool addition = tk.kind() == TaskKind::addition;  // its CSV and JSON as they always were
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::vector<double>> acc;
@@ -188,6 +197,14 @@ int main(int argc, char** argv) {
     nlohmann::json cells = nlohmann::json::array();
     std::int64_t disagree = 0;
     double worst_in = 2;
+    ProgressOptions popt;
+    popt.quiet = quiet;
+    const std::int64_t n_rows = (n_max - n_min) / n_step + 1;
+    Progress prog("evaluate", n_rows * std::int64_t(cols.size()), "cells", popt);
+    prog.message(two ? fmt::format("exact match (%) per cell: one row per {} = {}..{}, columns {} = {}..{}", a0.csv, n_min,
+                                   n_max, a1.csv, m_min, m_max)
+                     : fmt::format("exact match (%) per {} = {}..{} step {}: whole response, answer token", a0.csv,
+                                   n_min, n_max, n_step));
     for (int i = n_min; i <= n_max; i += n_step) {
       rows.push_back(i);
       acc.emplace_back();
@@ -211,12 +228,14 @@ int main(int argc, char** argv) {
         }
         if (!two) cell.erase("m");
         cells.push_back(cell);
+        prog.add();
       }
       if (!two) acc.back().push_back(answers[0]);  // one-axis tasks: column 2 = the answer-token metric
       std::string row;
       for (double a : acc.back()) row += std::isnan(a) ? "   NA" : fmt::format(" {:4.0f}", 100 * a);
-      std::fprintf(stderr, "n=%2d:%s\n", i, row.c_str());
+      prog.message(fmt::format("{}={:2d}:{}", a0.csv, i, row));
     }
+    prog.finish();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     atomic_write(csv, csv_text);
     if (addition) {
@@ -259,7 +278,8 @@ int main(int argc, char** argv) {
         rep["metrics"] = {{"accuracy", "teacher-forced exact match of the whole response (scratchpad and EOS)"},
                           {"answer_accuracy", "teacher-forced exact match of the final answer's tokens alone"}};
       }
-      atomic_write(json_path, rep.dump(2) + "\n");
+      const bool checks = require >= 0 || mode == EvalMode::both;  // the verdict is the exit code's
+      report::write_json_report(json_path, "evaluate", failed ? "fail" : checks ? "pass" : "done", rep);
     }
     std::printf("evaluated %d x %d cells x %lld samples in %.1f s; %s, %s\n", int(rows.size()), int(cols.size()),
                 static_cast<long long>(samples), secs, csv.c_str(), png.c_str());

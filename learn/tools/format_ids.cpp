@@ -216,7 +216,7 @@ int main(int argc, char** argv) {
   auto* o_cases = cli::add_string(app, "--cases", cases,
                                   "a JSON list of cases (see learn/tools/format_ids.cpp); the answers go to --json");
   o_problem->excludes(o_cases);
-  cli::add_string(app, "--padding", padding, "padding rule: minimal (learn/, the paper's experiments) or theorem");
+  cli::add_string(app, "--padding", padding, "padding rule: minimal (learn/, the paper's experiments) or theorem (default minimal)");
   cli::add_int(app, "--n", n, "digits per operand (0 = the longest operand)", 0, 100'000'000);
   cli::add_string(app, "--task", task_s, "the task (" + task_names() + ") (default addition)");
   auto* o_mode = cli::add_string(app, "--pos-mode", mode,
@@ -225,7 +225,9 @@ int main(int argc, char** argv) {
   cli::add_int(app, "--s1", s1, "level-1 position offset", 1, 1'000'000);
   cli::add_int(app, "--s2", s2, "level-2 position offset", 1, 1'000'000);
   cli::add_int(app, "--s3", s3, "level-3 position offset", 1, 1'000'000);
-  cli::add_json(app, json_path, "write the answer(s) as JSON to FILE");
+  cli::add_json(app, json_path,
+                "write the answer(s) as JSON to FILE: golden data (the Python twin's tests compare against it), not "
+                "a report, so without the tools' provenance and verdict");
   app.footer(cli::exit_codes_footer(false));
   if (const int rc = cli::parse(app, argc, argv, std::cout, std::cerr); rc >= 0) return rc;
   return run_tool("format_ids", std::cerr, [&] {

@@ -1,5 +1,6 @@
 // train: trains the learned transformer on a task (--task; addition: SA(n, m)) and writes a model directory
-// (config.json, model.safetensors, checkpoint.safetensors, log.csv, eval.csv).
+// (config.json, model.safetensors, checkpoint.safetensors, log.csv, eval.csv). Progress (steps, rate,
+// ETA to --stop-after or --max-seconds, the last loss) on stderr unless --quiet; the summary on stdout.
 // Exit codes: 0 trained, 2 bad usage or input, 3 internal error (message on stderr).
 #include <cstdio>
 #include <iostream>
@@ -9,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "manyadd/core/cli.hpp"
+#include "manyadd/core/progress.hpp"
+#include "manyadd/core/report.hpp"
 #include "manyadd/learn/cli_common.hpp"
 #include "manyadd/learn/cuda_device.hpp"
 #include "manyadd/learn/io.hpp"
@@ -30,7 +33,7 @@ int main(int argc, char** argv) {
       "OUT/checkpoint.safetensors.",
       "train"};
   std::string config_path, out, json_path, device = "cpu";
-  bool resume = false, allow_precision_change = false;
+  bool resume = false, allow_precision_change = false, quiet = false;
   std::int64_t stop_after = 0;
   double max_seconds = 0;
   cli::add_string(app, "--config", config_path, "JSON config file: {\"model\": {...}, \"train\": {...}}");
@@ -46,6 +49,7 @@ int main(int argc, char** argv) {
                   "cpu: deterministic for (seed, threads) | cuda: the same batches on a GPU, in the run's precision, "
                   "every model option (d_head <= 512); exit 2 without a device. Not part of the config: a run may "
                   "be resumed on the other device");
+  cli::add_quiet(app, quiet);
   const ConfigOptions flags(app);
   app.footer(cli::exit_codes_footer(false));
   if (const int rc = cli::parse(app, argc, argv, std::cout, std::cerr); rc >= 0) return rc;
@@ -73,11 +77,10 @@ int main(int argc, char** argv) {
     check_run_fits(mc, tc, device == "cuda");  // before the data set, the weights or any step
     std::shared_ptr<TrainDevice> dev;
     if (device == "cuda") dev = make_cuda_device(mc, tc.precision_value());  // InputError -> exit 2
-    const auto report = run_training(mc, tc, out, resume, stop_after, [](const std::string& s) {
-      std::fprintf(stderr, "%s\n", s.c_str());
-      std::fflush(stderr);
-    }, dev, max_seconds, allow_precision_change);
-    if (!json_path.empty()) atomic_write(json_path, report.dump(2) + "\n");
+    ProgressOptions progress;
+    progress.quiet = quiet;
+    const auto report = run_training(mc, tc, out, resume, stop_after, progress, dev, max_seconds, allow_precision_change);
+    if (!json_path.empty()) report::write_json_report(json_path, "train", "done", report);
     std::printf("trained %lld steps in %.1f s (%.0f tokens/s); model in %s\n",
                 static_cast<long long>(report["steps"].get<std::int64_t>()), report["seconds"].get<double>(),
                 report["tokens_per_s"].get<double>(), out.c_str());

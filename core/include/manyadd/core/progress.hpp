@@ -1,7 +1,13 @@
 // The one progress reporter of long work: "what: done/total unit (pct) | rate unit/s | elapsed E ETA R",
 // redrawn in place on a terminal (at most 10 times a second) and printed as a plain line every
 // `period_s` seconds otherwise (a pipe or a log file), plus a final line. add() is thread-safe and
-// cheap (an atomic add and a clock read), so workers call it directly. Quiet: nothing is printed.
+// cheap (an atomic add and a clock read), so workers call it directly. Quiet: nothing is printed
+// but warnings. Every other line a tool prints on the same stream while it works (an evaluated row,
+// an evaluation during training, a warning) goes through message(), which keeps a live line intact.
+//
+// The ETA is (total - done) / rate, the rate counted from `first` (a resumed run's steps done before
+// this process are not its speed); with a deadline (work that stops at a wall-time limit) the ETA is
+// at most the time left to it.
 #pragma once
 
 #include <atomic>
@@ -18,7 +24,16 @@ struct ProgressOptions {
   bool quiet = false;
   int live = -1;                // 1 redraw in place, 0 plain lines, -1 decide: live when `out` is a terminal
   double period_s = 10;         // plain lines: at most one per period
+  std::int64_t first = 0;       // done when the work starts here (a resumed run): the rate counts from it
+  double deadline_s = 0;        // > 0: the work stops this many seconds after the start (ETA capped)
 };
+
+// Options that print nothing but warnings (library callers, tests).
+inline ProgressOptions quiet_progress() {
+  ProgressOptions o;
+  o.quiet = true;
+  return o;
+}
 
 class Progress {
  public:
@@ -30,8 +45,12 @@ class Progress {
   void add(std::int64_t k = 1);
   void set(std::int64_t done);
   void note(const std::string& s);  // extra text shown after the counts (e.g. "loss 0.021")
+  // A line of its own on the progress stream (above the live line on a terminal): printed unless quiet;
+  // a warning is printed even when quiet.
+  void message(const std::string& s, bool warning = false);
   void finish();                    // the final line (once)
   std::int64_t done() const { return done_.load(); }
+  bool live() const { return live_; }  // redrawn in place (a terminal) rather than plain lines
   // The line as it would be printed now (for tests and for callers that log it themselves).
   std::string line() const;
 

@@ -131,6 +131,12 @@ class Task {
 const Task& task(TaskKind k);
 const Task& task_named(const std::string& name);  // throws InputError
 
+// The position-ID rule a model with this pos_mode reads for the task, in words (config.json's
+// format.position_ids): the task's coupling (coupled, coupled3), its level 1 alone (digits), token
+// indices (absolute) or none. The offsets s, s1, s2, s3 are drawn per sample in training, 1 at
+// evaluation unless given.
+std::string position_rule(const Task& t, PosMode mode);
+
 // The task a model directory was trained on: config.json's train.task, addition when absent (the
 // files written before tasks existed). `requested` (a tool's --task; empty = not given) must name the
 // same task: a model reads only the format it learned. InputError otherwise, naming both.

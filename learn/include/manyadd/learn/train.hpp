@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "manyadd/core/progress.hpp"
 #include "manyadd/learn/batch.hpp"
 #include "manyadd/learn/model.hpp"
 #include "manyadd/learn/task.hpp"
@@ -136,8 +137,10 @@ class Trainer {
   std::int64_t sample_index(std::int64_t k);  // k-th sample of the run -> index into data_
 };
 
-// Runs the whole loop: resumes if asked, logs a progress line to `log` every log_every steps,
-// evaluates every eval_every steps (appends to dir/eval.csv), appends dir/log.csv, checkpoints.
+// Runs the whole loop: resumes if asked, reports progress (core/progress.hpp: steps, rate, ETA, the
+// last log row's loss; evaluations and warnings as messages) with `progress`'s options (quiet by
+// default), evaluates every eval_every steps (appends to dir/eval.csv), appends a row to dir/log.csv
+// every log_every steps, checkpoints.
 // stop_after > 0 stops (with a checkpoint) after that many total steps, simulating an interruption.
 // Returns a JSON summary.
 // With `device` the steps (and the periodic evaluations) run there; nullptr = the CPU trainer
@@ -146,7 +149,7 @@ class Trainer {
 // pieces of a run that fit a time-limited machine (resume continues bit for bit wherever it stopped).
 // allow_precision_change: resume a checkpoint written in another precision (see load_checkpoint).
 nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const std::string& dir, bool resume,
-                            std::int64_t stop_after, const std::function<void(const std::string&)>& log,
+                            std::int64_t stop_after, const ProgressOptions& progress = quiet_progress(),
                             std::shared_ptr<TrainDevice> device = nullptr, double max_seconds = 0,
                             bool allow_precision_change = false);
 
