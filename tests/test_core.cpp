@@ -362,6 +362,17 @@ TEST(Progress, LinesCountsAndQuiet) {
     EXPECT_NE(o.str().find('\r'), std::string::npos);
     EXPECT_NE(o.str().find("x: 3 steps"), std::string::npos);
   }
+  {
+    std::ostringstream o;
+    ProgressOptions opt;
+    opt.out = &o;
+    opt.live = 0;
+    opt.final_after_s = 1e9;  // a stage that finished at once says nothing
+    Progress p("x", 5, "items", opt);
+    p.add(5);
+    p.finish();
+    EXPECT_TRUE(o.str().empty()) << o.str();
+  }
   EXPECT_EQ(human_seconds(42), "42s");
   EXPECT_EQ(human_seconds(187), "3m07s");
   EXPECT_EQ(human_seconds(7500), "2h05m");

@@ -99,6 +99,11 @@ TEST(VerifyCli, PaperDimsFailWithCounterexample) {
   EXPECT_EQ(j["verdict"], "fail");
 }
 
+TEST(VerifyCli, QuietIsAcceptedByEveryMode) {
+  EXPECT_EQ(run({"--n", "2", "--m", "2", "--samples", "2", "--exhaustive", "--quiet"}).code, 0);
+  EXPECT_EQ(run({"--dims-table", "--n-max", "2", "--m-max", "2", "--quiet"}).code, 0);
+}
+
 TEST(VerifyCli, PerHeadLambdasAreWhatTheReportNames) {
   const auto j = run_json({"--n", "3", "--m", "3", "--lambdas", "6,7,8,9", "--samples", "1"}, 0);
   EXPECT_TRUE(j["lambda"].is_null());  // no common lambda ran

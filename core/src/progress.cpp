@@ -112,7 +112,9 @@ void Progress::finish() {
   std::lock_guard<std::mutex> lk(mu_);
   if (finished_) return;
   finished_ = true;
-  if (!opt_.quiet) print(true);
+  if (opt_.quiet) return;
+  const double elapsed = std::chrono::duration<double>(clock::now() - t0_).count();
+  if (elapsed >= opt_.final_after_s || (live_ && last_len_ > 0)) print(true);
 }
 
 }  // namespace manyadd

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "manyadd/core/parallel.hpp"
+#include "manyadd/core/progress.hpp"
 #include "manyadd/core/report.hpp"
 #include "manyadd/dense.hpp"
 #include "manyadd/offset_cases.hpp"
@@ -42,6 +43,7 @@ ExhaustiveOutcome run_exhaustive(const Plan& plan, const BuiltModel& model) {
   const auto rows = std::size_t(N - eq);
   constexpr std::uint64_t chunk = 4096;
   const auto chunks = std::int64_t((total + chunk - 1) / chunk);
+  Progress prog("exhaustive", std::int64_t(total) * std::int64_t(plan.offsets.size()), "instances", plan.progress);
   for (const auto& group : group_by_wrap_case(shape, M.layout.P1, M.layout.P2, plan.offsets)) {
     std::array<Eigen::MatrixXd, 4> first_attention;
     std::vector<double> first_margin(rows, std::numeric_limits<double>::infinity());
@@ -61,6 +63,7 @@ ExhaustiveOutcome run_exhaustive(const Plan& plan, const BuiltModel& model) {
         if (inherit) {
           res.instances += total;
           ++res.inherited_pairs;
+          prog.add(std::int64_t(total));
           continue;
         }
       }
@@ -135,6 +138,7 @@ ExhaustiveOutcome run_exhaustive(const Plan& plan, const BuiltModel& model) {
                 first = counterexample_from(p, s1, s2, v, er.engine);
               }
             }
+            prog.add(std::int64_t(std::min(total, std::uint64_t(c + 1) * chunk) - std::uint64_t(c) * chunk));
             std::lock_guard<std::mutex> g(mu);
             fails += chunk_fails;
           },
@@ -151,6 +155,7 @@ ExhaustiveOutcome run_exhaustive(const Plan& plan, const BuiltModel& model) {
       }
     }
   }
+  prog.finish();
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
 }
@@ -284,8 +289,9 @@ int dims_table(const DimsTablePlan& plan, std::ostream& out) {
   bool all_found = true;
   out << fmt::format("{:>4} {:>4} {:>4} | {:>6} {:>6} | {:>8} {:>8} | {}\n", "n", "m", "l", "P1_min", "P2_min", "P1_paper",
                      "P2_paper", "paper");
+  Progress prog("dims table", plan.n_max * plan.m_max, "shapes", plan.progress);
   for (std::int64_t n = 1; n <= plan.n_max; ++n)
-    for (std::int64_t m = 1; m <= plan.m_max; ++m) {
+    for (std::int64_t m = 1; m <= plan.m_max; ++m, prog.add()) {
       const Shape shape = Shape::make(n, m, plan.padding);
       const double lam = plan.lambda ? *plan.lambda : default_lambda(shape.N());
       const Dims ours = dims_ours(shape), paper = dims_paper(shape);

@@ -130,6 +130,7 @@ void add_whole_claim_options(CLI::App& app, Options& o) {
 void add_output_options(CLI::App& app, Options& o) {
   auto* g = app.add_option_group("Resources and output");
   cli::add_threads(*g, o.threads);
+  cli::add_quiet(*g, o.quiet);
   add_output_file(*g, "--json", o.json_path, "write the machine-readable report to FILE");
   cli::add_string(*g, "--export", o.export_dir, "also write the built model to DIR (model.safetensors + config.json)")
       ->type_name("DIR");

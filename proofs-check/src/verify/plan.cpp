@@ -16,6 +16,16 @@ namespace manyadd {
 
 namespace {
 
+// Progress of the stages that can take long (samples, certificates of many offset pairs,
+// --exhaustive, --dims-table) on stderr: periodic lines in a pipe, a live line on a terminal; a stage
+// done within a second prints nothing, so the usual run's output is unchanged.
+ProgressOptions stage_progress(const Options& o) {
+  ProgressOptions p;
+  p.quiet = o.quiet;
+  p.final_after_s = 1;
+  return p;
+}
+
 // The offset pairs asked for: --s1/--s2, or --offsets first | all | random:K.
 std::vector<OffsetPair> choose_offsets(const Options& o, const Shape& shape, const Dims& dm) {
   std::int64_t hi1 = max_s1(shape, dm.P1), hi2 = max_s2(shape, dm.P2);
@@ -234,6 +244,7 @@ Plan make_plan(const Options& o) {
   p.cross_check = o.cross_check;
   p.cross_check_rows = choose_cross_check_rows(shape, p.cross_check, p.seed);
   p.threads = o.threads;
+  p.progress = stage_progress(o);
   p.json_path = o.json_path;
   p.export_dir = o.export_dir;
   return p;
@@ -253,13 +264,14 @@ DimsTablePlan make_dims_table_plan(const Options& o) {
     p.lambda = o.lambda;
   }
   p.seed = o.seed;
+  p.progress = stage_progress(o);
   p.json_path = o.json_path;
   return p;
 }
 
 WholeClaimPlan make_whole_claim_plan(const Options& o) {
   static const std::set<std::string> applies = {"--whole-claim", "--sample-shapes", "--no-non-vacuity", "--windows-table",
-                                                "--p1", "--p2", "--lambda", "--threads", "--json", "--seed"};
+                                                "--p1", "--p2", "--lambda", "--threads", "--json", "--seed", "--quiet"};
   for (const std::string& name : o.given)
     if (!applies.count(name))
       throw InputError(fmt::format("--whole-claim covers every shape and offset: {} does not apply",

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "manyadd/core/parallel.hpp"
+#include "manyadd/core/progress.hpp"
 #include "manyadd/export.hpp"
 #include "manyadd/verify/engines.hpp"
 
@@ -100,13 +101,16 @@ CertifyOutcome certify_offsets(const Plan& plan, const BuiltModel& model) {
   c.run = true;
   const Certifier C(model.M, plan.shape);
   c.results.resize(plan.offsets.size());
+  Progress prog("certificate", std::int64_t(plan.offsets.size()), "offset pairs", plan.progress);
   parallel_for(
       plan.threads, std::int64_t(plan.offsets.size()),
       [&](int, std::int64_t i) {
         const auto [s1, s2] = plan.offsets[std::size_t(i)];
         c.results[std::size_t(i)] = C.run(s1, s2);
+        prog.add();
       },
       Schedule::dynamic);
+  prog.finish();
   c.proven = true;
   for (std::size_t i = 0; i < c.results.size(); ++i) {
     c.proven = c.proven && c.results[i].proven;
@@ -135,6 +139,7 @@ SamplesOutcome run_samples(const Plan& plan, const BuiltModel& model) {
   };
   Rng rng(plan.seed);
   const std::int64_t batch = std::max<std::int64_t>(1, 8 * std::int64_t(plan.threads));
+  Progress prog("samples", plan.samples * O, "instances", plan.progress);
   for (std::int64_t p0 = 0; p0 < plan.samples; p0 += batch) {
     std::vector<Problem> problems;
     for (std::int64_t k = p0; k < std::min(plan.samples, p0 + batch); ++k)
@@ -162,6 +167,7 @@ SamplesOutcome run_samples(const Plan& plan, const BuiltModel& model) {
             if (first && in.interval_rows && r.engine == "structured") s.first_structured = std::move(r);
           }
           if (first) s.first_tokens = seq;
+          prog.add();
         },
         Schedule::dynamic);
     for (auto& job : jobs) {
@@ -172,6 +178,7 @@ SamplesOutcome run_samples(const Plan& plan, const BuiltModel& model) {
       if (job.failure && !s.first) s.first = std::move(job.failure);
     }
   }
+  prog.finish();
   return s;
 }
 

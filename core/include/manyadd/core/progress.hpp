@@ -26,6 +26,8 @@ struct ProgressOptions {
   double period_s = 10;         // plain lines: at most one per period
   std::int64_t first = 0;       // done when the work starts here (a resumed run): the rate counts from it
   double deadline_s = 0;        // > 0: the work stops this many seconds after the start (ETA capped)
+  double final_after_s = 0;     // the final line only when the work took at least this long (or a live
+                                // line was drawn): a stage that is usually instant stays silent
 };
 
 // Options that print nothing but warnings (library callers, tests).

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "manyadd/core/progress.hpp"
 #include "manyadd/dense.hpp"
 #include "manyadd/format.hpp"
 #include "manyadd/model.hpp"
@@ -68,6 +69,7 @@ struct Options {
   std::string windows_table;
   // resources and output
   int threads = 2;
+  bool quiet = false;
   std::string json_path;
   std::string export_dir;
   // the options given on the command line, by long name ("--n")
@@ -115,6 +117,7 @@ struct Plan {
   std::string dump;                  // "", "residual" or "attention"
   DenseOptions dump_dense;           // the dump's dense pass
   int threads = 1;
+  ProgressOptions progress;  // the long stages' progress lines on stderr (none with --quiet)
   std::string json_path, export_dir;
   bool has_engine(const std::string& name) const;
 };
@@ -126,6 +129,7 @@ struct DimsTablePlan {
   Padding padding = Padding::theorem;
   std::optional<double> lambda;  // else each shape's default
   std::uint64_t seed = 1;
+  ProgressOptions progress;
   std::string json_path;
 };
 DimsTablePlan make_dims_table_plan(const Options& o);
