@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -81,6 +82,56 @@ TrainConfig mul_cfg() {
   t.task = "multiplication";
   t.train_n = 2, t.train_m = 2, t.train_size = 1000;
   return t;
+}
+
+// One step from the same state (10 CPU steps: nonzero moments, a state that tells batches apart) on the
+// GPU and on the packed CPU twin; the bounds are StepMatchesPackedCpuTwin's.
+void expect_step_matches(const ModelConfig& mc, const TrainConfig& tc) {
+  Trainer warm(mc, tc);
+  for (int s = 0; s < 10; ++s) warm.step();
+  const std::string dir = scratch("step");
+  warm.save(dir);
+  Trainer cpu(mc, tc), gpu(mc, tc);
+  cpu.load_checkpoint(dir), gpu.load_checkpoint(dir);
+  cpu.attach_device(make_packed_cpu_device(mc));
+  gpu.attach_device(make_cuda_device(mc));
+  const StepStats a = cpu.step(), b = gpu.step();
+  EXPECT_NEAR(b.loss, a.loss, 1e-5 * a.loss);
+  EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-4 * a.grad_norm);
+  double worst = 0;
+  for (std::size_t i = 0; i < cpu.params().size(); ++i)
+    worst = std::max(worst, double(std::abs(cpu.params()[i] - gpu.params()[i])));
+  EXPECT_LT(worst, 0.01 * tc.lr);
+  std::filesystem::remove_all(dir);
+}
+
+// One batch's loss and every gradient tensor from the initial weights, GPU against the packed CPU twin
+// (fp32 both); the bounds are EveryGradientMatchesPackedCpuTwin's. Returns each tensor's largest
+// |gradient| on the CPU, by name.
+std::map<std::string, double> expect_gradients_match(const ModelConfig& mc, const TrainConfig& tc) {
+  Trainer tr(mc, tc);
+  const PackedBatch pb = tr.packed_batch(1);
+  const Layout lay = Layout::make(mc);
+  auto cpu = make_packed_cpu_device(mc);
+  auto gpu = make_cuda_device(mc);
+  const std::vector<float> zeros(tr.params().size(), 0.f);
+  cpu->set_state(tr.params(), zeros, zeros);
+  gpu->set_state(tr.params(), zeros, zeros);
+  std::vector<float> gc, gg;
+  const float scale = 1.f / float(pb.counted_targets);
+  const double lc = cpu->gradient(pb, scale, gc), lg = gpu->gradient(pb, scale, gg);
+  EXPECT_NEAR(lg, lc, 1e-5 * lc);
+  std::map<std::string, double> largest;
+  for (const auto& ts : lay.tensors) {
+    double m = 0, e = 0;
+    for (std::int64_t i = ts.offset; i < ts.offset + ts.size; ++i) {
+      m = std::max(m, double(std::abs(gc[std::size_t(i)])));
+      e = std::max(e, double(std::abs(gg[std::size_t(i)] - gc[std::size_t(i)])));
+    }
+    EXPECT_LE(e, 1e-4 * m) << ts.name << ": max |gpu - cpu| " << e << ", max |cpu| " << m;
+    largest[ts.name] = m;
+  }
+  return largest;
 }
 }  // namespace
 
@@ -164,23 +215,7 @@ TEST(CudaTrainGpu, StepMatchesPackedCpuTwin) {
   REQUIRE_DEVICE();
   for (auto mc : {model(1, 4, 64), model(2, 2, 64), model(1, 4, 256)}) {
     SCOPED_TRACE("layers " + std::to_string(mc.n_layers) + " d_model " + std::to_string(mc.d_model));
-    const TrainConfig tc = train_cfg();
-    Trainer warm(mc, tc);
-    for (int s = 0; s < 10; ++s) warm.step();  // nonzero moments, a state that tells batches apart
-    const std::string dir = scratch("step");
-    warm.save(dir);
-    Trainer cpu(mc, tc), gpu(mc, tc);
-    cpu.load_checkpoint(dir), gpu.load_checkpoint(dir);
-    cpu.attach_device(make_packed_cpu_device(mc));
-    gpu.attach_device(make_cuda_device(mc));
-    const StepStats a = cpu.step(), b = gpu.step();
-    EXPECT_NEAR(b.loss, a.loss, 1e-5 * a.loss);
-    EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-4 * a.grad_norm);
-    double worst = 0;
-    for (std::size_t i = 0; i < cpu.params().size(); ++i)
-      worst = std::max(worst, double(std::abs(cpu.params()[i] - gpu.params()[i])));
-    EXPECT_LT(worst, 0.01 * tc.lr);
-    std::filesystem::remove_all(dir);
+    expect_step_matches(mc, train_cfg());
   }
 }
 
@@ -202,27 +237,7 @@ TEST(CudaTrainGpu, EveryGradientMatchesPackedCpuTwin) {
   models.push_back(with_options(model(2, 2, 1024)));
   for (const auto& mc : models) {
     SCOPED_TRACE(describe(mc));
-    const TrainConfig tc = train_cfg();
-    Trainer tr(mc, tc);
-    const PackedBatch pb = tr.packed_batch(1);
-    const Layout lay = Layout::make(mc);
-    auto cpu = make_packed_cpu_device(mc);
-    auto gpu = make_cuda_device(mc);
-    const std::vector<float> zeros(tr.params().size(), 0.f);
-    cpu->set_state(tr.params(), zeros, zeros);
-    gpu->set_state(tr.params(), zeros, zeros);
-    std::vector<float> gc, gg;
-    const float scale = 1.f / float(pb.counted_targets);
-    const double lc = cpu->gradient(pb, scale, gc), lg = gpu->gradient(pb, scale, gg);
-    EXPECT_NEAR(lg, lc, 1e-5 * lc);
-    for (const auto& ts : lay.tensors) {
-      double m = 0, e = 0;
-      for (std::int64_t i = ts.offset; i < ts.offset + ts.size; ++i) {
-        m = std::max(m, double(std::abs(gc[std::size_t(i)])));
-        e = std::max(e, double(std::abs(gg[std::size_t(i)] - gc[std::size_t(i)])));
-      }
-      EXPECT_LE(e, 1e-4 * m) << ts.name << ": max |gpu - cpu| " << e << ", max |cpu| " << m;
-    }
+    expect_gradients_match(mc, train_cfg());
   }
 }
 
@@ -239,50 +254,14 @@ TEST(CudaTrainGpu, Coupled3MultiplicationMatchesPackedCpuTwin) {
   for (const auto& mc : {mul_model(1, 4, 64), mul_model(2, 2, 128)}) {
     SCOPED_TRACE(describe(mc) + " multiplication coupled3");
     const TrainConfig tc = mul_cfg();
-    Trainer tr(mc, tc);
-    const PackedBatch pb = tr.packed_batch(1);
-    ASSERT_FALSE(pb.pos[2].empty()) << "the batch carries no third level";
-    const Layout lay = Layout::make(mc);
-    auto cpu = make_packed_cpu_device(mc);
-    auto gpu = make_cuda_device(mc);
-    const std::vector<float> zeros(tr.params().size(), 0.f);
-    cpu->set_state(tr.params(), zeros, zeros);
-    gpu->set_state(tr.params(), zeros, zeros);
-    std::vector<float> gc, gg;
-    const float scale = 1.f / float(pb.counted_targets);
-    const double lc = cpu->gradient(pb, scale, gc), lg = gpu->gradient(pb, scale, gg);
-    EXPECT_NEAR(lg, lc, 1e-5 * lc);
-    int tables = 0;
-    for (const auto& ts : lay.tensors) {
-      double m = 0, e = 0;
-      for (std::int64_t i = ts.offset; i < ts.offset + ts.size; ++i) {
-        m = std::max(m, double(std::abs(gc[std::size_t(i)])));
-        e = std::max(e, double(std::abs(gg[std::size_t(i)] - gc[std::size_t(i)])));
-      }
-      EXPECT_LE(e, 1e-4 * m) << ts.name << ": max |gpu - cpu| " << e << ", max |cpu| " << m;
-      if (ts.name.rfind("pos_emb.", 0) == 0) {
-        EXPECT_GT(m, 0.0) << ts.name << " has no gradient";
-        ++tables;
-      }
+    ASSERT_FALSE(Trainer(mc, tc).packed_batch(1).pos[2].empty()) << "the batch carries no third level";
+    const auto largest = expect_gradients_match(mc, tc);
+    for (int lv = 0; lv < kMaxPosLevels; ++lv) {
+      const std::string name = "pos_emb." + std::to_string(lv) + ".weight";
+      ASSERT_EQ(largest.count(name), 1u) << name;
+      EXPECT_GT(largest.at(name), 0.0) << name << " has no gradient";
     }
-    EXPECT_EQ(tables, 3);
-    // One step from a trained state (nonzero moments) on both devices.
-    Trainer warm(mc, tc);
-    for (int s = 0; s < 10; ++s) warm.step();
-    const std::string dir = scratch("step3");
-    warm.save(dir);
-    Trainer c(mc, tc), g(mc, tc);
-    c.load_checkpoint(dir), g.load_checkpoint(dir);
-    c.attach_device(make_packed_cpu_device(mc));
-    g.attach_device(make_cuda_device(mc));
-    const StepStats a = c.step(), b = g.step();
-    EXPECT_NEAR(b.loss, a.loss, 1e-5 * a.loss);
-    EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-4 * a.grad_norm);
-    double worst = 0;
-    for (std::size_t i = 0; i < c.params().size(); ++i)
-      worst = std::max(worst, double(std::abs(c.params()[i] - g.params()[i])));
-    EXPECT_LT(worst, 0.01 * tc.lr);
-    std::filesystem::remove_all(dir);
+    expect_step_matches(mc, tc);
   }
 }
 

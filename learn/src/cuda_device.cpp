@@ -234,7 +234,7 @@ class CudaDevice final : public TrainDevice {
                       D = std::size_t(c_.n_heads) * std::size_t(c_.d_head), F = std::size_t(c_.d_ff),
                       V = std::size_t(c_.vocab), BHT = R * std::size_t(c_.n_heads);
     tok_.resize(R), tgt_.resize(R);
-    for (auto& p : pos_) p.resize(R);
+    for (int lv = 0; lv < pos_levels(c_.pos_mode); ++lv) pos_[lv].resize(R);
     x0_.resize(R * C), xf_.resize(R * C), mf_.resize(R), rf_.resize(R), xr_.resize(R * C), logits_.resize(R * V);
     probs_.resize(R * V), losses_.resize(R);
     if (blocks_.size() != std::size_t(c_.n_layers)) blocks_ = std::vector<BlockActs<A>>(std::size_t(c_.n_layers));
@@ -255,13 +255,14 @@ class CudaDevice final : public TrainDevice {
     Staging& s = staging_[std::size_t(next_staging_)];
     next_staging_ ^= 1;
     s.copied.synchronize();  // the copies from this buffer two batches ago have run
-    s.ints.resize(std::size_t(1 + kMaxPosLevels) * R), s.tok.resize(R);
+    const int L = pos_levels(c_.pos_mode);
+    s.ints.resize(std::size_t(1 + L) * R), s.tok.resize(R);
     std::memcpy(s.tok.get(), pb.tokens.data(), R);
     std::memcpy(s.ints.get(), pb.targets.data(), R * sizeof(std::int32_t));
     kernels::to_device_async(tok_, s.tok.get(), R);
     kernels::to_device_async(tgt_, s.ints.get(), R * sizeof(std::int32_t));
-    for (int lv = 0; lv < kMaxPosLevels; ++lv) {
-      if (pb.pos[lv].empty()) continue;
+    for (int lv = 0; lv < L; ++lv) {
+      MANYADD_INVARIANT(pb.pos[lv].size() == R, "CudaDevice: a packed batch without the model's position level");
       std::int32_t* h = s.ints.get() + std::size_t(lv + 1) * R;
       std::memcpy(h, pb.pos[lv].data(), R * sizeof(std::int32_t));
       kernels::to_device_async(pos_[lv], h, R * sizeof(std::int32_t));
