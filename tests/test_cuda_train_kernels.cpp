@@ -47,6 +47,7 @@
 #include "attention_rows.cuh"  // kernels/src: the attention kernels' row arithmetic, replayed below
 #include "cuda_train_test_util.hpp"
 #include "attention_gemm_steps.hpp"  // kernels/src: the tensor-core attention's steps, replayed below
+#include "embedding_rows.cuh"  // kernels/src: the embedding kernels' arithmetic, replayed below
 #include "manyadd/core/safetensors.hpp"
 #include "manyadd/kernels/attention_gemm.hpp"
 #include "manyadd/kernels/bf16.hpp"
@@ -62,6 +63,7 @@ using namespace manyadd::learn;
 namespace K = manyadd::kernels::train;
 namespace AR = manyadd::kernels::attention_rows;
 namespace AG = manyadd::kernels::attention_gemm_steps;
+namespace ER = manyadd::kernels::embedding_rows;
 using kernels::bf16;
 
 namespace {
@@ -94,6 +96,36 @@ double rel_err(const std::vector<float>& gpu, const std::vector<float>& cpu) {
   }
   return m > 0 ? e / m : e;
 }
+
+// ---- embedding: one random case with L position levels, and its CPU twin's results ----------------------
+struct EmbeddingCase {
+  int L, R = 900, C = 96, V = 14, rows[K::kMaxPosLevels] = {21, 11, 17};
+  std::vector<std::uint8_t> tok;
+  std::vector<std::int32_t> ids[K::kMaxPosLevels];
+  std::vector<float> wte, wpe[K::kMaxPosLevels], dout;
+  std::vector<float> out, dwte, dwpe[K::kMaxPosLevels];  // the twin's (layers.hpp), gradients from zero
+  explicit EmbeddingCase(int levels) : L(levels) {
+    std::mt19937 g(1 + std::uint32_t(L));
+    tok.resize(std::size_t(R));
+    for (auto& v : ids) v.resize(std::size_t(R));
+    for (int t = 0; t < R; ++t) {
+      tok[std::size_t(t)] = std::uint8_t(g() % std::uint32_t(V));
+      for (int lv = 0; lv < K::kMaxPosLevels; ++lv) ids[lv][std::size_t(t)] = std::int32_t(g() % std::uint32_t(rows[lv]));
+    }
+    wte = randn(std::size_t(V) * C, 2), dout = randn(std::size_t(R) * C, 5);
+    for (int lv = 0; lv < K::kMaxPosLevels; ++lv) {
+      wpe[lv] = randn(std::size_t(rows[lv]) * C, 3 + std::uint32_t(lv) * 10);
+      dwpe[lv].assign(wpe[lv].size(), 0.f);
+    }
+    out.resize(std::size_t(R) * C), dwte.assign(wte.size(), 0.f);
+    const std::int32_t* pos[K::kMaxPosLevels];
+    const float* w[K::kMaxPosLevels];
+    float* dw[K::kMaxPosLevels];
+    for (int lv = 0; lv < K::kMaxPosLevels; ++lv) pos[lv] = ids[lv].data(), w[lv] = wpe[lv].data(), dw[lv] = dwpe[lv].data();
+    embedding_forward(out.data(), tok.data(), pos, L, wte.data(), w, R, C);
+    embedding_backward(dwte.data(), dw, dout.data(), tok.data(), pos, L, R, C);
+  }
+};
 
 // ---- bf16 on the host (core's rounding) ----------------------------------------------------------------
 float rbf(float x) { return bf16_to_float(float_to_bf16(x)); }  // x rounded to the nearest bf16
@@ -744,32 +776,30 @@ AttOut attention_gemm_gpu(kernels::Blas& blas, const AttIn& in) {
 #if MANYADD_WITH_CUDA
 // ==== fp32 kernels ============================================================================================
 
-// Same additions in the same order as the CPU: bitwise equal (tolerance 0), forward and backward.
+// Same additions in the same order as the CPU: bitwise equal (tolerance 0), forward and backward, for
+// every number of position levels (none; digits; coupled; coupled3's three tables).
 TEST(CudaKernelsGpu, EmbeddingIsBitwiseTheCpu) {
   REQUIRE_DEVICE();
-  const int R = 900, C = 96, V = 14, rows0 = 21, rows1 = 11;
-  std::mt19937 g(1);
-  std::vector<std::uint8_t> tok(R);
-  std::vector<std::int32_t> p0(R), p1(R);
-  for (int t = 0; t < R; ++t) tok[t] = std::uint8_t(g() % V), p0[t] = int(g() % rows0), p1[t] = int(g() % rows1);
-  const auto wte = randn(std::size_t(V) * C, 2), wpe0 = randn(std::size_t(rows0) * C, 3),
-             wpe1 = randn(std::size_t(rows1) * C, 4), dout = randn(std::size_t(R) * C, 5);
-  std::vector<float> out(std::size_t(R) * C), dwte(wte.size(), 0.f), dw0(wpe0.size(), 0.f), dw1(wpe1.size(), 0.f);
-  const std::int32_t* pos[2] = {p0.data(), p1.data()};
-  const float* wpe[2] = {wpe0.data(), wpe1.data()};
-  float* dwpe[2] = {dw0.data(), dw1.data()};
-  embedding_forward(out.data(), tok.data(), pos, 2, wte.data(), wpe, R, C);
-  embedding_backward(dwte.data(), dwpe, dout.data(), tok.data(), pos, 2, R, C);
-  Dev<std::uint8_t> dtok(tok);
-  Dev<std::int32_t> dp0(p0), dp1(p1);
-  Dev<float> dwte_(wte), dwpe0_(wpe0), dwpe1_(wpe1), ddout(dout), dout_(out.size()), gte(wte.size()), g0(wpe0.size()),
-      g1(wpe1.size());
-  K::embedding_forward(dout_.p, dtok.p, dp0.p, dp1.p, 2, dwte_.p, dwpe0_.p, dwpe1_.p, R, C);
-  K::embedding_backward(gte.p, g0.p, g1.p, ddout.p, dtok.p, dp0.p, dp1.p, 2, R, C, V, rows0, rows1);
-  EXPECT_EQ(dout_.get(), out);
-  EXPECT_EQ(gte.get(), dwte);
-  EXPECT_EQ(g0.get(), dw0);
-  EXPECT_EQ(g1.get(), dw1);
+  for (int L = 0; L <= K::kMaxPosLevels; ++L) {
+    SCOPED_TRACE("levels " + std::to_string(L));
+    const EmbeddingCase e(L);
+    Dev<std::uint8_t> dtok(e.tok);
+    Dev<float> dwte(e.wte), ddout(e.dout), out(e.out.size()), gte(e.wte.size());
+    std::vector<Dev<std::int32_t>> dids;
+    std::vector<Dev<float>> dwpe, gpe;
+    for (int lv = 0; lv < L; ++lv) dids.emplace_back(e.ids[lv]), dwpe.emplace_back(e.wpe[lv]), gpe.emplace_back(e.wpe[lv].size());
+    const std::int32_t* pos[K::kMaxPosLevels] = {};
+    const float* wpe[K::kMaxPosLevels] = {};
+    float* dw[K::kMaxPosLevels] = {};
+    for (int lv = 0; lv < L; ++lv) pos[lv] = dids[lv].p, wpe[lv] = dwpe[lv].p, dw[lv] = gpe[lv].p;
+    K::embedding_forward(out.p, dtok.p, pos, L, dwte.p, wpe, e.R, e.C);
+    K::embedding_backward(gte.p, dw, ddout.p, dtok.p, pos, L, e.R, e.C, e.V, e.rows);
+    EXPECT_EQ(out.get(), e.out);
+    EXPECT_EQ(gte.get(), e.dwte);
+    for (int lv = 0; lv < L; ++lv) EXPECT_EQ(gpe[lv].get(), e.dwpe[lv]) << "level " << lv;
+  }
+  EXPECT_THROW(K::embedding_forward(nullptr, nullptr, nullptr, K::kMaxPosLevels + 1, nullptr, nullptr, 1, 1),
+               std::runtime_error);
 }
 
 // RMSNorm: the GPU sums x^2 and g w x in a warp-strided tree, the CPU sequentially; each sum errs by
@@ -1092,6 +1122,50 @@ TEST(CudaKernelsGpu, Bf16AttentionGemmMatchesCpu) {
 #endif  // MANYADD_WITH_CUDA
 
 // ==== on the CPU: the attention kernels replayed, and the bounds' controls ===============================
+
+// The embedding kernels' arithmetic (embedding_rows.cuh) executed thread by thread on the CPU: bitwise
+// the CPU twin (the same fp32 additions in the same order) for 0 to 3 position levels, over the grid the
+// launchers use (backward: one block row per table row, V + the levels' rows). Control: replaying only
+// two of coupled3's three levels (a kernel that drops the third table) differs from the twin.
+TEST(CudaEmbeddingReplay, IsBitwiseTheCpuTwinAtEveryLevelCount) {
+  auto replay = [](const EmbeddingCase& e, int L, std::vector<float>& out, std::vector<float>& dwte,
+                   std::vector<float> (&dwpe)[K::kMaxPosLevels]) {
+    ER::Levels<const float> f;
+    ER::Levels<float> b;
+    f.n = b.n = L;
+    for (int lv = 0; lv < L; ++lv) {
+      dwpe[lv].assign(e.wpe[lv].size(), 0.f);
+      f.ids[lv] = b.ids[lv] = e.ids[lv].data(), f.rows[lv] = b.rows[lv] = e.rows[lv];
+      f.table[lv] = e.wpe[lv].data(), b.table[lv] = dwpe[lv].data();
+    }
+    out.assign(std::size_t(e.R) * e.C, 0.f), dwte.assign(e.wte.size(), 0.f);
+    for (long long i = 0; i < (long long)e.R * e.C; ++i)
+      out[std::size_t(i)] = ER::forward_entry(e.tok.data(), e.wte.data(), f, i / e.C, int(i % e.C), e.C);
+    const int grid = ER::backward_rows(e.V, b);
+    for (int row = 0; row < grid; ++row)
+      for (int c = 0; c < e.C; ++c)
+        ER::backward_entry(dwte.data(), b, e.dout.data(), e.tok.data(), row, c, e.R, e.C, e.V);
+    return grid;
+  };
+  for (int L = 0; L <= K::kMaxPosLevels; ++L) {
+    SCOPED_TRACE("levels " + std::to_string(L));
+    const EmbeddingCase e(L);
+    std::vector<float> out, dwte, dwpe[K::kMaxPosLevels];
+    const int grid = replay(e, L, out, dwte, dwpe);
+    int want = e.V;
+    for (int lv = 0; lv < L; ++lv) want += e.rows[lv];
+    EXPECT_EQ(grid, want);
+    EXPECT_EQ(out, e.out);
+    EXPECT_EQ(dwte, e.dwte);
+    for (int lv = 0; lv < L; ++lv) EXPECT_EQ(dwpe[lv], e.dwpe[lv]) << "level " << lv;
+    if (L == K::kMaxPosLevels) {  // control: the third level dropped
+      std::vector<float> o2, t2, p2[K::kMaxPosLevels];
+      replay(e, L - 1, o2, t2, p2);
+      EXPECT_NE(o2, e.out);
+      EXPECT_TRUE(std::any_of(e.dwpe[L - 1].begin(), e.dwpe[L - 1].end(), [](float x) { return x != 0.f; }));
+    }
+  }
+}
 
 // The kernels' row arithmetic (attention_rows.cuh) executed by HostWarp lane by lane against the
 // double reference, within the same derived bounds as the GPU test, for both I/O types, every dims-per-

@@ -1,12 +1,12 @@
 // CUDA kernels of learned-model training: embedding, RMSNorm, LayerNorm, scale, GEGLU, residual,
 // causal attention (flash style: online softmax forward saving the row log-sum-exp, recomputing backward; its row
-// arithmetic is attention_rows.cuh), softmax cross-entropy on response rows, fixed-order reductions,
+// arithmetic is attention_rows.cuh; the embedding's, up to three position levels, embedding_rows.cuh), softmax cross-entropy on response rows, fixed-order reductions,
 // AdamW, and the bf16 casts. fp32 throughout, with bf16 variants (templates on the I/O type: bf16
 // inputs widened exactly, fp32 math, bf16 outputs rounded once to nearest even). The matrix products
 // are cuBLAS calls in blas.cpp. See train.hpp for the contracts; each kernel's CPU twin is in
 // learn/layers.hpp or learn/batch.hpp. The bf16 variants, the attention kernels of attention_rows.cuh,
-// LayerNorm, scale and the device-side clipping have NOT RUN ON A GPU YET (compiled for sm_90; the
-// attention rows replayed on the CPU).
+// LayerNorm, scale, the device-side clipping and the embedding's third position level have NOT RUN ON A
+// GPU YET (compiled for sm_90; the attention rows and the embedding replayed on the CPU).
 //
 // Determinism: no atomics anywhere. Every thread/warp owns its outputs and sums its terms in a fixed
 // order; reductions across threads use a fixed grid and a fixed tree, so two runs on the same device
@@ -22,6 +22,7 @@
 
 #include "attention_rows.cuh"
 #include "cuda_check.cuh"
+#include "embedding_rows.cuh"
 #include "manyadd/kernels/train.hpp"
 
 namespace manyadd::kernels::train {
@@ -67,41 +68,22 @@ __device__ inline float warp_max(float x) {
   return x;
 }
 
-// ---- embedding ------------------------------------------------------------------------------------
-__global__ void embedding_forward_kernel(float* out, const std::uint8_t* tok, const std::int32_t* pos0,
-                                         const std::int32_t* pos1, int L, const float* wte, const float* wpe0,
-                                         const float* wpe1, int R, int C) {
+// ---- embedding: the arithmetic is embedding_rows.cuh -------------------------------------------------
+namespace ER = embedding_rows;
+
+__global__ void embedding_forward_kernel(float* out, const std::uint8_t* tok, ER::Levels<const float> p,
+                                         const float* wte, int R, int C) {
   const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= (long long)R * C) return;
-  const long long t = idx / C;
-  const int c = int(idx % C);
-  float o = wte[(long long)tok[t] * C + c];  // same order of additions as the CPU twin
-  if (L > 0) o += wpe0[(long long)pos0[t] * C + c];
-  if (L > 1) o += wpe1[(long long)pos1[t] * C + c];
-  out[idx] = o;
+  out[idx] = ER::forward_entry(tok, wte, p, idx / C, int(idx % C), C);
 }
 
-// grid (V + rows0 + rows1, ceil(C / 128)): block row r owns table row r, thread owns a channel.
-__global__ void embedding_backward_kernel(float* dwte, float* dwpe0, float* dwpe1, const float* dout,
-                                          const std::uint8_t* tok, const std::int32_t* pos0, const std::int32_t* pos1,
-                                          int R, int C, int V, int rows0) {
+// grid (V + sum of the levels' rows, ceil(C / 128)): block row r owns table row r, thread owns a channel.
+__global__ void embedding_backward_kernel(float* dwte, ER::Levels<float> p, const float* dout,
+                                          const std::uint8_t* tok, int R, int C, int V) {
   const int c = blockIdx.y * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  int row = blockIdx.x;
-  float acc = 0.f;
-  if (row < V) {
-    for (int t = 0; t < R; ++t)
-      if (tok[t] == row) acc += dout[(long long)t * C + c];
-    dwte[(long long)row * C + c] += acc;
-    return;
-  }
-  row -= V;
-  const std::int32_t* idx = row < rows0 ? pos0 : pos1;
-  float* dw = row < rows0 ? dwpe0 : dwpe1;
-  if (row >= rows0) row -= rows0;
-  for (int t = 0; t < R; ++t)
-    if (idx[t] == row) acc += dout[(long long)t * C + c];
-  dw[(long long)row * C + c] += acc;
+  ER::backward_entry(dwte, p, dout, tok, blockIdx.x, c, R, C, V);
 }
 
 // ---- RMSNorm: one warp per row -------------------------------------------------------------------------
@@ -475,18 +457,31 @@ __global__ void adamw_kernel(float* p, float* m, float* v, const float* grad, lo
 
 }  // namespace
 
-void embedding_forward(float* out, const std::uint8_t* tok, const std::int32_t* pos0, const std::int32_t* pos1, int L,
-                       const float* wte, const float* wpe0, const float* wpe1, int R, int C) {
+namespace {
+void check_levels(int L) {
+  if (L < 0 || L > kMaxPosLevels)
+    throw std::runtime_error("cuda embedding: position levels must be in [0, " + std::to_string(kMaxPosLevels) +
+                             "] (got " + std::to_string(L) + ")");
+}
+}  // namespace
+
+void embedding_forward(float* out, const std::uint8_t* tok, const std::int32_t* const* pos, int L, const float* wte,
+                       const float* const* wpe, int R, int C) {
+  check_levels(L);
+  ER::Levels<const float> p;
+  p.n = L;
+  for (int lv = 0; lv < L; ++lv) p.ids[lv] = pos[lv], p.table[lv] = wpe[lv];
   const long long n = (long long)R * C;
-  embedding_forward_kernel<<<blocks_for(n, 256), 256>>>(out, tok, pos0, pos1, L, wte, wpe0, wpe1, R, C);
+  embedding_forward_kernel<<<blocks_for(n, 256), 256>>>(out, tok, p, wte, R, C);
   LAUNCH_CHECK();
 }
-void embedding_backward(float* dwte, float* dwpe0, float* dwpe1, const float* dout, const std::uint8_t* tok,
-                        const std::int32_t* pos0, const std::int32_t* pos1, int L, int R, int C, int V, int rows0,
-                        int rows1) {
-  const int rows = V + (L > 0 ? rows0 : 0) + (L > 1 ? rows1 : 0);
-  embedding_backward_kernel<<<dim3(rows, blocks_for(C, 128)), 128>>>(dwte, dwpe0, dwpe1, dout, tok, pos0, pos1, R, C,
-                                                                     V, L > 0 ? rows0 : 0);
+void embedding_backward(float* dwte, float* const* dwpe, const float* dout, const std::uint8_t* tok,
+                        const std::int32_t* const* pos, int L, int R, int C, int V, const int* rows) {
+  check_levels(L);
+  ER::Levels<float> p;
+  p.n = L;
+  for (int lv = 0; lv < L; ++lv) p.ids[lv] = pos[lv], p.table[lv] = dwpe[lv], p.rows[lv] = rows[lv];
+  embedding_backward_kernel<<<dim3(ER::backward_rows(V, p), blocks_for(C, 128)), 128>>>(dwte, p, dout, tok, R, C, V);
   LAUNCH_CHECK();
 }
 

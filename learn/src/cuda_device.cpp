@@ -30,9 +30,9 @@
 // architecture and SM count, single stream); every other reduction is ours and fixed order
 // (kernels/src/train.cu). So a resumed CUDA run equals the uninterrupted CUDA run bit for bit on the
 // same GPU model and toolkit, in either precision. The fp32 device's GPU tests passed on an H100 at
-// commit 896f091; the bf16 device and the T5 options have not run on a GPU yet (compiled for sm_90;
-// their tests are tests/test_cuda_train.cpp's *Gpu suites). Without CUDA in the build only
-// make_cuda_device's refusal is compiled.
+// commit 896f091; the bf16 device, the T5 options and pos_mode coupled3 (three position tables) have
+// not run on a GPU yet (compiled for sm_90; their tests are tests/test_cuda_train.cpp's *Gpu suites).
+// Without CUDA in the build only make_cuda_device's refusal is compiled.
 #include "manyadd/learn/cuda_device.hpp"
 
 #include "manyadd/kernels/device.hpp"
@@ -57,6 +57,7 @@ namespace K = manyadd::kernels::train;
 using kernels::bf16;
 template <class T>
 using Buf = kernels::DeviceBuffer<T>;
+static_assert(K::kMaxPosLevels == kMaxPosLevels, "the embedding kernels read every position level a model has");
 
 template <class A>
 struct BlockActs {  // one block's activations, (R, ...) as learn::Acts::Block (Tk = T), lse instead of att
@@ -67,7 +68,7 @@ struct BlockActs {  // one block's activations, (R, ...) as learn::Acts::Block (
 // The batch's host arrays in one pinned block (tokens, targets, position IDs per level), uploaded with
 // one asynchronous copy per array.
 struct Staging {
-  kernels::PinnedBuffer<std::int32_t> ints;  // targets, pos0, pos1: 3 R
+  kernels::PinnedBuffer<std::int32_t> ints;  // targets, then the position IDs of each level: (1 + levels) R
   kernels::PinnedBuffer<std::uint8_t> tok;   // R
   kernels::DeviceEvent copied;               // recorded after the copies from this staging buffer
 };
@@ -166,7 +167,7 @@ class CudaDevice final : public TrainDevice {
   int next_staging_ = 0;
   // batch
   Buf<std::uint8_t> tok_;
-  Buf<std::int32_t> pos0_, pos1_, tgt_;
+  Buf<std::int32_t> pos_[kMaxPosLevels], tgt_;  // position IDs per level in use
   Buf<float> x0_, xf_, mf_, rf_, logits_, probs_, losses_;
   Buf<A> xr_;  // the readout's input when it is not xf (tied, or bf16)
   std::vector<BlockActs<A>> blocks_;
@@ -232,7 +233,8 @@ class CudaDevice final : public TrainDevice {
     const std::size_t R = std::size_t(pb.B) * Tcap, C = std::size_t(c_.d_model),
                       D = std::size_t(c_.n_heads) * std::size_t(c_.d_head), F = std::size_t(c_.d_ff),
                       V = std::size_t(c_.vocab), BHT = R * std::size_t(c_.n_heads);
-    tok_.resize(R), pos0_.resize(R), pos1_.resize(R), tgt_.resize(R);
+    tok_.resize(R), tgt_.resize(R);
+    for (int lv = 0; lv < pos_levels(c_.pos_mode); ++lv) pos_[lv].resize(R);
     x0_.resize(R * C), xf_.resize(R * C), mf_.resize(R), rf_.resize(R), xr_.resize(R * C), logits_.resize(R * V);
     probs_.resize(R * V), losses_.resize(R);
     if (blocks_.size() != std::size_t(c_.n_layers)) blocks_ = std::vector<BlockActs<A>>(std::size_t(c_.n_layers));
@@ -253,17 +255,17 @@ class CudaDevice final : public TrainDevice {
     Staging& s = staging_[std::size_t(next_staging_)];
     next_staging_ ^= 1;
     s.copied.synchronize();  // the copies from this buffer two batches ago have run
-    s.ints.resize(3 * R), s.tok.resize(R);
+    const int L = pos_levels(c_.pos_mode);
+    s.ints.resize(std::size_t(1 + L) * R), s.tok.resize(R);
     std::memcpy(s.tok.get(), pb.tokens.data(), R);
     std::memcpy(s.ints.get(), pb.targets.data(), R * sizeof(std::int32_t));
     kernels::to_device_async(tok_, s.tok.get(), R);
     kernels::to_device_async(tgt_, s.ints.get(), R * sizeof(std::int32_t));
-    Buf<std::int32_t>* pos[2] = {&pos0_, &pos1_};
-    for (int lv = 0; lv < 2; ++lv) {
-      if (pb.pos[lv].empty()) continue;
+    for (int lv = 0; lv < L; ++lv) {
+      MANYADD_INVARIANT(pb.pos[lv].size() == R, "CudaDevice: a packed batch without the model's position level");
       std::int32_t* h = s.ints.get() + std::size_t(lv + 1) * R;
       std::memcpy(h, pb.pos[lv].data(), R * sizeof(std::int32_t));
-      kernels::to_device_async(*pos[lv], h, R * sizeof(std::int32_t));
+      kernels::to_device_async(pos_[lv], h, R * sizeof(std::int32_t));
     }
     s.copied.record();
   }
@@ -278,7 +280,10 @@ class CudaDevice final : public TrainDevice {
     const std::int64_t RC = std::int64_t(R) * C;
     const float eps = c_.norm_eps;
     // 1.
-    K::embedding_forward(x0_, tok_, pos0_, pos1_, L, P(lay_.wte), P(lay_.wpe[0]), P(lay_.wpe[1]), R, C);
+    const std::int32_t* ids[kMaxPosLevels];
+    const float* wpe[kMaxPosLevels];
+    for (int lv = 0; lv < kMaxPosLevels; ++lv) ids[lv] = pos_[lv], wpe[lv] = P(lay_.wpe[lv]);
+    K::embedding_forward(x0_, tok_, ids, L, P(lay_.wte), wpe, R, C);
     const float* x = x0_;
     for (int l = 0; l < c_.n_layers; ++l) {
       auto& b = blocks_[std::size_t(l)];
@@ -384,8 +389,12 @@ class CudaDevice final : public TrainDevice {
       K::rmsnorm_backward(dx_, G(w.attn_norm1), normscr_, dn_.get(), a_in, P(w.attn_norm1), b.r1, R, C);
     }
     // 1. (a tied readout's gradient is already in dwte: the sums of rows are added to it)
-    K::embedding_backward(G(lay_.wte), G(lay_.wpe[0]), G(lay_.wpe[1]), dx_, tok_, pos0_, pos1_, L, R, C, V,
-                          c_.max_pos1 + 1, c_.max_pos2 + 1);
+    const std::int32_t* ids[kMaxPosLevels];
+    float* dwpe[kMaxPosLevels];
+    int rows[kMaxPosLevels];
+    for (int lv = 0; lv < kMaxPosLevels; ++lv)
+      ids[lv] = pos_[lv], dwpe[lv] = G(lay_.wpe[lv]), rows[lv] = c_.max_pos(lv) + 1;
+    K::embedding_backward(G(lay_.wte), dwpe, dx_, tok_, ids, L, R, C, V, rows);
   }
 };
 
@@ -405,10 +414,6 @@ void check_cuda_supports(const ModelConfig& c, Precision) {
     throw InputError("--device cuda does not support d_head " + std::to_string(c.d_head) + " (at most " +
                      std::to_string(kMaxHeadDim) + ": the attention kernels keep a head's row in a warp's registers; "
                      "the CPU devices run it)");
-  // The embedding kernels (kernels/src/train.cu) read two position tables.
-  if (pos_levels(c.pos_mode) > 2)
-    throw InputError(std::string("--device cuda does not support pos_mode ") + pos_mode_name(c.pos_mode) +
-                     " yet (three position tables; the CPU devices run it)");
 }
 
 std::unique_ptr<TrainDevice> make_cuda_device(const ModelConfig& c, Precision p) {

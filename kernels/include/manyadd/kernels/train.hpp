@@ -20,15 +20,18 @@
 
 namespace manyadd::kernels::train {
 
-// out (R, C) = wte[tok] + sum_{lv < L} wpe_lv[pos_lv]
-void embedding_forward(float* out, const std::uint8_t* tok, const std::int32_t* pos0, const std::int32_t* pos1, int L,
-                       const float* wte, const float* wpe0, const float* wpe1, int R, int C);
-// dwte (V, C), dwpe_lv (rows_lv, C) += scatter of dout (R, C). One thread per (table row, channel) sums
+// Position levels the embedding kernels read: up to three tables (learn's pos_mode coupled3).
+constexpr int kMaxPosLevels = 3;
+
+// out (R, C) = wte[tok] + sum_{lv < L} wpe[lv][pos[lv]], L in [0, kMaxPosLevels]; pos and wpe are host
+// arrays of L device pointers (the CPU twin's signature). The arithmetic: kernels/src/embedding_rows.cuh.
+void embedding_forward(float* out, const std::uint8_t* tok, const std::int32_t* const* pos, int L, const float* wte,
+                       const float* const* wpe, int R, int C);
+// dwte (V, C), dwpe[lv] (rows[lv], C) += scatter of dout (R, C). One thread per (table row, channel) sums
 // the rows that read it in row order, then adds that sum to the entry: bitwise the CPU twin's
 // (which adds row by row into the entry) when the gradients start at zero, as in training.
-void embedding_backward(float* dwte, float* dwpe0, float* dwpe1, const float* dout, const std::uint8_t* tok,
-                        const std::int32_t* pos0, const std::int32_t* pos1, int L, int R, int C, int V, int rows0,
-                        int rows1);
+void embedding_backward(float* dwte, float* const* dwpe, const float* dout, const std::uint8_t* tok,
+                        const std::int32_t* const* pos, int L, int R, int C, int V, const int* rows);
 
 // out (n) = in rounded to bf16 (to nearest, ties to even: core's float_to_bf16, NaN aside), e.g. the
 // bf16 copies of the fp32 master weights; and the exact widening back.
