@@ -274,6 +274,7 @@ ModelConfig tiny_model(PosMode mode) {
   c.pos_mode = mode;
   c.max_pos1 = mode == PosMode::absolute ? 40 : 8;
   c.max_pos2 = 6;
+  c.abacus_k = 4;  // read by abacus only (IDs 2.. at offset 2: 57+8+96's numbers have at most 3 digits)
   c.init_std = 0.5f;
   return c;
 }
@@ -329,6 +330,7 @@ TEST_P(WholeModel, FloatMatchesDouble) {
   c.pos_mode = GetParam();
   c.max_pos1 = c.pos_mode == PosMode::absolute ? 60 : 12;
   c.max_pos2 = 8;
+  c.abacus_k = 4;
   const Layout lay = Layout::make(c);
   auto Pd = init_params<double>(c, lay, 11);
   std::vector<float> Pf(Pd.begin(), Pd.end());
@@ -342,7 +344,8 @@ TEST_P(WholeModel, FloatMatchesDouble) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModes, WholeModel,
-                         ::testing::Values(PosMode::coupled, PosMode::digits, PosMode::absolute, PosMode::none),
+                         ::testing::Values(PosMode::coupled, PosMode::digits, PosMode::absolute, PosMode::none,
+                                           PosMode::abacus),
                          [](const ::testing::TestParamInfo<PosMode>& p) { return std::string(pos_mode_name(p.param)); });
 
 // The whole model under every combination of the options that change the graph (attention scale,

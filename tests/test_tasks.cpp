@@ -184,6 +184,8 @@ RC_GTEST_PROP(TasksProperty, EverySequenceReadsBackToTheAnswer, ()) {
   }
   const Written big = t.write(t.largest(i, j));
   RC_ASSERT(big.T() == e.T);
+  RC_ASSERT(longest_digit_run(w.tokens) <= e.digit_run);  // abacus IDs of the cell fit where its extent does
+  RC_ASSERT(longest_digit_run(big.tokens) == e.digit_run);
   for (int lv = 0; lv < w.levels; ++lv) RC_ASSERT(big.span[std::size_t(lv)] == e.span[std::size_t(lv)]);
   const Reading r = t.read(w.tokens);
   RC_ASSERT(r.consistent);
@@ -229,6 +231,56 @@ RC_GTEST_PROP(TasksProperty, TrainingOffsetsFitTheTables, ()) {
     for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv)
       for (std::size_t q = 0; q < one.pos[lv].size(); ++q) RC_ASSERT(one.pos[lv][q] == w.rel[lv][q] + 1);
   }
+}
+
+// Abacus Embeddings (McLeish et al., Sec. 3.1): every digit's index within its number from 1, other
+// tokens 0, from the tokens alone. On their own example 98282 + 3859172 = 2787472 (reversed by
+// addition-2op) they are the task's significance IDs; on a task that writes numbers most significant
+// first (multiplication-noscratch's query) they number from the leading digit.
+TEST(Tasks, AbacusIdsNumberEachRunOfDigits) {
+  const Written w = write(TaskKind::addition_2op, "28289+2719583");
+  EXPECT_EQ(tokens_to_string(w.tokens), "$98282+3859172=2787472");
+  EXPECT_EQ(ids(w, PosMode::abacus, 0), ids(w, PosMode::digits, 0));
+  EXPECT_EQ(ids(w, PosMode::abacus, 0),
+            (std::vector<std::int32_t>{0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7}));
+  // beta shifts every digit's ID, never a separator's
+  const auto shifted = ids(w, PosMode::abacus, 0, {40, 1, 1});
+  for (std::size_t k = 0; k < shifted.size(); ++k)
+    EXPECT_EQ(shifted[k], w.tokens[k] <= 9 ? ids(w, PosMode::abacus, 0)[k] + 39 : 0);
+  const Written mul = write(TaskKind::multiplication_noscratch, "37*925");
+  EXPECT_EQ(row(ids(mul, PosMode::abacus, 0)).substr(0, 6), "120123");  // 3 7 * 9 2 5 =
+  EXPECT_EQ(longest_digit_run(w.tokens), 7);
+  std::vector<std::int32_t> p;
+  EXPECT_THROW(abacus_ids(w.tokens, 0, p), InputError);
+}
+
+// Abacus training offsets: one beta per batch (their "the same for all numbers in a batch"), uniform in
+// [1, abacus_k]; every ID within the table; the trainer refuses a table too small for beta = abacus_k.
+TEST(Tasks, AbacusDrawsOneOffsetPerBatch) {
+  ModelConfig mc;
+  mc.pos_mode = PosMode::abacus;
+  mc.abacus_k = 5, mc.max_pos1 = 8;  // numbers of up to 4 digits (3-digit operands, their sum)
+  TrainConfig tc;
+  tc.task = "addition-2op";
+  tc.train_n = 3, tc.train_m = 3, tc.train_size = 200, tc.batch = 16;
+  Trainer tr(mc, tc);
+  std::map<std::int32_t, int> betas;
+  for (std::int64_t t = 1; t <= 60; ++t) {
+    const auto exs = tr.batch_examples(t);
+    const std::int32_t beta = exs[0].pos[0][1];  // the first digit of the first operand
+    for (const auto& ex : exs) {
+      EXPECT_EQ(ex.pos[0][1], beta);
+      for (auto id : ex.pos[0]) EXPECT_LE(id, mc.max_pos1);
+    }
+    ++betas[beta];
+  }
+  EXPECT_EQ(betas.size(), 5u);  // 60 draws from 5 values: all appear (each misses with p = 0.8^60)
+  EXPECT_EQ(betas.begin()->first, 1);
+  EXPECT_EQ(betas.rbegin()->first, 5);
+  mc.abacus_k = 6;  // 6 + 4 - 1 > 8
+  EXPECT_THROW(Trainer(mc, tc), InputError);
+  mc.abacus_k = 8;  // not below max_pos1
+  EXPECT_THROW(mc.validate(), InputError);
 }
 
 // A model must read the task's coupling and cover its tokens; the messages name the fix.

@@ -36,4 +36,5 @@ check_task() {  # NAME TASK MODE PROBLEM FLAGS...
 }
 check_task parity parity digits 0101
 check_task multiplication multiplication coupled3 '37*92'
+check_task abacus addition-2op abacus '573+82' --abacus-k 4
 check_task multiplication_noscratch multiplication-noscratch digits '37*92' --attn-scale none --tie-readout true

@@ -10,7 +10,7 @@ usage: reference_forward.py MODEL_DIR PROBLEM_JSON
   1e-4 x the largest |logit| and the argmax predictions are equal, 1 otherwise.
 
 The architecture (see config.json "architecture"): x = tok_emb[tok] + sum_lv pos_emb.lv[pos_lv] (up to
-three levels: pos_mode coupled3, multiplication);
+three levels: pos_mode coupled3, multiplication; abacus: one table at the IDs evaluate computed);
 per layer x = attn_norm2(x + attn(attn_norm1(x))), x = ffn_norm2(x + ffn(ffn_norm1(x))); logits =
 lm_head(final_norm(x)). RMSNorm w * x / sqrt(mean(x^2) + eps); attention causal, scores / sqrt(d_head);
 GEGLU wi -> [gate | up], gelu_tanh(gate) * up, then wo. The model options of config.json (absent in
@@ -66,7 +66,7 @@ def forward(cfg, W, tokens, pos):
     C, NH, HS, F = cfg["d_model"], cfg["n_heads"], cfg["d_head"], cfg["d_ff"]
     eps = cfg["norm_eps"]
     scale = 1.0 / math.sqrt(HS) if cfg.get("attn_scale", "inv_sqrt_dhead") == "inv_sqrt_dhead" else 1.0
-    levels = {"coupled": 2, "coupled3": 3, "digits": 1, "absolute": 1, "none": 0}[cfg["pos_mode"]]
+    levels = {"coupled": 2, "coupled3": 3, "digits": 1, "absolute": 1, "none": 0, "abacus": 1}[cfg["pos_mode"]]
     T = len(tokens)
     x = []
     for t in range(T):

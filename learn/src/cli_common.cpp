@@ -76,7 +76,10 @@ const std::vector<FieldDoc>& config_fields() {
       {"model", "max_pos3", "largest position ID of level 3 (coupled3 only: multiplication's stage-2 significance)"},
       {"model", "pos_mode",
        "coupled (2 levels: addition) | coupled3 (3 levels: multiplication) | digits (the task's level 1 only: "
-       "the coupling of single-level tasks) | absolute | none"},
+       "the coupling of single-level tasks) | absolute | none | abacus (McLeish et al.: each number's digits "
+       "1, 2, ... from its first token, offset up to abacus_k in training)"},
+      {"model", "abacus_k", "pos_mode abacus: training offsets beta uniform in [1, abacus_k], one per batch (the paper's "
+                            "k = 100); needs max_pos1 >= abacus_k + the longest number - 1"},
       {"model", "norm_eps", "RMSNorm epsilon"},
       {"model", "init_std", "std of the normal initialization of matrices and embeddings (init normal)"},
       {"model", "attn_scale", "attention scores q.k times 1/sqrt(d_head) (inv_sqrt_dhead) or unscaled (none: T5)"},
@@ -121,7 +124,8 @@ std::string config_flag(const FieldDoc& f) {
 }
 
 ConfigOptions::ConfigOptions(CLI::App& app) {
-  const nlohmann::json defaults = {{"model", ModelConfig{}}, {"train", TrainConfig{}}};
+  nlohmann::json defaults = {{"model", ModelConfig{}}, {"train", TrainConfig{}}};
+  defaults["model"]["abacus_k"] = ModelConfig{}.abacus_k;  // to_json writes it for abacus models only
   for (const auto& doc : config_fields()) {
     const nlohmann::json& d = defaults.at(doc.section).at(doc.name);
     Field& f = fields_.emplace_back();

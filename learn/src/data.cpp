@@ -16,12 +16,34 @@ void absolute_ids(std::int64_t T, std::int64_t s1, std::vector<std::int32_t>& p)
   for (std::int64_t k = 1; k < T; ++k) p[std::size_t(k)] = std::int32_t(s1 + k - 1);
 }
 bool coupled_mode(PosMode m) { return m == PosMode::coupled || m == PosMode::coupled3; }
+bool is_digit(std::uint8_t tok) { return tok <= 9; }
 }  // namespace
+
+void abacus_ids(const std::vector<std::uint8_t>& tokens, std::int64_t beta, std::vector<std::int32_t>& p) {
+  if (beta < 1) throw InputError(fmt::format("abacus offset beta must be >= 1 (got {})", beta));
+  p.resize(tokens.size());
+  std::int64_t t = 0;  // index of the token within its run of digits, 0 outside one
+  for (std::size_t k = 0; k < tokens.size(); ++k) {
+    t = is_digit(tokens[k]) ? t + 1 : 0;
+    p[k] = t ? std::int32_t(beta + t - 1) : 0;
+  }
+}
+
+std::int64_t longest_digit_run(const std::vector<std::uint8_t>& tokens) {
+  std::int64_t t = 0, best = 0;
+  for (auto tok : tokens) best = std::max(best, t = is_digit(tok) ? t + 1 : 0);
+  return best;
+}
+
+std::int64_t abacus_offset(const ModelConfig& c, Rng& rng) {
+  return std::int64_t(rng.uniform(1, std::uint64_t(c.abacus_k)));
+}
 
 void position_ids_for(const Written& w, PosMode mode, const Offsets& s, std::vector<std::int32_t> (&pos)[kMaxPosLevels]) {
   for (auto& p : pos) p.clear();
   const int L = pos_levels(mode);
   if (mode == PosMode::absolute) return absolute_ids(w.T(), s[0], pos[0]);
+  if (mode == PosMode::abacus) return abacus_ids(w.tokens, s[0], pos[0]);
   if (coupled_mode(mode) && L != w.levels)
     throw InputError(fmt::format("pos_mode {} reads {} position levels, the task couples {}", pos_mode_name(mode), L,
                                  w.levels));
@@ -37,6 +59,7 @@ void position_ids_for(const Written& w, PosMode mode, const Offsets& s, std::vec
 std::int64_t max_offset(const ModelConfig& c, const Task::Extent& e, int lv) {
   if (lv >= pos_levels(c.pos_mode)) return 1;
   if (c.pos_mode == PosMode::absolute) return std::int64_t(c.max_pos1) - e.T + 2;
+  if (c.pos_mode == PosMode::abacus) return std::int64_t(c.max_pos1) - e.digit_run + 1;
   return std::int64_t(c.max_pos(lv)) - e.span[std::size_t(lv)];
 }
 
@@ -49,6 +72,7 @@ bool fits(const ModelConfig& c, const Task::Extent& e) {
 Task::Extent extent_of(const Written& w) {
   Task::Extent e;
   e.T = w.T();
+  e.digit_run = longest_digit_run(w.tokens);
   for (int lv = 0; lv < kMaxPosLevels; ++lv) e.span[std::size_t(lv)] = w.span[std::size_t(lv)];
   return e;
 }
@@ -95,6 +119,10 @@ Example make_train_example(const Task& task, const Problem& p, const ModelConfig
   const Written w = task.write(p);
   const Task::Extent e = extent_of(w);
   Offsets s{1, 1, 1};
+  if (c.pos_mode == PosMode::abacus) {
+    s[0] = abacus_offset(c, rng);
+    return example_of(task, p, w, c, s);
+  }
   for (int lv = 0; lv < offsets_shown(c); ++lv) {
     const std::int64_t h = max_offset(c, e, lv);
     if (h < 1) {
@@ -108,6 +136,15 @@ Example make_train_example(const Task& task, const Problem& p, const ModelConfig
 }
 
 // ---- addition by shape ---------------------------------------------------------------------------
+
+namespace {
+// A sequence of the shape (its digit layout, which abacus IDs read, is the shape's alone).
+std::vector<std::uint8_t> nines_sequence(const Shape& shape) {
+  Problem nines;
+  nines.operands.assign(std::size_t(shape.m), std::string(std::size_t(shape.n), '9'));
+  return build_sequence(nines, shape);
+}
+}  // namespace
 
 void position_ids_for(const Shape& shape, PosMode mode, std::int64_t s1, std::int64_t s2, std::vector<std::int32_t>& p1,
                       std::vector<std::int32_t>& p2) {
@@ -127,16 +164,21 @@ void position_ids_for(const Shape& shape, PosMode mode, std::int64_t s1, std::in
     }
     case PosMode::absolute: return absolute_ids(shape.N(), s1, p1);
     case PosMode::none: return;
+    case PosMode::abacus: return abacus_ids(nines_sequence(shape), s1, p1);
     case PosMode::coupled3: throw InputError("pos_mode coupled3 reads three position levels, addition couples two");
   }
 }
 
 namespace {
-Task::Extent shape_extent(const Shape& s) { return {s.N(), {s.l, s.m, 0}}; }
+Task::Extent shape_extent(const Shape& s, const ModelConfig& c) {
+  Task::Extent e{s.N(), {s.l, s.m, 0}};
+  if (c.pos_mode == PosMode::abacus) e.digit_run = longest_digit_run(nines_sequence(s));
+  return e;
+}
 }  // namespace
 
-std::int64_t max_offset1(const ModelConfig& c, const Shape& s) { return max_offset(c, shape_extent(s), 0); }
-std::int64_t max_offset2(const ModelConfig& c, const Shape& s) { return max_offset(c, shape_extent(s), 1); }
+std::int64_t max_offset1(const ModelConfig& c, const Shape& s) { return max_offset(c, shape_extent(s, c), 0); }
+std::int64_t max_offset2(const ModelConfig& c, const Shape& s) { return max_offset(c, shape_extent(s, c), 1); }
 bool shape_fits(const ModelConfig& c, const Shape& s) { return max_offset1(c, s) >= 1 && max_offset2(c, s) >= 1; }
 
 Shape shape_of(const Problem& p) {

@@ -20,7 +20,8 @@ PosMode parse_pos_mode(const std::string& s) {
   if (s == "absolute") return PosMode::absolute;
   if (s == "none") return PosMode::none;
   if (s == "coupled3") return PosMode::coupled3;
-  throw InputError(fmt::format("position mode '{}' unknown (coupled|coupled3|digits|absolute|none)", s));
+  if (s == "abacus") return PosMode::abacus;
+  throw InputError(fmt::format("position mode '{}' unknown (coupled|coupled3|digits|absolute|none|abacus)", s));
 }
 const char* pos_mode_name(PosMode m) {
   switch (m) {
@@ -29,6 +30,7 @@ const char* pos_mode_name(PosMode m) {
     case PosMode::absolute: return "absolute";
     case PosMode::none: return "none";
     case PosMode::coupled3: return "coupled3";
+    case PosMode::abacus: return "abacus";
   }
   return "?";
 }
@@ -37,7 +39,8 @@ int pos_levels(PosMode m) {
     case PosMode::coupled: return 2;
     case PosMode::coupled3: return 3;
     case PosMode::digits:
-    case PosMode::absolute: return 1;
+    case PosMode::absolute:
+    case PosMode::abacus: return 1;
     case PosMode::none: return 0;
   }
   return 0;
@@ -84,6 +87,11 @@ void ModelConfig::validate() const {
   need(max_pos2 >= 2 && max_pos2 <= 1'000'000, fmt::format("model.max_pos2 must be in [2, 1e6] (got {})", max_pos2));
   need(max_pos3 >= 2 && max_pos3 <= 1'000'000, fmt::format("model.max_pos3 must be in [2, 1e6] (got {})", max_pos3));
   need(norm_eps > 0 && norm_eps < 1, fmt::format("model.norm_eps must be in (0, 1) (got {})", norm_eps));
+  // Abacus IDs run from beta to beta + (digits of a number) - 1 <= max_pos1 with beta up to abacus_k.
+  need(pos_mode != PosMode::abacus || (abacus_k >= 1 && abacus_k < max_pos1),
+       fmt::format("model.abacus_k must be in [1, max_pos1 - 1 = {}] (got {}; raise max_pos1 to at least abacus_k + "
+                   "the longest number's digits - 1)",
+                   max_pos1 - 1, abacus_k));
   need(init_std > 0 && init_std < 10, fmt::format("model.init_std must be in (0, 10) (got {})", init_std));
 }
 
@@ -105,6 +113,7 @@ void to_json(nlohmann::json& j, const ModelConfig& c) {
                      {"init", init_name(c.init)},
                      {"tie_readout", c.tie_readout},
                      {"final_norm", norm_kind_name(c.final_norm)}};
+  if (c.pos_mode == PosMode::abacus) j["abacus_k"] = c.abacus_k;  // older files stay as they were
 }
 
 void from_json(const nlohmann::json& j, ModelConfig& c) {
@@ -124,7 +133,7 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
   static const char* known[] = {"vocab",    "vocabulary", "n_layers",   "n_heads",     "d_model",
                                 "d_head",   "d_ff",       "max_pos1",   "max_pos2",    "max_pos3", "pos_mode",
                                 "norm_eps", "init_std",   "attn_scale", "init",        "tie_readout",
-                                "final_norm", "architecture"};
+                                "final_norm", "architecture", "abacus_k"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return it.key() == k; }) == std::end(known))
       throw InputError(fmt::format("model config: unknown field '{}'", it.key()));
@@ -143,6 +152,9 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
     return j[k].get_ptr<const std::string*>();
   };
   if (auto v = gets("pos_mode")) c.pos_mode = parse_pos_mode(*v);
+  if (j.contains("abacus_k") && c.pos_mode != PosMode::abacus)
+    throw InputError(fmt::format("model.abacus_k applies to pos_mode abacus only (pos_mode is {})", pos_mode_name(c.pos_mode)));
+  geti("abacus_k", c.abacus_k);
   getf("norm_eps", c.norm_eps);
   getf("init_std", c.init_std);
   if (auto v = gets("attn_scale")) c.attn_scale = parse_attn_scale(*v);

@@ -244,7 +244,7 @@ class Addition final : public AdditionBase {
     }
     return r;
   }
-  Extent extent(int i, int j) const override {
+  Extent cell_extent(int i, int j) const override {
     const Shape s = Shape::make(i, j, Padding::minimal);
     return {s.N(), {s.l, s.m, 0}};
   }
@@ -272,7 +272,7 @@ class AdditionNoScratch final : public AdditionBase {
     const Shape shape = shape_of(p);
     const int l = shape.l, m = shape.m;
     for (auto& o : p.operands) check_digits(o, "operand");
-    Writer w(1, extent(shape.n, m).T);
+    Writer w(1, cell_extent(shape.n, m).T);
     w.put(kDollar, -1);
     Digits sum;
     for (int i = 0; i < m; ++i) {
@@ -311,7 +311,7 @@ class AdditionNoScratch final : public AdditionBase {
     if (big(r.answer) != sum) r.consistent = false, r.why = "C is not the sum of the operands";
     return r;
   }
-  Extent extent(int i, int j) const override {
+  Extent cell_extent(int i, int j) const override {
     const Shape s = Shape::make(i, j, Padding::minimal);
     return {std::int64_t(j) * (s.l + 1) + 1 + s.l, {s.l, 0, 0}};
   }
@@ -413,7 +413,7 @@ class Addition2op final : public TwoNumbers {
     if (tc.train_m < 1 || tc.train_m > 1000)
       throw InputError(fmt::format("train.train_m must be in [1, 1000] (got {})", tc.train_m));
   }
-  Extent extent(int i, int j) const override {
+  Extent cell_extent(int i, int j) const override {
     const std::int64_t s = std::max(i, j) + 1;  // 9..9 + 9..9 carries into one more digit
     return {3 + std::int64_t(i) + j + s, {s - 1, 0, 0}};
   }
@@ -527,7 +527,7 @@ class Parity final : public ParityBase {
     }
     return r;
   }
-  Extent extent(int i, int) const override { return {2 * std::int64_t(i) + 2, {i, 0, 0}}; }
+  Extent cell_extent(int i, int) const override { return {2 * std::int64_t(i) + 2, {i, 0, 0}}; }
 };
 
 // The authors' coupled parity without a scratchpad (src/data/parity.py, ParityDatasetWithCoupledPositions):
@@ -570,7 +570,7 @@ class ParityNoScratch final : public ParityBase {
     if (r.answer != (ones % 2 ? "1" : "0")) r.consistent = false, r.why = "y is not the parity of the query";
     return r;
   }
-  Extent extent(int i, int) const override { return {std::int64_t(i) + 3, {1, 0, 0}}; }
+  Extent cell_extent(int i, int) const override { return {std::int64_t(i) + 3, {1, 0, 0}}; }
 };
 
 // ---- multiplication -------------------------------------------------------------------------------
@@ -660,7 +660,7 @@ class Multiplication final : public MultiplicationBase {
     Digits a, b;
     factors(p, a, b);
     const std::int64_t M = std::int64_t(a.size()), N = std::int64_t(b.size());
-    const Extent ext = extent(int(M), int(N));
+    const Extent ext = cell_extent(int(M), int(N));
     Writer w(3, ext.T);
     put_query(w, a, b, true);
     w.put(kEq, 0, 0, 0);
@@ -714,7 +714,7 @@ class Multiplication final : public MultiplicationBase {
     }
     return r;
   }
-  Extent extent(int i, int j) const override {
+  Extent cell_extent(int i, int j) const override {
     const std::int64_t M = i, N = j;
     return {M + N + 2 + N * (M + 2) + N * (M + N + 1), {std::max(M + 1, N), N - 1, M + N}};
   }
@@ -741,7 +741,7 @@ class MultiplicationNoScratch final : public MultiplicationBase {
     Digits a, b;
     factors(p, a, b);
     const std::int64_t M = std::int64_t(a.size()), N = std::int64_t(b.size());
-    Writer w(1, extent(int(M), int(N)).T);
+    Writer w(1, cell_extent(int(M), int(N)).T);
     put_query(w, a, b, false);
     w.put(kEq, 0);
     const std::int64_t eq = w.size() - 1;
@@ -762,7 +762,7 @@ class MultiplicationNoScratch final : public MultiplicationBase {
     if (big(r.answer) != big(a) * big(b)) r.consistent = false, r.why = "C is not A times B";
     return r;
   }
-  Extent extent(int i, int j) const override {
+  Extent cell_extent(int i, int j) const override {
     const std::int64_t L = std::int64_t(i) + j;
     return {2 * L + 3, {L, 0, 0}};
   }
@@ -805,6 +805,14 @@ std::vector<std::pair<int, int>> Task::training_cells(const TrainConfig& tc) con
     for (int j = j_lo; j <= j_hi; ++j)
       if (in_training_region(tc, i, j)) cells.emplace_back(i, j);
   return cells;
+}
+
+Task::Extent Task::extent(int i, int j) const {
+  Extent e = cell_extent(i, j);
+  // Every run is longest in the all-nines instance (a carry only lengthens a number); the property test
+  // in tests/test_tasks.cpp checks every sampled instance against it.
+  e.digit_run = longest_digit_run(write(largest(i, j)).tokens);
+  return e;
 }
 
 void Task::check_model(const ModelConfig& c) const {

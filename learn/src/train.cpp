@@ -153,6 +153,10 @@ Trainer::Trainer(const ModelConfig& mc, const TrainConfig& tc)
                                  task_->name(), task_->shape_words(task_->largest(tc_.train_n, tc_.train_m)),
                                  pos_mode_name(mc_.pos_mode), need));
   }
+  if (mc_.pos_mode == PosMode::abacus && max_offset(mc_, big, 0) < mc_.abacus_k)
+    throw InputError(fmt::format("pos_mode abacus: training offsets up to abacus_k = {} on numbers of up to {} digits "
+                                 "need max_pos1 >= {} (now {})",
+                                 mc_.abacus_k, big.digit_run, mc_.abacus_k + big.digit_run - 1, mc_.max_pos1));
   params_ = init_params<float>(mc_, lay_, mix(tc_.seed, 0x1417));
   m_.assign(params_.size(), 0.f);
   v_.assign(params_.size(), 0.f);
@@ -194,8 +198,15 @@ std::vector<Example> Trainer::batch_examples(std::int64_t t) {
   const int B = tc_.batch;
   std::vector<Example> exs;
   exs.reserve(std::size_t(B));
+  // Abacus: one offset beta per batch (McLeish et al., Sec. 3.1), from (seed, step) alone.
+  Rng batch_rng(mix(tc_.seed, std::uint64_t(t), 0xABAC05));
+  const Offsets abacus{mc_.pos_mode == PosMode::abacus ? abacus_offset(mc_, batch_rng) : 1, 1, 1};
   for (int b = 0; b < B; ++b) {
     const Problem& p = data_[std::size_t(sample_index((t - 1) * B + b))];
+    if (mc_.pos_mode == PosMode::abacus) {
+      exs.push_back(make_example(*task_, p, mc_, abacus));
+      continue;
+    }
     // Offsets depend only on (seed, step, slot): the same with any thread count, device and on resume.
     Rng rng(mix(tc_.seed, std::uint64_t(t), std::uint64_t(b) + 0x0FF5E7));
     exs.push_back(make_train_example(*task_, p, mc_, rng));

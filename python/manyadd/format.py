@@ -25,6 +25,8 @@ The learned models' position modes (config.json model.pos_mode; learn/include/ma
     digits    level 1 only
     absolute  one level: BOS 0, index k >= 1 -> s1 + k - 1
     none      no position IDs (NoPE)
+    abacus    one level from the tokens alone (McLeish et al. 2024, Sec. 3.1): the t-th token of every
+              run of digit tokens beta + t - 1 (beta = s1), every other token 0 (abacus_ids)
 A learned model writes each problem in its own shape: n = its longest operand, m = its operand count,
 minimal padding. Training draws s1 in [1, max_offset1], s2 in [1, max_offset2] per sample; evaluation
 uses s1 = s2 = 1.
@@ -58,7 +60,7 @@ PLUS, EQ, ARROW, DOLLAR, STAR = 10, 11, 12, 13, 14
 BOS = EOS = DOLLAR
 POS_MODES = ("coupled", "digits", "absolute", "none")  # the modes of an addition model
 # and coupled3: three position tables, multiplication's tri-level coupling (learn/ takes every one)
-ALL_POS_MODES = POS_MODES + ("coupled3",)
+ALL_POS_MODES = POS_MODES + ("coupled3", "abacus")
 PADDINGS = ("theorem", "minimal")
 # The C++ shape limits (construct/src/format.cpp): every index and ID fits 32/64-bit integers.
 MAX_DIGITS = MAX_OPERANDS = 100_000_000
@@ -289,7 +291,28 @@ def pos_levels(mode):
     """Position tables a learned model of this mode has (0, 1, 2 or 3)."""
     if mode not in ALL_POS_MODES:
         raise InputError("position mode %r unknown (%s)" % (mode, "|".join(ALL_POS_MODES)))
-    return {"coupled": 2, "digits": 1, "absolute": 1, "none": 0, "coupled3": 3}[mode]
+    return {"coupled": 2, "digits": 1, "absolute": 1, "none": 0, "coupled3": 3, "abacus": 1}[mode]
+
+
+def abacus_ids(tokens, beta):
+    """Abacus IDs (learn/src/data.cpp abacus_ids): every maximal run of digit tokens numbered beta,
+    beta + 1, ... from its first token; every other token 0."""
+    beta = _int("beta", beta)
+    if beta < 1:
+        raise InputError("abacus offset beta must be >= 1 (got %d)" % beta)
+    out, t = [], 0
+    for tok in tokens:
+        t = t + 1 if tok <= 9 else 0
+        out.append(beta + t - 1 if t else 0)
+    return out
+
+
+def _longest_digit_run(tokens):
+    best, t = 0, 0
+    for tok in tokens:
+        t = t + 1 if tok <= 9 else 0
+        best = max(best, t)
+    return best
 
 
 def position_ids_for(shape, mode, s1=1, s2=1):
@@ -300,6 +323,8 @@ def position_ids_for(shape, mode, s1=1, s2=1):
         if s1 < 1:
             raise InputError("offset s1 must be >= 1 (got %d)" % s1)
         return [[0] + [s1 + k - 1 for k in range(1, shape.N)]]
+    if mode == "abacus":  # the digit layout is the shape's: any problem of it gives the same IDs
+        return [abacus_ids(build_sequence("+".join(["9" * shape.n] * shape.m), shape), s1)]
     if levels == 0:
         return []
     if levels == 3:
@@ -313,6 +338,8 @@ def max_offset1(mode, max_pos1, shape):
     pos_levels(mode)
     if mode in ("coupled", "digits"):
         return max_pos1 - shape.l
+    if mode == "abacus":
+        return max_pos1 - _longest_digit_run(build_sequence("+".join(["9" * shape.n] * shape.m), shape)) + 1
     return max_pos1 - shape.N + 2 if mode == "absolute" else 1
 
 
@@ -697,6 +724,8 @@ def task_position_ids(w, mode, s=(1, 1, 1)):
         if s[0] < 1:
             raise InputError("offset s1 must be >= 1 (got %d)" % s[0])
         return [[0] + [s[0] + k - 1 for k in range(1, len(w.tokens))]]
+    if mode == "abacus":
+        return [abacus_ids(w.tokens, s[0])]
     if mode in ("coupled", "coupled3") and levels != len(w.rel):
         raise InputError("pos_mode %s reads %d position levels, the task couples %d" % (mode, levels, len(w.rel)))
     out = []
@@ -743,7 +772,8 @@ def make_task_example(task, problem, mode, max_pos=None, s=(1, 1, 1)):
     s = tuple(s) + (1,) * (3 - len(s))
     if max_pos is not None:
         for lv in range(pos_levels(mode)):
-            hi = max_pos[0] - len(w.tokens) + 2 if mode == "absolute" else max_pos[lv] - w.span[lv]
+            hi = (max_pos[0] - len(w.tokens) + 2 if mode == "absolute" else
+                  max_pos[0] - _longest_digit_run(w.tokens) + 1 if mode == "abacus" else max_pos[lv] - w.span[lv])
             if not 1 <= s[lv] <= hi:
                 raise InputError("%s %s with offsets %s needs position IDs beyond the model's max_pos %s"
                                  % (task, task_to_string(task, ops), s[:max(2, pos_levels(mode))], tuple(max_pos)))

@@ -81,7 +81,8 @@ _SIZE_DEFAULTS = {"max_pos3": 20}
 ARCHITECTURE_SWITCHES = {
     "pos_mode": {"coupled": "two position tables (significance, operand)", "digits": "level 1 only",
                  "absolute": "one ID per index", "none": "no position table (NoPE)",
-                 "coupled3": "three position tables (multiplication's tri-level coupling)"},
+                 "coupled3": "three position tables (multiplication's tri-level coupling)",
+                 "abacus": "one table read at Abacus IDs (each number's digits from its first token)"},
     "attn_scale": {"inv_sqrt_dhead": "scores q.k / sqrt(d_head)", "none": "scores q.k unscaled (T5)"},
     "final_norm": {"rms": "RMSNorm with weight, eps norm_eps",
                    "layer": "LayerNorm with weight and bias, eps norm_eps (biased variance)"},
@@ -89,7 +90,7 @@ ARCHITECTURE_SWITCHES = {
                     True: "logits = (final_norm(x) d_model^-1/2) tok_emb.weight^T, no lm_head tensor"},
 }
 # Fields that do not change the forward: the initialization, the descriptions.
-_INERT = {"init_std", "init", "vocabulary", "architecture"}
+_INERT = {"init_std", "init", "vocabulary", "architecture", "abacus_k"}  # abacus_k: training offsets only
 # train.precision: the arithmetic of training (the saved weights are fp32 masters either way); this module
 # runs the dtype load_learned is given, so a bf16-trained model runs here in fp32 unless asked otherwise.
 _PRECISIONS = ("fp32", "bf16")

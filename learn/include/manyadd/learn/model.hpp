@@ -29,7 +29,10 @@ namespace manyadd::learn {
 //            (Abacus-like), the bit index for parity; the whole coupling of single-level tasks
 //   absolute one ID per index, BOS 0 and index k -> s + k - 1 (one table)
 //   none     NoPE: no position table
-enum class PosMode { coupled, digits, absolute, none, coupled3 };
+//   abacus   Abacus Embeddings (McLeish et al. 2024, Sec. 3.1): one table; every maximal run of digit
+//            tokens numbered beta, beta + 1, ... from its first token, every other token 0, whatever
+//            the task; beta uniform in [1, abacus_k] once per training batch, 1 at test (data.hpp)
+enum class PosMode { coupled, digits, absolute, none, coupled3, abacus };
 inline constexpr int kMaxPosLevels = 3;  // position tables a model may have
 PosMode parse_pos_mode(const std::string& s);  // throws InputError
 const char* pos_mode_name(PosMode m);
@@ -76,6 +79,9 @@ struct ModelConfig {
   int max_pos2 = 20;  // level 2 (coupled, coupled3)
   int max_pos3 = 20;  // level 3 (coupled3 only); absent from older config.json files: this default
   PosMode pos_mode = PosMode::coupled;
+  // pos_mode abacus only: the paper's k, the largest training offset beta (their default 100; they
+  // draw beta in U[1, k]). In config.json only for abacus models.
+  int abacus_k = 100;
   float norm_eps = 1e-6f;
   float init_std = 0.02f;  // init normal only
   AttnScale attn_scale = AttnScale::inv_sqrt_dhead;

@@ -106,11 +106,15 @@ class Task {
   // The longest sequence and the largest span of every level over the instances of cell (i, j),
   // computed without writing one (a cell fits a model iff its extent does; the training set fits iff
   // extent(train_n, train_m) does, every training instance lying in a cell at most that large).
+  // digit_run: the longest run of consecutive digit tokens (pos_mode abacus numbers each run).
   struct Extent {
     std::int64_t T = 0;
     std::array<std::int64_t, kMaxPosLevels> span{};
+    std::int64_t digit_run = 0;
   };
-  virtual Extent extent(int i, int j) const = 0;
+  // The task's T and spans (cell_extent), and digit_run measured on the written largest(i, j).
+  Extent extent(int i, int j) const;
+  virtual Extent cell_extent(int i, int j) const = 0;
   // An instance of cell (i, j) that reaches the extent (all digits 9, all bits 1).
   virtual Problem largest(int i, int j) const = 0;
 
@@ -123,7 +127,7 @@ class Task {
   std::vector<std::pair<int, int>> training_cells(const TrainConfig& tc) const;
 
   // The model can run the task: its vocabulary covers the task's tokens and its pos_mode reads the
-  // task's coupling (coupled: 2 levels, coupled3: 3; digits, absolute, none: any). InputError with the fix.
+  // task's coupling (coupled: 2 levels, coupled3: 3; digits, absolute, none, abacus: any). InputError with the fix.
   void check_model(const ModelConfig& c) const;
 };
 
