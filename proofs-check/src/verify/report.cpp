@@ -70,6 +70,7 @@ json certificate_json(const Plan& plan, const CertifyOutcome& c, std::string& li
     for (const auto& p : c.results.front().margins) names.push_back(p.precision);
     line = fmt::format("PROVEN for every digit input ({} offset pair(s); {}); min margin {:.4g}, lambda_min {:.4g}",
                        plan.offsets.size(), fmt::join(names, ", "), mm, lmin);
+    if (plan.has_engine("cuda") && !plan.certify_cuda) line += "; the CUDA program's float32-cuda not asked (--certify-cuda)";
   }
   return cert;
 }
