@@ -111,22 +111,15 @@ TEST(CertificateKernel, EnclosureContainsTheTwin) {
   std::int64_t checked = 0;
   for (auto [n, m] : std::vector<std::pair<int, int>>{{1, 1}, {2, 3}, {4, 4}, {6, 2}, {3, 9}}) {
     const cases::Case c = cases::make_case(n, m, ++seed);
-    const TcTwin twin(c.M, c.seq, c.shape, c.s1, c.s2);
-    std::vector<std::int64_t> rows;
-    for (std::int64_t i = c.shape.eq_index(); i < c.shape.N(); ++i) rows.push_back(i);
-    const auto tw = twin.rows(rows);
-    StructuredStream st(c.shape, c.s1, c.s2, c.M.layout.P1, c.M.layout.P2);
-    std::size_t r = 0;
-    st.run(c.seq.data(), [&](const QueryMatch& q) {
+    cases::for_each_twin_row(c, [&](const QueryMatch& q, const TcRow& tw, std::size_t) {
       for (int h = 0; h < 4; ++h) {
         const HeadMatch& hm = q.h[std::size_t(h)];
         const ExactInterval e = head_enclosure(c.M, h, 3, hm.vsum, hm.x, hm.u, h < 2 ? 27 : 1);
-        const double out = double(tw[r].out[std::size_t(h)]);
+        const double out = double(tw.out[std::size_t(h)]);
         EXPECT_LE(e.lo.convert_to<double>(), out) << "n=" << n << " m=" << m << " row " << q.j << " head " << h + 1;
         EXPECT_GE(e.hi.convert_to<double>(), out) << "n=" << n << " m=" << m << " row " << q.j << " head " << h + 1;
         ++checked;
       }
-      ++r;
     });
     // and the program the certificate speaks of (twin attention, double FFN) predicts every next
     // token of the teacher-forced sequence

@@ -613,15 +613,23 @@ FpModel fp_model_at(const ConstructedModel& M, int h, double r, double lambda) {
 }
 FpModel fp_model(const ConstructedModel& M, int h, double r) { return fp_model_at(M, h, r, M.heads[std::size_t(h)].lambda); }
 
-// Bound of the rounding error of one logit in the FFN + readout of precision r (see certify()).
-double ffn_logit_error(const ConstructedModel& M, double r) {
-  const int d = M.d(), H = int(M.W1.rows());
-  Eigen::VectorXd ymax = Eigen::VectorXd::Zero(d);
+// The largest |pre-activation| of each hidden unit: inputs bounded by |NUM| <= 9, FULL_ONES = 1,
+// |PRE_SUM|, |PRE_CARRY| <= 27, |PRE_ARROW|, |PRE_EOS| <= 1 (a little margin each: a head output is
+// a computed weighted average of values in [0, 27] resp. [0, 1], within a relative few r x of it in
+// every precision's program, the CUDA kernel's included).
+Eigen::VectorXd hidden_max(const ConstructedModel& M) {
+  Eigen::VectorXd ymax = Eigen::VectorXd::Zero(M.d());
   ymax(Layout::NUM) = 9;
   ymax(Layout::FULL_ONES) = 1;
   ymax(Layout::PRE_SUM) = ymax(Layout::PRE_CARRY) = 27.01;
   ymax(Layout::PRE_ARROW) = ymax(Layout::PRE_EOS) = 1.01;
-  const Eigen::VectorXd hmax = M.W1.cwiseAbs() * ymax + M.b1.cwiseAbs();       // |pre-activation|
+  return M.W1.cwiseAbs() * ymax + M.b1.cwiseAbs();
+}
+
+// Bound of the rounding error of one logit in the FFN + readout of precision r (see certify()).
+double ffn_logit_error(const ConstructedModel& M, double r) {
+  const int d = M.d(), H = int(M.W1.rows());
+  const Eigen::VectorXd hmax = hidden_max(M);                                   // |pre-activation|
   const Eigen::VectorXd dpre = gamma(d + 1, r) * hmax;                          // its rounding error
   const Eigen::VectorXd x1max = M.W2.cwiseAbs() * hmax + M.b2.cwiseAbs();      // |X1| (Y's dims read by Wout are 0)
   const Eigen::VectorXd dx1 = M.W2.cwiseAbs() * dpre + gamma(H + 2, r) * (M.W2.cwiseAbs() * (hmax + dpre) + M.b2.cwiseAbs());
@@ -637,12 +645,7 @@ double ffn_logit_error(const ConstructedModel& M, double r) {
 // y = tok_emb + U o are exact (U's one entry 1 writes into a dimension the token leaves 0).
 double compiled_ffn_logit_error(const ConstructedModel& M, double r) {
   const int d = M.d(), H = int(M.W1.rows());
-  Eigen::VectorXd ymax = Eigen::VectorXd::Zero(d);
-  ymax(Layout::NUM) = 9;
-  ymax(Layout::FULL_ONES) = 1;
-  ymax(Layout::PRE_SUM) = ymax(Layout::PRE_CARRY) = 27.01;
-  ymax(Layout::PRE_ARROW) = ymax(Layout::PRE_EOS) = 1.01;
-  const Eigen::VectorXd hmax = M.W1.cwiseAbs() * ymax + M.b1.cwiseAbs();       // |pre-activation|
+  const Eigen::VectorXd hmax = hidden_max(M);                                   // |pre-activation|
   const Eigen::VectorXd dh = gamma(8, r) * hmax;                                // its rounding error
   const Eigen::MatrixXd A = M.Wout.cwiseAbs() * M.W2.cwiseAbs();                // >= |C|
   const Eigen::MatrixXd dC = gamma(d, r) * A;                                   // |C computed - C|
