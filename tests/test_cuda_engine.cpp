@@ -156,25 +156,19 @@ TEST(CudaEngineGpu, TensorCoreWithinTwinAndModel) {
       CudaOptions o;
       o.keep_head_outputs = true;
       const auto R = cuda_forward(c.M, c.seq, c.shape, c.s1, c.s2, o);
-      const TcTwin twin(c.M, c.seq, c.shape, c.s1, c.s2);
-      std::vector<std::int64_t> rows;
-      for (std::int64_t i = c.shape.eq_index(); i < c.shape.N(); ++i) rows.push_back(i);
-      const auto tw = twin.rows(rows);
-      StructuredStream st(c.shape, c.s1, c.s2, c.M.layout.P1, c.M.layout.P2);
-      std::size_t r = 0;
-      st.run(c.seq.data(), [&](const QueryMatch& q) {
+      const int D = qkv_plan(c.M).D;
+      cases::for_each_twin_row(c, [&](const QueryMatch& q, const TcRow& tw, std::size_t r) {
         for (int h = 0; h < 4; ++h) {
           const double dev = R.heads[r][std::size_t(h)];
-          EXPECT_GE(dev, double(tw[r].lo[std::size_t(h)])) << "n=" << n << " m=" << m << " row " << q.j << " head " << h + 1;
-          EXPECT_LE(dev, double(tw[r].hi[std::size_t(h)])) << "n=" << n << " m=" << m << " row " << q.j << " head " << h + 1;
+          EXPECT_GE(dev, double(tw.lo[std::size_t(h)])) << "n=" << n << " m=" << m << " row " << q.j << " head " << h + 1;
+          EXPECT_LE(dev, double(tw.hi[std::size_t(h)])) << "n=" << n << " m=" << m << " row " << q.j << " head " << h + 1;
           const HeadMatch& hm = q.h[std::size_t(h)];
-          const auto box = kernel_head_box(hm.vsum, hm.x, hm.u, h < 2 ? 27 : 1, kernel_rounding(c.M, h, twin.plan().D));
+          const auto box = kernel_head_box(hm.vsum, hm.x, hm.u, h < 2 ? 27 : 1, kernel_rounding(c.M, h, D));
           EXPECT_GE(dev, box.lo);
           EXPECT_LE(dev, box.hi);
-          equal += float(dev) == tw[r].out[std::size_t(h)];
+          equal += float(dev) == tw.out[std::size_t(h)];
           ++total;
         }
-        ++r;
       });
     }
   std::printf("[ twin ] %lld of %lld device outputs equal the twin's nominal bits\n", (long long)equal, (long long)total);

@@ -205,3 +205,18 @@ TEST(VerifyCli, RealBinaryExitCodes) {
   EXPECT_EQ(status("--n x"), 2);
   EXPECT_EQ(status("--help"), 0);
 }
+
+// --certify-cuda adds the CUDA program's precision to the certificate (its margin in the JSON, its
+// name in the summary line); it needs the certificate and is no part of --whole-claim.
+TEST(VerifyCli, CertifyCudaAddsTheKernelPrecision) {
+  const auto j = run_json({"--n", "4", "--m", "3", "--certify-cuda"}, 0);
+  ASSERT_TRUE(j["certificate"]["margins"].contains("float32-cuda"));
+  EXPECT_EQ(j["certificate"]["margins"]["float32-cuda"]["proven"], true);
+  EXPECT_GT(j["certificate"]["margins"]["float32-cuda"]["min_margin"].get<double>(), 0);
+  EXPECT_NE(run({"--n", "4", "--m", "3", "--certify-cuda"}).out.find("real, float64, float32, float32-cuda"), std::string::npos);
+  EXPECT_FALSE(run_json({"--n", "4", "--m", "3"}, 0)["certificate"]["margins"].contains("float32-cuda"));
+  const auto bad = run({"--n", "4", "--m", "3", "--certify-cuda", "--no-certify"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--certify-cuda needs the certificate"), std::string::npos) << bad.err;
+  EXPECT_EQ(run({"--whole-claim", "--p1", "4", "--p2", "4", "--certify-cuda"}).code, 2);
+}

@@ -17,6 +17,8 @@
 #include <mpfr.h>
 
 #include "manyadd/core/parallel.hpp"
+#include "manyadd/cuda_engine.hpp"
+#include "manyadd/kernel_rounding.hpp"
 #include "manyadd/offset_cases.hpp"
 #include "manyadd/structured.hpp"
 
@@ -270,11 +272,14 @@ Box<T> linear_box(const std::array<T, 7>& w, const std::array<Box<T>, 7>& y) {
 // Head-output enclosures. Real arithmetic: matched keys weight 1, unmatched in [0, eps]:
 //   [vsum / (x + u eps), (vsum + u vmax eps) / x].
 // Floating point (the dense engine's program, unit roundoff r; see the derivation in certify()).
+// kernel: the tensor-core kernel's program instead (kernel_rounding.hpp; r, wlo, whi, eps unused).
 struct FpModel {
   bool exact = true;
   double r = 0;       // unit roundoff
   double wlo = 1, whi = 1;  // bounds of a matched key's computed weight
   double eps = 0;     // bound of an unmatched key's computed weight
+  bool kernel = false;
+  KernelRounding kr{};
 };
 
 template <class T>
@@ -305,6 +310,13 @@ Box<Rational> outward(const Box<Rational>& b) {
 // are bounded separately, each by the monotone pieces it is made of.
 template <class T>
 Box<T> head_box_range(std::int64_t vsum, std::int64_t x1, std::int64_t x2, std::int64_t u, int vmax, const FpModel& fp) {
+  if (fp.kernel) {  // the kernel's enclosure, monotone in u likewise (kernel_rounding.hpp)
+    double flo, fhi;
+    kernel_rise_factors(fp.kr, x2, flo, fhi);
+    const KernelBox<T> b = kernel_head_box_range<T>(vsum, x1, x2, u, vmax, fp.kr, flo, fhi);
+    if (!b.bounded) return Box<T>{T(0), big_value<T>()};
+    return outward(Box<T>{b.lo, b.hi});
+  }
   const T V(vsum), U(u), eps(fp.eps), vm(vmax);
   if (fp.exact) return outward(Box<T>{V / (T(x2) + U * eps), (V + U * vm * eps) / T(x1)});
   const T r(fp.r), wlo(fp.wlo), whi(fp.whi);
@@ -601,19 +613,45 @@ FpModel fp_model_at(const ConstructedModel& M, int h, double r, double lambda) {
 }
 FpModel fp_model(const ConstructedModel& M, int h, double r) { return fp_model_at(M, h, r, M.heads[std::size_t(h)].lambda); }
 
-// Bound of the rounding error of one logit in the FFN + readout of precision r (see certify()).
-double ffn_logit_error(const ConstructedModel& M, double r) {
-  const int d = M.d(), H = int(M.W1.rows());
-  Eigen::VectorXd ymax = Eigen::VectorXd::Zero(d);
+// The largest |pre-activation| of each hidden unit: inputs bounded by |NUM| <= 9, FULL_ONES = 1,
+// |PRE_SUM|, |PRE_CARRY| <= 27, |PRE_ARROW|, |PRE_EOS| <= 1 (a little margin each: a head output is
+// a computed weighted average of values in [0, 27] resp. [0, 1], within a relative few r x of it in
+// every precision's program, the CUDA kernel's included).
+Eigen::VectorXd hidden_max(const ConstructedModel& M) {
+  Eigen::VectorXd ymax = Eigen::VectorXd::Zero(M.d());
   ymax(Layout::NUM) = 9;
   ymax(Layout::FULL_ONES) = 1;
   ymax(Layout::PRE_SUM) = ymax(Layout::PRE_CARRY) = 27.01;
   ymax(Layout::PRE_ARROW) = ymax(Layout::PRE_EOS) = 1.01;
-  const Eigen::VectorXd hmax = M.W1.cwiseAbs() * ymax + M.b1.cwiseAbs();       // |pre-activation|
+  return M.W1.cwiseAbs() * ymax + M.b1.cwiseAbs();
+}
+
+// Bound of the rounding error of one logit in the FFN + readout of precision r (see certify()).
+double ffn_logit_error(const ConstructedModel& M, double r) {
+  const int d = M.d(), H = int(M.W1.rows());
+  const Eigen::VectorXd hmax = hidden_max(M);                                   // |pre-activation|
   const Eigen::VectorXd dpre = gamma(d + 1, r) * hmax;                          // its rounding error
   const Eigen::VectorXd x1max = M.W2.cwiseAbs() * hmax + M.b2.cwiseAbs();      // |X1| (Y's dims read by Wout are 0)
   const Eigen::VectorXd dx1 = M.W2.cwiseAbs() * dpre + gamma(H + 2, r) * (M.W2.cwiseAbs() * (hmax + dpre) + M.b2.cwiseAbs());
   const Eigen::VectorXd dlog = M.Wout.cwiseAbs() * dx1 + gamma(d, r) * (M.Wout.cwiseAbs() * (x1max + dx1));
+  return dlog.maxCoeff() * (1 + 1e-12);
+}
+
+// The same bound for the FFN + readout as CompiledFFN runs them in double (the structured and CUDA
+// engines' host side, construct/src/structured.cpp): C = Wout W2 and c0 = Wout b2 are products
+// computed once (|error| <= gamma_d |Wout| |W2|, resp. |Wout| |b2|); a hidden unit's
+// pre-activation sums the 7 products w_c y_c and b1 in order (gamma_8 of the summed magnitudes;
+// relu is 1-Lipschitz); a logit sums c0 and up to H products C h in order (gamma_{H+1}). The inputs
+// y = tok_emb + U o are exact (U's one entry 1 writes into a dimension the token leaves 0).
+double compiled_ffn_logit_error(const ConstructedModel& M, double r) {
+  const int d = M.d(), H = int(M.W1.rows());
+  const Eigen::VectorXd hmax = hidden_max(M);                                   // |pre-activation|
+  const Eigen::VectorXd dh = gamma(8, r) * hmax;                                // its rounding error
+  const Eigen::MatrixXd A = M.Wout.cwiseAbs() * M.W2.cwiseAbs();                // >= |C|
+  const Eigen::MatrixXd dC = gamma(d, r) * A;                                   // |C computed - C|
+  const Eigen::VectorXd c0 = M.Wout.cwiseAbs() * M.b2.cwiseAbs(), dc0 = gamma(d, r) * c0;
+  const Eigen::VectorXd hf = hmax + dh;                                         // >= |h computed|
+  const Eigen::VectorXd dlog = dc0 + dC * hf + A * dh + gamma(H + 1, r) * (c0 + dc0 + (A + dC) * hf);
   return dlog.maxCoeff() * (1 + 1e-12);
 }
 
@@ -640,9 +678,12 @@ std::shared_ptr<const DigitTables<Rational>> cached_tables(const std::string& ff
   static std::mutex mu;
   static std::map<std::string, std::shared_ptr<const DigitTables<Rational>>> cache;
   std::string key = ffn + (f32 ? "f" : "d") + std::to_string(u);
-  for (int h = 0; h < 2; ++h)
-    key += fmt::format("|{:a},{:a},{:a},{:a},{}", fp[std::size_t(h)].eps, fp[std::size_t(h)].wlo, fp[std::size_t(h)].whi,
-                       fp[std::size_t(h)].r, fp[std::size_t(h)].exact);
+  for (int h = 0; h < 2; ++h) {
+    const FpModel& f = fp[std::size_t(h)];
+    key += fmt::format("|{:a},{:a},{:a},{:a},{}", f.eps, f.wlo, f.whi, f.r, f.exact);
+    if (f.kernel)
+      key += fmt::format("|k{:a},{:a},{:a},{:a},{:a},{:a},{}", f.kr.r, f.kr.eta2, f.kr.wlo, f.kr.whi, f.kr.eps, f.kr.rho, f.kr.D);
+  }
   {
     std::lock_guard<std::mutex> g(mu);
     auto it = cache.find(key);
@@ -664,10 +705,11 @@ struct Certifier::Impl {
   ExactFFN<double> Ed;
   std::int64_t ubound;  // unmatched keys of any query: fewer than N
   std::array<FpModel, 4> real{};
-  std::array<std::array<FpModel, 4>, 2> fpm{};
-  std::array<double, 2> logit_err{};
+  // float64, float32 (the dense engine), float32-cuda (the tensor-core kernel, CertOptions::kernel)
+  std::array<std::array<FpModel, 4>, 3> fpm{};
+  std::array<double, 3> logit_err{};
   std::shared_ptr<const DigitTables<Rational>> Dreal;
-  std::array<std::shared_ptr<const DigitTables<Rational>>, 2> Dfp;
+  std::array<std::shared_ptr<const DigitTables<Rational>>, 3> Dfp;
   std::mutex memo_mu;
   std::map<double, std::shared_ptr<const DigitTables<double>>> memo;  // lambda -> tables (bisection)
   std::mutex share_mu;
@@ -709,6 +751,21 @@ struct Certifier::Impl {
         logit_err[std::size_t(p)] = ffn_logit_error(M, r);
       }
     }
+  // float32-cuda: the tensor-core kernel (kernels/src/constructed_attention.cu) for the attention,
+  // its rounding model per head at the plan's padded width (kernel_rounding.hpp, which states the
+  // MMA assumption), then the FFN + readout on the host in double (CompiledFFN, construct's
+  // cuda_engine.cpp: finish()), bounded by compiled_ffn_logit_error; the exact part uses the double
+  // weights.
+    if (opt.floating_point && opt.kernel) {
+      const int D = qkv_plan(M).D;
+      for (int h = 0; h < 4; ++h) {
+        FpModel& f = fpm[2][std::size_t(h)];
+        f.exact = false;
+        f.kernel = true;
+        f.kr = opt.kernel_model ? (*opt.kernel_model)[std::size_t(h)] : kernel_rounding(M, h, D);
+      }
+      logit_err[2] = compiled_ffn_logit_error(M, std::ldexp(1.0, -53));
+    }
     const int parts = opt.floating_point ? 2 : 1;
     parallel_for(parts, parts, [&](int, std::int64_t part) {
       if (part == 0) {
@@ -716,6 +773,7 @@ struct Certifier::Impl {
       } else {
         Dfp[0] = cached_tables(fpr, false, Eq, fpm[0], ubound);
         Dfp[1] = cached_tables(fpr, true, E32, fpm[1], ubound);
+        if (opt.kernel) Dfp[2] = cached_tables(fpr, false, Eq, fpm[2], ubound);
       }
     });
   }
@@ -785,13 +843,13 @@ struct Certifier::Impl {
     // Part 3.
     bool fp_ok = true;
     if (opt.floating_point) {
-      for (int p = 0; p < 2; ++p) {
+      for (int p = 0; p < (opt.kernel ? 3 : 2); ++p) {
         Worst wf;
-        const Rational mf = class_margins<Rational>(st, p == 0 ? Eq : E32, fpm[std::size_t(p)], *Dfp[std::size_t(p)], wf, nullptr) -
+        const Rational mf = class_margins<Rational>(st, p == 1 ? E32 : Eq, fpm[std::size_t(p)], *Dfp[std::size_t(p)], wf, nullptr) -
                             Rational(2 * logit_err[std::size_t(p)]);
         const bool ok = !st.failure && mf > 0;
         fp_ok = fp_ok && ok;
-        const char* name = p == 0 ? "float64" : "float32";
+        const char* name = p == 0 ? "float64" : p == 1 ? "float32" : "float32-cuda";
         R.margins.push_back({name, mf.convert_to<double>(), ok});
         if (!ok && !R.failure)
           R.failure = CertFailure{wf.first_fail >= 0 ? wf.first_fail : wf.position, name, "margin not positive with rounding " + wf.what,
@@ -1055,9 +1113,17 @@ double ClassCertifier::box_margin_at(const ClassBox& b, double lambda, int p) co
 
 ExactInterval head_enclosure(const ConstructedModel& M, int head, int precision, std::int64_t vsum, std::int64_t x,
                              std::int64_t u, int vmax, std::int64_t x_hi) {
-  if (head < 0 || head > 3 || precision < 0 || precision > 2) throw InputError("head_enclosure: head 0..3, precision 0..2");
-  const FpModel f = precision == 0 ? FpModel{true, 0, 1, 1, exp_neg2_upper(M.heads[std::size_t(head)].lambda)}
-                                   : fp_model(M, head, kRoundoff[precision]);
+  if (head < 0 || head > 3 || precision < 0 || precision > 3) throw InputError("head_enclosure: head 0..3, precision 0..3");
+  FpModel f;
+  if (precision == 0) {
+    f = FpModel{true, 0, 1, 1, exp_neg2_upper(M.heads[std::size_t(head)].lambda)};
+  } else if (precision == 3) {
+    f.exact = false;
+    f.kernel = true;
+    f.kr = kernel_rounding(M, head, qkv_plan(M).D);
+  } else {
+    f = fp_model(M, head, kRoundoff[precision]);
+  }
   const Box<Rational> b = head_box_range<Rational>(vsum, x, std::max(x, x_hi), u, vmax, f);
   return {b.lo, b.hi};
 }

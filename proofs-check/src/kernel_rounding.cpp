@@ -7,13 +7,14 @@
 
 namespace manyadd {
 
-KernelRounding kernel_rounding(const ConstructedModel& M, int h, int D) {
+KernelRounding kernel_rounding(const ConstructedModel& M, int h, int D, double widen) {
   if (h < 0 || h > 3) throw InputError(fmt::format("kernel_rounding: head {} outside 1..4", h + 1));
   const Head& H = M.heads[std::size_t(h)];
   const int P = int(H.Q.rows()) - 1;
   if (D % 8 || D < P + 1 || D > 48)
     throw InputError(fmt::format("kernel_rounding: width {} is not a multiple of 8 in [P + 1, 48] (P = {})", D, P));
-  const double r = std::ldexp(1.0, -24), KS = D / 8;
+  if (!(widen >= 1) || !std::isfinite(widen)) throw InputError("kernel_rounding: widen must be a finite factor >= 1");
+  const double r = std::ldexp(1.0, -24) * widen, KS = D / 8;
   const double log2e = 1.4426950408889634074;
   KernelRounding k;
   k.r = r;
@@ -22,9 +23,9 @@ KernelRounding kernel_rounding(const ConstructedModel& M, int h, int D) {
   const double S = H.lambda * P * log2e * (1 + std::ldexp(1.0, -21));
   const double rel = std::ldexp(1.0, -23) + 6 * std::ldexp(1.0, -53) + 3.01 * std::ldexp(1.0, -22) +
                      22 * KS * std::ldexp(1.0, -23) + 44 * KS * std::ldexp(1.0, -33);
-  k.eta2 = S * rel * (1 + 1e-9);
+  k.eta2 = S * rel * widen * (1 + 1e-9);
   // Step 2. exp2 in double is within 1 ulp of double: the 1e-15 margins cover it.
-  const double e2 = std::ldexp(1.0, -22);
+  const double e2 = std::ldexp(1.0, -22) * widen;
   k.wlo = std::exp2(-2 * k.eta2 * (1 + r)) * (1 - e2) * (1 - 1e-15);
   k.whi = (1 + e2) * (1 + 1e-15);
   const double gap = 2 * H.lambda * log2e * (1 - 1e-15) - 2 * k.eta2;

@@ -627,6 +627,8 @@ void print_whole_claim(std::ostream& out, const WholeClaimResult& r) {
                      r.n_tokens_max, r.margin[0], r.margin[1], r.margin[2],
                      r.precision_ok[0] && r.precision_ok[1] && r.precision_ok[2] ? "all positive" : "NOT all positive",
                      r.seconds_part23);
+  out << "  not covered the CUDA program (precision float32-cuda: the tensor-core kernel's rounding): per shape only, "
+         "with --n --m --certify-cuda\n";
   if (r.lambda_min > 0)
     out << fmt::format("  lambda      lambda_min {:.4g}; windows real {}, float64 {}, float32 {} ({:.2f} s)\n", r.lambda_min,
                        win(r.windows[0]), win(r.windows[1]), win(r.windows[2]), r.seconds_windows);

@@ -13,7 +13,9 @@
 //     over the input box is a sum of 1-D piecewise-linear minima (end points and kinks).
 //  3. Floating point. The same check with the head intervals widened by a rounding-error model
 //     of the dense engine's float64 / float32 arithmetic and the FFN/readout rounding subtracted
-//     (see certificate.cpp for every bound and its assumptions).
+//     (see certificate.cpp for every bound and its assumptions); on request (CertOptions::kernel)
+//     also of the CUDA program: the tensor-core attention kernel's float32 arithmetic
+//     (kernel_rounding.hpp) and the host's double FFN + readout, precision "float32-cuda".
 // The digit configurations over-approximate the reachable ones (all S, S' in 0..18, both carries),
 // so "proven" is sound; a failure is reported with the position, the configuration and the margin,
 // and the CLI then searches for a concrete instance that the dense or row engine confirms.
@@ -28,20 +30,21 @@
 
 #include <boost/multiprecision/gmp.hpp>
 
+#include "manyadd/kernel_rounding.hpp"
 #include "manyadd/model.hpp"
 
 namespace manyadd {
 
 struct CertFailure {
   std::int64_t position = -1;  // 0-based query index (its prediction is the one at risk)
-  std::string part;            // "structure" | "local" | "float64" | "float32"
+  std::string part;            // "structure" | "local" | "float64" | "float32" | "float32-cuda"
   std::string reason;
   int S = -1, S2 = -1, carry = -1;  // the local configuration, when part 2/3 failed
   double margin = 0;
 };
 
 struct PrecisionMargin {
-  std::string precision;  // "real", "float64", "float32"
+  std::string precision;  // "real", "float64", "float32", "float32-cuda"
   double min_margin = 0;  // exact (rational) minimum, rounded to double for the report
   bool proven = false;
 };
@@ -61,6 +64,12 @@ struct CertOptions {
   bool floating_point = true;  // part 3 (float64 and float32)
   bool lambda_min = true;      // compute lambda_min
   bool share_offsets = true;   // one structure pass per wrap case, not per offset pair (see run())
+  // part 3 also for the CUDA program (precision "float32-cuda"): the tensor-core attention kernel's
+  // rounding model (kernel_rounding.hpp) and the host's double FFN + readout
+  bool kernel = false;
+  // the kernel's rounding model per head; empty: kernel_rounding(M, h, qkv_plan(M).D) (tests pass a
+  // widened one)
+  std::optional<std::array<KernelRounding, 4>> kernel_model{};
 };
 
 // Certifies one shape at many offsets: the configuration tables (which depend on the model and
@@ -162,7 +171,8 @@ class ClassCertifier {
 
 // The enclosure of a head's output that parts 2-3 use, exactly: vsum = summed value of the x
 // matched keys (BOS included), u unmatched keys with values in [0, vmax]; precision 0 real, 1
-// float64, 2 float32 (the dense engine's program with the model's own lambda_h and d_qk). With
+// float64, 2 float32 (the dense engine's program with the model's own lambda_h and d_qk), 3
+// float32-cuda (the tensor-core kernel's program, kernel_rounding.hpp). With
 // x_hi > x: one enclosure for every matched count in [x, x_hi] (what a class group's hull uses; in
 // floating point the enclosure is not monotone in x, so this is not the x and x_hi ends' hull).
 // Every enclosure widens as u grows: lo never rises, hi never falls.

@@ -47,31 +47,54 @@ struct KernelRounding {
 };
 
 // Head h of M, run by the kernel at padded width D (a multiple of 8 >= the head's P + 1).
-KernelRounding kernel_rounding(const ConstructedModel& M, int h, int D);
+// widen > 1 multiplies every rounding term (r, the exp2f error, the score bound eta2): a model more
+// pessimistic than the kernel, for tests that the certificate fails when its model is too wide.
+KernelRounding kernel_rounding(const ConstructedModel& M, int h, int D, double widen = 1);
 
 template <class T>
 struct KernelBox {
   T lo, hi;
+  bool bounded = true;  // false: the sum of weights may reach 0 (lo = 0, hi is no bound)
 };
 
 // Enclosure of the kernel's head output for a query with x matched keys (BOS included), u unmatched,
-// matched value sum vsum, values in [0, vmax] (step 4 on top of steps 1-3). T: double or an exact
-// rational type constructible from double and int64 (the certificate's).
+// matched value sum vsum, values in [0, vmax] (step 4 on top of steps 1-3), for every x in [x1, x2]
+// at once. rise_lo_factor, rise_hi_factor: kernel_rise_factors of x2 (they bound those of every
+// smaller x). With the factors fixed, alo falls and zhi, ahi rise with x, and zlo is concave in x
+// (a quadratic with a negative leading term), so lo is taken at x2 and hi's denominator at the
+// smaller of zlo(x1), zlo(x2). Every end widens as u grows (zb, ab, Ez, Ea, zhi, ahi rise with u;
+// zlo, alo fall). T: double or an exact rational type constructible from double and int64 (the
+// certificate's).
+template <class T>
+KernelBox<T> kernel_head_box_range(std::int64_t vsum, std::int64_t x1, std::int64_t x2, std::int64_t u, int vmax,
+                                   const KernelRounding& k, double rise_lo_factor, double rise_hi_factor) {
+  const T V(vsum), U(u), vm(vmax), r(k.r), one(1);
+  const T wlo = T(k.wlo) * T(rise_lo_factor), whi = T(k.whi) * T(rise_hi_factor), eps = T(k.eps) * T(rise_hi_factor);
+  struct Ends {
+    T zlo, zhi, alo, ahi;
+  };
+  auto at = [&](std::int64_t x) {
+    const T X(x), adds = X + T(2);
+    const T zb = T(2) * (X * whi + U * eps);
+    const T Ez = U * eps + adds * r * zb;
+    const T ab = T(2) * (whi * (one + r) * V + U * eps * vm * (one + r));
+    const T Ea = U * eps * vm * (one + r) + adds * r * ab;
+    Ends e{X * wlo - Ez, X * whi + U * eps + Ez, wlo * (one - r) * V - Ea,
+           whi * (one + r) * V + U * eps * vm * (one + r) + Ea};
+    if (e.alo < T(0)) e.alo = T(0);
+    return e;
+  };
+  const Ends a = at(x1), b = x2 > x1 ? at(x2) : a;
+  const T zlo = std::min(a.zlo, b.zlo);
+  if (!(zlo > T(0))) return {T(0), T(1e300), false};
+  return {b.alo / b.zhi * (one - r), b.ahi / zlo * (one + r), true};
+}
+
+// One matched count x (rise factors of x).
 template <class T>
 KernelBox<T> kernel_head_box(std::int64_t vsum, std::int64_t x, std::int64_t u, int vmax, const KernelRounding& k,
                              double rise_lo_factor, double rise_hi_factor) {
-  const T V(vsum), X(x), U(u), vm(vmax), r(k.r), one(1);
-  const T wlo = T(k.wlo) * T(rise_lo_factor), whi = T(k.whi) * T(rise_hi_factor), eps = T(k.eps) * T(rise_hi_factor);
-  const T adds = X + T(2);
-  const T zb = T(2) * (X * whi + U * eps);
-  const T Ez = U * eps + adds * r * zb;
-  const T ab = T(2) * (whi * (one + r) * V + U * eps * vm * (one + r));
-  const T Ea = U * eps * vm * (one + r) + adds * r * ab;
-  const T zlo = X * wlo - Ez, zhi = X * whi + U * eps + Ez;
-  T alo = wlo * (one - r) * V - Ea;
-  const T ahi = whi * (one + r) * V + U * eps * vm * (one + r) + Ea;
-  if (alo < T(0)) alo = T(0);
-  return {alo / zhi * (one - r), ahi / zlo * (one + r)};
+  return kernel_head_box_range<T>(vsum, x, x, u, vmax, k, rise_lo_factor, rise_hi_factor);
 }
 
 // The factors (1 - rho)^(x - 1) (rounded down) and (1 + rho)^(x - 1) (rounded up) of step 3.

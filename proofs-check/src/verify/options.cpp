@@ -85,6 +85,10 @@ void add_instance_options(CLI::App& app, Options& o) {
   auto* g = app.add_option_group("Certificate, instances and engines");
   g->add_flag("--certify,!--no-certify", o.certify,
               with_default("prove the shape for every digit input at every offset pair", o.certify ? "on" : "off"));
+  g->add_flag("--certify-cuda", o.certify_cuda,
+              "the certificate also proves the CUDA program (precision float32-cuda: the tensor-core attention "
+              "kernel's float32 rounding, the host's double FFN); needs no device, and is not implied by "
+              "--engine cuda");
   cli::add_int(*g, "--samples", o.samples, "random instances of exactly m operands of exactly n digits (with --problem: that one)", 1);
   cli::add_seed(*g, o.seed, "seed of the instance and offset samplers");
   cli::add_string(*g, "--problem", o.problem, "one explicit instance instead of samples, e.g. 57+48+96");

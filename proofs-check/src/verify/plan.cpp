@@ -241,6 +241,10 @@ Plan make_plan(const Options& o) {
                                    p.samples, p.sample_offsets.size(), N, est, kSamplesSecondsLimit));
   }
   p.certify = o.certify;
+  if (o.certify_cuda && !o.certify) throw InputError("--certify-cuda needs the certificate (drop --no-certify)");
+  // asked for, not implied by --engine cuda: the kernel's rounding model is wider than the dense
+  // float32 one and fails on the largest shapes (README, "What proven covers")
+  p.certify_cuda = o.certify_cuda;
   p.cross_check = o.cross_check;
   p.cross_check_rows = choose_cross_check_rows(shape, p.cross_check, p.seed);
   p.threads = o.threads;

@@ -66,8 +66,11 @@ json certificate_json(const Plan& plan, const CertifyOutcome& c, std::string& li
     cert["failure"] = jf;
     line = fmt::format("FAILED at s1={} s2={}: {} at token {} ({})", s1, s2, f.part, f.position + 1, f.reason);
   } else {
-    line = fmt::format("PROVEN for every digit input ({} offset pair(s); real, float64, float32); min margin {:.4g}, lambda_min {:.4g}",
-                       plan.offsets.size(), mm, lmin);
+    std::vector<std::string> names;  // the precisions proven, in the certificate's order
+    for (const auto& p : c.results.front().margins) names.push_back(p.precision);
+    line = fmt::format("PROVEN for every digit input ({} offset pair(s); {}); min margin {:.4g}, lambda_min {:.4g}",
+                       plan.offsets.size(), fmt::join(names, ", "), mm, lmin);
+    if (plan.has_engine("cuda") && !plan.certify_cuda) line += "; the CUDA program's float32-cuda not asked (--certify-cuda)";
   }
   return cert;
 }

@@ -99,7 +99,9 @@ CertifyOutcome certify_offsets(const Plan& plan, const BuiltModel& model) {
   if (!plan.certify) return c;
   const auto t0 = std::chrono::steady_clock::now();
   c.run = true;
-  const Certifier C(model.M, plan.shape);
+  CertOptions co;
+  co.kernel = plan.certify_cuda;
+  const Certifier C(model.M, plan.shape, co);
   c.results.resize(plan.offsets.size());
   Progress prog("certificate", std::int64_t(plan.offsets.size()), "offset pairs", plan.progress);
   parallel_for(

@@ -56,6 +56,7 @@ struct Options {
   std::string problem;
   std::string engine = "structured";
   bool certify = true;
+  bool certify_cuda = false;
   std::int64_t cross_check = 256;
   // other modes
   bool exhaustive = false;
@@ -111,6 +112,7 @@ struct Plan {
   std::uint64_t seed = 1;
   std::vector<Engine> engines;
   bool certify = true;
+  bool certify_cuda = false;  // the certificate also proves precision float32-cuda (the CUDA program)
   std::int64_t cross_check = 0;
   std::vector<std::int64_t> cross_check_rows;  // sorted 0-based query indices
   bool exhaustive = false;
