@@ -191,6 +191,10 @@ class AdditionBase : public Task {
   bool in_training_region(const TrainConfig& tc, int i, int j) const override {
     return i >= 1 && i <= tc.train_n && j >= 2 && j <= tc.train_m;
   }
+  std::string shape_words(const Problem& p) const override {
+    const Shape s = shape_of(p);
+    return fmt::format("shape (n={}, m={}, l={})", s.n, s.m, s.l);
+  }
 };
 
 class Addition final : public AdditionBase {
@@ -208,10 +212,6 @@ class Addition final : public AdditionBase {
                              "'+', '=' and '>' -> s1; level 2 the digits of A_i and the '+' after it -> s2 + i - 1, "
                              "'=' -> s2, the digits of B_j and the '>' before it -> s2 + j; BOS 0 on both levels"},
             {"source", "Cho et al., ICLR 2025, Sec. 4 and Appendix B: SA(n, m) with the scratchpad"}};
-  }
-  std::string shape_words(const Problem& p) const override {
-    const Shape s = shape_of(p);
-    return fmt::format("shape (n={}, m={}, l={})", s.n, s.m, s.l);
   }
   // construct's sequence and coupled IDs (at offsets 1: every ID but BOS's is >= 1, so rel = ID - 1).
   Written write(const Problem& p) const override {
@@ -263,10 +263,6 @@ class AdditionNoScratch final : public AdditionBase {
                          "C reversed (least significant digit first)"},
             {"position_ids", "one level: a digit of significance t -> s + t; '+' and '=' -> s; BOS 0"},
             {"source", "Cho et al., ICLR 2025, Figure 1 (-Scratchpad), Sec. 4.3: single-level Position Coupling"}};
-  }
-  std::string shape_words(const Problem& p) const override {
-    const Shape s = shape_of(p);
-    return fmt::format("shape (n={}, m={}, l={})", s.n, s.m, s.l);
   }
   Written write(const Problem& p) const override {
     const Shape shape = shape_of(p);
