@@ -859,6 +859,10 @@ std::string position_rule(const Task& t, PosMode mode) {
     case PosMode::digits: return "pos_mode digits: one table, level 1 of the task's coupling alone: " + coupling + offsets;
     case PosMode::absolute: return "pos_mode absolute: one table, BOS 0, the token at index k >= 1 -> s + k - 1" + offsets;
     case PosMode::none: return "pos_mode none: no position embeddings (causal attention alone)";
+    case PosMode::abacus:
+      return "pos_mode abacus: one table; each maximal run of digit tokens is numbered beta, beta + 1, ... from "
+             "its first token, every other token 0; beta uniform in [1, abacus_k], one per batch, in training, 1 at "
+             "evaluation (McLeish et al. 2024, Sec. 3.1)";
   }
   return "";
 }
