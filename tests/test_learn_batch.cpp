@@ -56,48 +56,56 @@ double max_abs(const std::vector<double>& v) {
 using fixtures::scratch;
 }  // namespace
 
-TEST(Pack, LayoutPaddingAndValidation) {
+// The varlen layout: the real tokens of every sequence concatenated in batch order, offsets marking where
+// each starts, no padding; padded_rows rebuilds the padded (B, T) layout of the PyTorch twin.
+TEST(Pack, VarlenLayoutAndValidation) {
   const ModelConfig c = small_model(PosMode::coupled, 1);
   const auto exs = mixed_examples(c, 7, 3);
   const PackedBatch pb = pack_batch(exs, c);
-  int longest = 0;
+  int longest = 0, shortest = 1 << 30;
   std::int64_t tokens = 0, targets = 0;
   for (auto& e : exs) {
-    longest = std::max(longest, e.T());
+    longest = std::max(longest, e.T()), shortest = std::min(shortest, e.T());
     tokens += e.T();
     for (auto t : e.targets) targets += t >= 0;
   }
+  ASSERT_LT(shortest, longest) << "the test batch should mix lengths";
   ASSERT_EQ(pb.B, 7);
   ASSERT_EQ(pb.T, longest);
+  ASSERT_EQ(pb.offsets.size(), 8u);
+  EXPECT_EQ(pb.offsets[0], 0);
   EXPECT_EQ(pb.real_tokens, tokens);
+  EXPECT_EQ(pb.rows(), tokens);
   EXPECT_EQ(pb.counted_targets, targets);
-  bool some_padding = false;
+  ASSERT_EQ(pb.tokens.size(), std::size_t(tokens));
+  ASSERT_EQ(pb.targets.size(), std::size_t(tokens));
+  ASSERT_EQ(pb.pos[1].size(), std::size_t(tokens));
+  EXPECT_TRUE(pb.pos[2].empty());
   for (int b = 0; b < pb.B; ++b) {
     const auto& e = exs[std::size_t(b)];
-    EXPECT_EQ(pb.lengths[std::size_t(b)], e.T());
-    for (int t = 0; t < pb.T; ++t) {
-      const std::size_t i = std::size_t(b) * std::size_t(pb.T) + std::size_t(t);
-      if (t < e.T()) {
-        EXPECT_EQ(pb.tokens[i], e.tokens[std::size_t(t)]);
-        EXPECT_EQ(pb.targets[i], e.targets[std::size_t(t)]);
-        EXPECT_EQ(pb.pos[0][i], e.pos[0][std::size_t(t)]);
-        EXPECT_EQ(pb.pos[1][i], e.pos[1][std::size_t(t)]);
-      } else {
-        some_padding = true;
-        EXPECT_EQ(pb.tokens[i], 0);
-        EXPECT_EQ(pb.targets[i], -1);
-        EXPECT_EQ(pb.pos[0][i], 0);
-      }
+    ASSERT_EQ(pb.length(b), e.T());
+    for (int t = 0; t < e.T(); ++t) {
+      const std::size_t i = std::size_t(pb.offsets[std::size_t(b)]) + std::size_t(t);
+      EXPECT_EQ(pb.tokens[i], e.tokens[std::size_t(t)]);
+      EXPECT_EQ(pb.targets[i], e.targets[std::size_t(t)]);
+      EXPECT_EQ(pb.pos[0][i], e.pos[0][std::size_t(t)]);
+      EXPECT_EQ(pb.pos[1][i], e.pos[1][std::size_t(t)]);
     }
   }
-  EXPECT_TRUE(some_padding) << "the test batch should mix lengths";
-  // unpack_rows drops the padding and keeps each sequence's rows in order.
+  // unpack_rows gives each sequence's rows in order; padded_rows puts them at b T and fills the rest.
   std::vector<float> x(std::size_t(pb.rows()) * 3);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(i);
   const auto rows = unpack_rows(pb, x.data(), 3);
+  const auto pad = padded_rows<float>(pb, x.data(), 3, -1.f);
+  ASSERT_EQ(pad.size(), std::size_t(pb.B) * std::size_t(pb.T) * 3);
   for (int b = 0; b < pb.B; ++b) {
     ASSERT_EQ(rows[std::size_t(b)].size(), std::size_t(exs[std::size_t(b)].T()) * 3);
-    EXPECT_EQ(rows[std::size_t(b)][0], float(std::int64_t(b) * pb.T * 3));
+    EXPECT_EQ(rows[std::size_t(b)][0], float(std::int64_t(pb.offsets[std::size_t(b)]) * 3));
+    for (int t = 0; t < pb.T; ++t)
+      for (int k = 0; k < 3; ++k) {
+        const float want = t < pb.length(b) ? x[std::size_t((pb.offsets[std::size_t(b)] + t) * 3 + k)] : -1.f;
+        EXPECT_EQ(pad[(std::size_t(b) * std::size_t(pb.T) + std::size_t(t)) * 3 + std::size_t(k)], want);
+      }
   }
   // Bad input is an InputError, never a silent clamp.
   auto bad = exs;
@@ -106,7 +114,21 @@ TEST(Pack, LayoutPaddingAndValidation) {
   bad = exs;
   bad[1].tokens[0] = std::uint8_t(c.vocab);
   EXPECT_THROW(pack_batch(bad, c), InputError);
+  bad = exs;
+  bad[1] = Example{};
+  EXPECT_THROW(pack_batch(bad, c), InputError);
   EXPECT_THROW(pack_batch({}, c), InputError);
+  // model_forward refuses offsets that do not describe sequences of 1..T rows from row 0.
+  const Layout lay = Layout::make(c);
+  const auto P = init_params<float>(c, lay, 1);
+  Acts<float> a;
+  for (int which = 0; which < 3; ++which) {
+    PackedBatch wrong = pb;
+    if (which == 0) wrong.offsets[0] = 1;
+    if (which == 1) wrong.offsets[2] = wrong.offsets[1];  // an empty sequence
+    if (which == 2) wrong.T = shortest;                   // a sequence longer than T
+    EXPECT_THROW(model_forward(a, ModelView<float>{c, lay, P.data()}, batch_of(wrong)), InputError) << which;
+  }
 }
 
 // The forward/backward on a packed batch (what the CUDA device and its CPU twin run) equals the same
@@ -156,12 +178,11 @@ TEST(PackedPipeline, EqualsPerSequenceForwardBackward) {
       model_backward(G.data(), pg, pa, model, batch_of(pb), scale);
       EXPECT_NEAR(loss, loss_ref, 1e-10 * std::abs(loss_ref));
       for (int b = 0; b < pb.B; ++b) {
-        const int T = pb.lengths[std::size_t(b)];
-        const double* z = pa.logits.data() + std::int64_t(b) * pb.T * c.vocab;
+        const int T = pb.length(b);
+        const double* z = pa.logits.data() + std::int64_t(pb.offsets[std::size_t(b)]) * c.vocab;
         const double ref_max = max_abs(logits_ref[std::size_t(b)]);
         for (int i = 0; i < T * c.vocab; ++i)
           ASSERT_NEAR(z[i], logits_ref[std::size_t(b)][std::size_t(i)], 1e-10 * ref_max) << "seq " << b << " entry " << i;
-        for (int t = T; t < pb.T; ++t) EXPECT_EQ(pa.losses[std::size_t(std::int64_t(b) * pb.T + t)], 0.0);
       }
       for (const auto& ts : lay.tensors) {
         std::vector<double> ref(Gref.begin() + ts.offset, Gref.begin() + ts.offset + ts.size);
