@@ -6,9 +6,12 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -477,4 +480,95 @@ TEST(DevicePath, ResumeIsBitIdenticalAndEvalMatches) {
   }
   std::filesystem::remove_all(a);
   std::filesystem::remove_all(b);
+}
+
+namespace {
+// A device that records a fingerprint of every batch it trains on (then trains on it with the packed CPU
+// twin), taking a random 0-3 ms first: the packing thread then finishes sometimes before, sometimes
+// after the step that waits for it.
+std::uint64_t fingerprint(const PackedBatch& pb) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  auto mixin = [&](const void* p, std::size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  };
+  mixin(pb.offsets.data(), pb.offsets.size() * 4);
+  mixin(pb.tokens.data(), pb.tokens.size());
+  mixin(pb.targets.data(), pb.targets.size() * 4);
+  for (const auto& p : pb.pos) mixin(p.data(), p.size() * 4);
+  return h;
+}
+class RecordingDevice final : public TrainDevice {
+ public:
+  RecordingDevice(const ModelConfig& c, std::uint64_t seed) : inner_(make_packed_cpu_device(c)), rng_(seed) {}
+  std::string name() const override { return "recording"; }
+  Precision precision() const override { return inner_->precision(); }
+  void set_state(const std::vector<float>& p, const std::vector<float>& m, const std::vector<float>& v) override {
+    inner_->set_state(p, m, v);
+  }
+  void get_state(std::vector<float>& p, std::vector<float>& m, std::vector<float>& v) override {
+    inner_->get_state(p, m, v);
+  }
+  StepResult step(const PackedBatch& pb, float s, const TrainConfig& tc, std::int64_t t) override {
+    std::this_thread::sleep_for(std::chrono::microseconds(rng_.uniform(0, 3000)));
+    seen.emplace_back(t, fingerprint(pb));
+    return inner_->step(pb, s, tc, t);
+  }
+  double gradient(const PackedBatch& pb, float s, std::vector<float>& g) override { return inner_->gradient(pb, s, g); }
+  void predict(const PackedBatch& pb, std::vector<std::uint8_t>& a) override { inner_->predict(pb, a); }
+  std::vector<std::pair<std::int64_t, std::uint64_t>> seen;  // (step, batch fingerprint)
+
+ private:
+  std::unique_ptr<TrainDevice> inner_;
+  Rng rng_;
+};
+}  // namespace
+
+// The packing thread (Trainer::step_async packs step t + 1 on a worker while step t computes) hands the
+// device exactly the batches packed on the calling thread (packed_batch(t) of a fresh trainer), in step
+// order, whatever the timing (random device delays; the caller sampling other steps' batches meanwhile);
+// after a checkpoint is loaded the batch packed ahead for the old position is dropped, and training
+// continues with the checkpoint's next step.
+TEST(PackingThread, SameBatchesWhateverTheTiming) {
+  const ModelConfig mc = fixtures::micro_model();
+  const TrainConfig tc = fixtures::micro_train(300, 40);
+  Trainer fresh(mc, tc);
+  std::vector<std::uint64_t> want(41);
+  for (int t = 1; t <= 40; ++t) want[std::size_t(t)] = fingerprint(fresh.packed_batch(t));
+  EXPECT_NE(want[1], want[2]);
+  for (std::uint64_t seed : {1u, 2u, 3u}) {
+    SCOPED_TRACE("delays seed " + std::to_string(seed));
+    Trainer tr(mc, tc);
+    auto dev = std::make_shared<RecordingDevice>(mc, seed);
+    tr.attach_device(dev);
+    for (int s = 0; s < 12; ++s) {
+      tr.step_async();
+      if (s % 3 == 0) {  // the caller samples while the worker packs
+        EXPECT_EQ(fingerprint(tr.packed_batch(40 - s)), want[std::size_t(40 - s)]);
+      }
+      if (s % 4 == 3) tr.finish_steps();
+    }
+    tr.finish_steps();
+    const std::string dir = scratch("packing_" + std::to_string(seed));
+    tr.save(dir);  // at step 12; the worker holds step 13's batch
+    for (int s = 0; s < 3; ++s) tr.step();
+    tr.load_checkpoint(dir);  // back to step 12: step 16's batch, packed ahead, must not be used
+    for (int s = 0; s < 3; ++s) tr.step();
+    std::filesystem::remove_all(dir);
+    ASSERT_EQ(dev->seen.size(), 18u);
+    for (std::size_t i = 0; i < dev->seen.size(); ++i) {
+      const std::int64_t t = i < 15 ? std::int64_t(i) + 1 : std::int64_t(i) - 2;
+      EXPECT_EQ(dev->seen[i].first, t) << i;
+      EXPECT_EQ(dev->seen[i].second, want[std::size_t(t)]) << "step " << t;
+    }
+  }
+  // The last step packs nothing ahead, and a run of one step trains on step 1's batch.
+  TrainConfig one = tc;
+  one.steps = 1;
+  Trainer tr(mc, one);
+  auto dev = std::make_shared<RecordingDevice>(mc, 4);
+  tr.attach_device(dev);
+  tr.step();
+  ASSERT_EQ(dev->seen.size(), 1u);
+  EXPECT_EQ(dev->seen[0].second, want[1]);
 }
