@@ -104,6 +104,8 @@ struct EmbeddingCase {
   std::vector<std::int32_t> ids[K::kMaxPosLevels];
   std::vector<float> wte, wpe[K::kMaxPosLevels], dout;
   std::vector<float> out, dwte, dwpe[K::kMaxPosLevels];  // the twin's (layers.hpp), gradients from zero
+  // the backward's readers of each table row (k = 0 tokens, 1 + lv level lv), grouped as pack_batch does
+  std::vector<std::int32_t> readers[1 + K::kMaxPosLevels], starts[1 + K::kMaxPosLevels];
   explicit EmbeddingCase(int levels) : L(levels) {
     std::mt19937 g(1 + std::uint32_t(L));
     tok.resize(std::size_t(R));
@@ -124,6 +126,8 @@ struct EmbeddingCase {
     for (int lv = 0; lv < K::kMaxPosLevels; ++lv) pos[lv] = ids[lv].data(), w[lv] = wpe[lv].data(), dw[lv] = dwpe[lv].data();
     embedding_forward(out.data(), tok.data(), pos, L, wte.data(), w, R, C);
     embedding_backward(dwte.data(), dw, dout.data(), tok.data(), pos, L, R, C);
+    group_rows(tok.data(), R, V, readers[0], starts[0]);
+    for (int lv = 0; lv < K::kMaxPosLevels; ++lv) group_rows(ids[lv].data(), R, rows[lv], readers[1 + lv], starts[1 + lv]);
   }
 };
 
@@ -565,7 +569,12 @@ AttOut attention_gemm_replay(const AttIn& in, bool flip_first_transpose = false)
   if (in.R() != in.B * in.T) throw std::logic_error("the tensor-core path takes uniform batches only");
   const std::size_t n = in.q.size(), nl = std::size_t(in.B) * in.NH * in.T,
                     ns = nl * std::size_t(AG::padded_T(in.T));
-  const auto q = to_io<bf16>(in.q), k = to_io<bf16>(in.k), v = to_io<bf16>(in.v), g = to_io<bf16>(in.dout);
+  const auto q = to_io<bf16>(in.q), v = to_io<bf16>(in.v), g = to_io<bf16>(in.dout);
+  auto k = to_io<bf16>(in.k);
+  // The control's first GEMM reads k (its A) the other way: element r + t D of the last sequence's block,
+  // up to T + HS D past its start, beyond the buffer when HS > T. Zeros there keep the misread defined
+  // (it read past the end before: undefined values, sometimes NaN).
+  if (flip_first_transpose) k.resize(k.size() + std::size_t(in.HS) * std::size_t(in.NH * in.HS) + std::size_t(in.T), bf16{0});
   std::vector<bf16> out(n), dq(n), dk(n), dv(n), P(ns), dS(ns);
   std::vector<float> lse(nl), S(ns), dP(ns);
   HostEngine e{flip_first_transpose};
@@ -803,15 +812,19 @@ TEST(CudaKernelsGpu, EmbeddingIsBitwiseTheCpu) {
     const EmbeddingCase e(L);
     Dev<std::uint8_t> dtok(e.tok);
     Dev<float> dwte(e.wte), ddout(e.dout), out(e.out.size()), gte(e.wte.size());
-    std::vector<Dev<std::int32_t>> dids;
+    std::vector<Dev<std::int32_t>> dids, drd, dst;
     std::vector<Dev<float>> dwpe, gpe;
     for (int lv = 0; lv < L; ++lv) dids.emplace_back(e.ids[lv]), dwpe.emplace_back(e.wpe[lv]), gpe.emplace_back(e.wpe[lv].size());
+    for (int k = 0; k <= L; ++k) drd.emplace_back(e.readers[k]), dst.emplace_back(e.starts[k]);
     const std::int32_t* pos[K::kMaxPosLevels] = {};
+    const std::int32_t* rd[1 + K::kMaxPosLevels] = {};
+    const std::int32_t* st[1 + K::kMaxPosLevels] = {};
     const float* wpe[K::kMaxPosLevels] = {};
     float* dw[K::kMaxPosLevels] = {};
     for (int lv = 0; lv < L; ++lv) pos[lv] = dids[lv].p, wpe[lv] = dwpe[lv].p, dw[lv] = gpe[lv].p;
+    for (int k = 0; k <= L; ++k) rd[k] = drd[std::size_t(k)].p, st[k] = dst[std::size_t(k)].p;
     K::embedding_forward(out.p, dtok.p, pos, L, dwte.p, wpe, e.R, e.C);
-    K::embedding_backward(gte.p, dw, ddout.p, dtok.p, pos, L, e.R, e.C, e.V, e.rows);
+    K::embedding_backward(gte.p, dw, ddout.p, rd, st, L, e.C, e.V, e.rows);
     EXPECT_EQ(out.get(), e.out);
     EXPECT_EQ(gte.get(), e.dwte);
     for (int lv = 0; lv < L; ++lv) EXPECT_EQ(gpe[lv].get(), e.dwpe[lv]) << "level " << lv;
@@ -1167,19 +1180,21 @@ TEST(CudaEmbeddingReplay, IsBitwiseTheCpuTwinAtEveryLevelCount) {
                    std::vector<float> (&dwpe)[K::kMaxPosLevels]) {
     ER::Levels<const float> f;
     ER::Levels<float> b;
+    ER::Readers rd;
     f.n = b.n = L;
     for (int lv = 0; lv < L; ++lv) {
       dwpe[lv].assign(e.wpe[lv].size(), 0.f);
       f.ids[lv] = b.ids[lv] = e.ids[lv].data(), f.rows[lv] = b.rows[lv] = e.rows[lv];
       f.table[lv] = e.wpe[lv].data(), b.table[lv] = dwpe[lv].data();
     }
+    for (int k = 0; k <= L; ++k) rd.rows[k] = e.readers[k].data(), rd.starts[k] = e.starts[k].data();
     out.assign(std::size_t(e.R) * e.C, 0.f), dwte.assign(e.wte.size(), 0.f);
     for (long long i = 0; i < (long long)e.R * e.C; ++i)
       out[std::size_t(i)] = ER::forward_entry(e.tok.data(), e.wte.data(), f, i / e.C, int(i % e.C), e.C);
     const int grid = ER::backward_rows(e.V, b);
     for (int row = 0; row < grid; ++row)
       for (int c = 0; c < e.C; ++c)
-        ER::backward_entry(dwte.data(), b, e.dout.data(), e.tok.data(), row, c, e.R, e.C, e.V);
+        ER::backward_entry(dwte.data(), b, rd, e.dout.data(), row, c, e.C, e.V);
     return grid;
   };
   for (int L = 0; L <= K::kMaxPosLevels; ++L) {

@@ -95,6 +95,28 @@ TEST(Pack, VarlenLayoutAndValidation) {
       EXPECT_EQ(pb.pos[1][i], e.pos[1][std::size_t(t)]);
     }
   }
+  // The embedding's readers: every row once, under the table row it reads, increasing within a group.
+  for (int k = 0; k < 3; ++k) {
+    const auto& rd = pb.readers[k];
+    const auto& st = pb.reader_starts[k];
+    const int rows = k == 0 ? c.vocab : c.max_pos(k - 1) + 1;
+    ASSERT_EQ(st.size(), std::size_t(rows) + 1) << k;
+    ASSERT_EQ(rd.size(), std::size_t(tokens)) << k;
+    EXPECT_EQ(st[0], 0);
+    EXPECT_EQ(st.back(), tokens);
+    std::vector<int> seen(std::size_t(tokens), 0);
+    for (int r = 0; r < rows; ++r)
+      for (int i = st[std::size_t(r)]; i < st[std::size_t(r) + 1]; ++i) {
+        const auto t = std::size_t(rd[std::size_t(i)]);
+        ++seen[t];
+        EXPECT_EQ(k == 0 ? int(pb.tokens[t]) : pb.pos[k - 1][t], r) << k;
+        if (i > st[std::size_t(r)]) {
+          EXPECT_LT(rd[std::size_t(i) - 1], rd[std::size_t(i)]) << k;
+        }
+      }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), tokens) << k;
+  }
+  EXPECT_TRUE(pb.readers[3].empty());
   // unpack_rows gives each sequence's rows in order; padded_rows puts them at b T and fills the rest.
   std::vector<float> x(std::size_t(pb.rows()) * 3);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(i);

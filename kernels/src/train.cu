@@ -79,11 +79,11 @@ __global__ void embedding_forward_kernel(float* out, const std::uint8_t* tok, ER
 }
 
 // grid (V + sum of the levels' rows, ceil(C / 128)): block row r owns table row r, thread owns a channel.
-__global__ void embedding_backward_kernel(float* dwte, ER::Levels<float> p, const float* dout,
-                                          const std::uint8_t* tok, int R, int C, int V) {
+__global__ void embedding_backward_kernel(float* dwte, ER::Levels<float> p, ER::Readers rd, const float* dout, int C,
+                                          int V) {
   const int c = blockIdx.y * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  ER::backward_entry(dwte, p, dout, tok, blockIdx.x, c, R, C, V);
+  ER::backward_entry(dwte, p, rd, dout, blockIdx.x, c, C, V);
 }
 
 // ---- RMSNorm: one warp per row -------------------------------------------------------------------------
@@ -483,13 +483,15 @@ void embedding_forward(float* out, const std::uint8_t* tok, const std::int32_t* 
   embedding_forward_kernel<<<blocks_for(n, 256), 256>>>(out, tok, p, wte, R, C);
   LAUNCH_CHECK();
 }
-void embedding_backward(float* dwte, float* const* dwpe, const float* dout, const std::uint8_t* tok,
-                        const std::int32_t* const* pos, int L, int R, int C, int V, const int* rows) {
+void embedding_backward(float* dwte, float* const* dwpe, const float* dout, const std::int32_t* const* readers,
+                        const std::int32_t* const* starts, int L, int C, int V, const int* rows) {
   check_levels(L);
   ER::Levels<float> p;
+  ER::Readers rd;
   p.n = L;
-  for (int lv = 0; lv < L; ++lv) p.ids[lv] = pos[lv], p.table[lv] = dwpe[lv], p.rows[lv] = rows[lv];
-  embedding_backward_kernel<<<dim3(ER::backward_rows(V, p), blocks_for(C, 128)), 128>>>(dwte, p, dout, tok, R, C, V);
+  for (int lv = 0; lv < L; ++lv) p.table[lv] = dwpe[lv], p.rows[lv] = rows[lv];
+  for (int k = 0; k <= L; ++k) rd.rows[k] = readers[k], rd.starts[k] = starts[k];
+  embedding_backward_kernel<<<dim3(ER::backward_rows(V, p), blocks_for(C, 128)), 128>>>(dwte, p, rd, dout, C, V);
   LAUNCH_CHECK();
 }
 

@@ -55,6 +55,8 @@ PackedBatch pack_batch(const std::vector<Example>& exs, const ModelConfig& c) {
       }
     }
   }
+  group_rows(pb.tokens.data(), R, c.vocab, pb.readers[0], pb.reader_starts[0]);
+  for (int lv = 0; lv < L; ++lv) group_rows(pb.pos[lv].data(), R, c.max_pos(lv) + 1, pb.readers[1 + lv], pb.reader_starts[1 + lv]);
   return pb;
 }
 

@@ -71,7 +71,8 @@ struct BlockActs {  // one block's activations, (R, ...) as learn::Acts::Block (
 // The batch's host arrays in one pinned block (tokens, targets, position IDs per level, row offsets),
 // uploaded with one asynchronous copy per array.
 struct Staging {
-  kernels::PinnedBuffer<std::int32_t> ints;  // targets, the position IDs of each level, offsets: (1 + levels) R + B + 1
+  // targets, the position IDs of each level, offsets, the embedding's readers and their starts
+  kernels::PinnedBuffer<std::int32_t> ints;
   kernels::PinnedBuffer<std::uint8_t> tok;   // R
   kernels::DeviceEvent copied;               // recorded after the copies from this staging buffer
 };
@@ -172,6 +173,7 @@ class CudaDevice final : public TrainDevice {
   std::size_t rcap_ = 0, bcap_ = 0;  // rows and sequences the buffers hold
   Buf<std::uint8_t> tok_;
   Buf<std::int32_t> pos_[kMaxPosLevels], tgt_, off_;  // position IDs per level in use; row offsets (B + 1)
+  Buf<std::int32_t> readers_[1 + kMaxPosLevels], starts_[1 + kMaxPosLevels];  // PackedBatch::readers, starts
   Buf<float> x0_, xf_, mf_, rf_, logits_, probs_, losses_;
   Buf<A> xr_;  // the readout's input when it is not xf (tied, or bf16)
   std::vector<BlockActs<A>> blocks_;
@@ -241,6 +243,7 @@ class CudaDevice final : public TrainDevice {
                       F = std::size_t(c_.d_ff), V = std::size_t(c_.vocab), HR = R * std::size_t(c_.n_heads);
     tok_.resize(R), tgt_.resize(R), off_.resize(bcap_);
     for (int lv = 0; lv < pos_levels(c_.pos_mode); ++lv) pos_[lv].resize(R);
+    for (int k = 0; k <= pos_levels(c_.pos_mode); ++k) readers_[k].resize(R), starts_[k].resize(table_rows(k) + 1);
     x0_.resize(R * C), xf_.resize(R * C), mf_.resize(R), rf_.resize(R), xr_.resize(R * C), logits_.resize(R * V);
     probs_.resize(R * V), losses_.resize(R);
     if (blocks_.size() != std::size_t(c_.n_layers)) blocks_ = std::vector<BlockActs<A>>(std::size_t(c_.n_layers));
@@ -262,7 +265,9 @@ class CudaDevice final : public TrainDevice {
     next_staging_ ^= 1;
     s.copied.synchronize();  // the copies from this buffer two batches ago have run
     const int L = pos_levels(c_.pos_mode);
-    s.ints.resize(std::size_t(1 + L) * rcap_ + bcap_), s.tok.resize(rcap_);
+    std::size_t all_starts = 0;
+    for (int k = 0; k <= L; ++k) all_starts += table_rows(k) + 1;
+    s.ints.resize(std::size_t(2 + 2 * L) * rcap_ + bcap_ + all_starts), s.tok.resize(rcap_);
     std::memcpy(s.tok.get(), pb.tokens.data(), R);
     std::memcpy(s.ints.get(), pb.targets.data(), R * sizeof(std::int32_t));
     kernels::to_device_async(tok_, s.tok.get(), R);
@@ -276,8 +281,22 @@ class CudaDevice final : public TrainDevice {
     std::int32_t* h = s.ints.get() + std::size_t(1 + L) * R;
     std::memcpy(h, pb.offsets.data(), B1 * sizeof(std::int32_t));
     kernels::to_device_async(off_, h, B1 * sizeof(std::int32_t));
+    h += B1;
+    for (int k = 0; k <= L; ++k) {
+      const std::size_t ns = table_rows(k) + 1;
+      MANYADD_INVARIANT(pb.readers[k].size() == R && pb.reader_starts[k].size() == ns,
+                        "CudaDevice: a packed batch without the embedding's readers");
+      std::memcpy(h, pb.readers[k].data(), R * sizeof(std::int32_t));
+      kernels::to_device_async(readers_[k], h, R * sizeof(std::int32_t));
+      h += R;
+      std::memcpy(h, pb.reader_starts[k].data(), ns * sizeof(std::int32_t));
+      kernels::to_device_async(starts_[k], h, ns * sizeof(std::int32_t));
+      h += ns;
+    }
     s.copied.record();
   }
+  // Rows of embedding table k: 0 the token table, 1 + lv position level lv's.
+  std::size_t table_rows(int k) const { return std::size_t(k == 0 ? c_.vocab : c_.max_pos(k - 1) + 1); }
 
   // learn::model_forward on the packed batch, pass by pass. The loss sum (fixed-order double reduction)
   // goes to *loss on the device (nullptr: no loss, prediction only).
@@ -398,12 +417,13 @@ class CudaDevice final : public TrainDevice {
       K::rmsnorm_backward(dx_, G(w.attn_norm1), normscr_, dn_.get(), a_in, P(w.attn_norm1), b.r1, R, C);
     }
     // 1. (a tied readout's gradient is already in dwte: the sums of rows are added to it)
-    const std::int32_t* ids[kMaxPosLevels];
+    const std::int32_t* readers[1 + kMaxPosLevels];
+    const std::int32_t* starts[1 + kMaxPosLevels];
     float* dwpe[kMaxPosLevels];
     int rows[kMaxPosLevels];
-    for (int lv = 0; lv < kMaxPosLevels; ++lv)
-      ids[lv] = pos_[lv], dwpe[lv] = G(lay_.wpe[lv]), rows[lv] = c_.max_pos(lv) + 1;
-    K::embedding_backward(G(lay_.wte), dwpe, dx_, tok_, ids, L, R, C, V, rows);
+    for (int lv = 0; lv < kMaxPosLevels; ++lv) dwpe[lv] = G(lay_.wpe[lv]), rows[lv] = c_.max_pos(lv) + 1;
+    for (int k = 0; k <= kMaxPosLevels; ++k) readers[k] = readers_[k], starts[k] = starts_[k];
+    K::embedding_backward(G(lay_.wte), dwpe, dx_, readers, starts, L, C, V, rows);
   }
 };
 

@@ -27,11 +27,15 @@ constexpr int kMaxPosLevels = 3;
 // arrays of L device pointers (the CPU twin's signature). The arithmetic: kernels/src/embedding_rows.cuh.
 void embedding_forward(float* out, const std::uint8_t* tok, const std::int32_t* const* pos, int L, const float* wte,
                        const float* const* wpe, int R, int C);
-// dwte (V, C), dwpe[lv] (rows[lv], C) += scatter of dout (R, C). One thread per (table row, channel) sums
-// the rows that read it in row order, then adds that sum to the entry: bitwise the CPU twin's
-// (which adds row by row into the entry) when the gradients start at zero, as in training.
-void embedding_backward(float* dwte, float* const* dwpe, const float* dout, const std::uint8_t* tok,
-                        const std::int32_t* const* pos, int L, int R, int C, int V, const int* rows);
+// dwte (V, C), dwpe[lv] (rows[lv], C) += scatter of dout (R, C), through the readers of each table row:
+// readers and starts are host arrays of 1 + L device pointers, table k = 0 the token table, 1 + lv level
+// lv; readers[k] (R) the rows of dout grouped by the table row they read (increasing within a group),
+// starts[k] (table rows + 1) where each group starts (learn::PackedBatch::readers, reader_starts). One
+// thread per (table row, channel) sums its group's rows in row order, then adds that sum to the entry:
+// bitwise the CPU twin's (which adds row by row into the entry) when the gradients start at zero, as in
+// training.
+void embedding_backward(float* dwte, float* const* dwpe, const float* dout, const std::int32_t* const* readers,
+                        const std::int32_t* const* starts, int L, int C, int V, const int* rows);
 
 // out (n) = in rounded to bf16 (to nearest, ties to even: core's float_to_bf16, NaN aside), e.g. the
 // bf16 copies of the fp32 master weights; and the exact widening back.

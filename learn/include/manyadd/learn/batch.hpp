@@ -32,9 +32,27 @@ struct PackedBatch {
   std::vector<std::int32_t> targets;    // (R) next token on counted rows, -1 elsewhere
   std::int64_t real_tokens = 0;         // R
   std::int64_t counted_targets = 0;     // rows with target >= 0
+  // For the embedding's backward on a device (kernels' embedding_backward): table k (0 the token table
+  // with vocab rows, 1 + lv position level lv's table) row r is read by the rows readers[k][i],
+  // reader_starts[k][r] <= i < reader_starts[k][r + 1], in increasing order (group_rows).
+  std::vector<std::int32_t> readers[1 + kMaxPosLevels], reader_starts[1 + kMaxPosLevels];
   std::int64_t rows() const { return real_tokens; }
   int length(int b) const { return offsets[std::size_t(b) + 1] - offsets[std::size_t(b)]; }
 };
+
+// The rows 0..R-1 grouped by their value ids[t] in [0, values) (a stable counting sort): rows (R) holds
+// the rows of value 0, then of value 1, ..., each group in increasing order; starts (values + 1) where each
+// group starts. ids must lie in [0, values).
+template <class I>
+void group_rows(const I* ids, std::int64_t R, int values, std::vector<std::int32_t>& rows,
+                std::vector<std::int32_t>& starts) {
+  starts.assign(std::size_t(values) + 1, 0);
+  for (std::int64_t t = 0; t < R; ++t) ++starts[std::size_t(ids[t]) + 1];
+  for (int v = 0; v < values; ++v) starts[std::size_t(v) + 1] += starts[std::size_t(v)];
+  std::vector<std::int32_t> next(starts.begin(), starts.end() - 1);
+  rows.resize(std::size_t(R));
+  for (std::int64_t t = 0; t < R; ++t) rows[std::size_t(next[std::size_t(ids[t])]++)] = std::int32_t(t);
+}
 
 // Packs examples in order; validates every token and position ID against the model (InputError).
 PackedBatch pack_batch(const std::vector<Example>& exs, const ModelConfig& c);
