@@ -161,7 +161,8 @@ TEST(Pack, VarlenLayoutAndValidation) {
 // every position mode and 1 or 2 layers. Double precision: the only
 // differences are summation orders (GEMM blocking over R rows instead of T; gradients summed over the
 // whole batch instead of per sequence), i.e. relative ~1e-15; 1e-10 of each tensor's largest entry
-// leaves room for that while any wrong row, missed mask or leaked padding gives O(1) differences.
+// leaves room for that while any wrong row, missed mask or attention across a sequence boundary gives O(1)
+// differences.
 // The authors' architecture options (unscaled scores, T5 init, tied readout, final LayerNorm) run
 // through the same passes: checked too, coupled positions.
 TEST(PackedPipeline, EqualsPerSequenceForwardBackward) {
@@ -419,12 +420,13 @@ TEST(CpuDevice, RepeatsTheFormerCpuTrainerBitForBit) {
   EXPECT_EQ(fnv1a(tr.params()), 0x9d446ec6952c60eeull);
 }
 
-// CpuDevice (one sequence at a time, per-thread sums) and PackedCpuDevice (the whole padded batch in one
+// CpuDevice (one sequence at a time, per-thread sums) and PackedCpuDevice (the whole varlen batch in one
 // pass) train the same 20 steps from the same initial state. Their arithmetic differs only in summation
-// order (GEMMs over R = B T rows instead of T, one gradient sum over the batch instead of per sequence
-// and thread): ~1e-7 relative per step at equal weights (DevicePath above). Over 20 steps at lr 1e-2
-// that difference is carried along, not amplified: measured 6e-7 relative for the losses and 6e-7
-// absolute for the weights (printed), so 1e-5 for both leaves a 15x margin. A different batch, a wrong
+// order (GEMMs over the R rows of the batch instead of one sequence's, one gradient sum over the batch
+// instead of per sequence and thread): ~1e-7 relative per step at equal weights (DevicePath above). Over
+// 20 steps at lr 1e-2 that difference is carried along, not amplified: measured 7e-7 relative for the
+// losses and 5e-7 absolute for the weights (printed; 6e-7 and 6e-7 with the former padded batches), so
+// 1e-5 for both leaves a 14x margin. A different batch, a wrong
 // gradient or a missed pass moves the loss of the very next step by far more (DevicePath: another
 // step's batch is > 100x the tolerance away), and the weights by O(lr) = 1e-2.
 TEST(CpuDevice, TrainsLikeThePackedTwin) {

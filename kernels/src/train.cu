@@ -1,6 +1,8 @@
-// CUDA kernels of learned-model training: embedding, RMSNorm, LayerNorm, scale, GEGLU, residual,
-// causal attention (flash style: online softmax forward saving the row log-sum-exp, recomputing backward; its row
-// arithmetic is attention_rows.cuh; the embedding's, up to three position levels, embedding_rows.cuh), softmax cross-entropy on response rows, fixed-order reductions,
+// CUDA kernels of learned-model training on varlen packed batches (R real rows, the sequences at their
+// row offsets): embedding, RMSNorm, LayerNorm, scale, GEGLU, residual, causal attention per sequence
+// (flash style: online softmax forward saving the row log-sum-exp, recomputing backward; its row
+// arithmetic is attention_rows.cuh; the embedding's, up to three position levels, through each table
+// row's readers in backward, embedding_rows.cuh), softmax cross-entropy on response rows, fixed-order reductions,
 // AdamW, and the bf16 casts. fp32 throughout, with bf16 variants (templates on the I/O type: bf16
 // inputs widened exactly, fp32 math, bf16 outputs rounded once to nearest even). The matrix products
 // are cuBLAS calls in blas.cpp. See train.hpp for the contracts; each kernel's CPU twin is in

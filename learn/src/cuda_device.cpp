@@ -25,7 +25,7 @@
 // pinned staging buffers (two, alternating, each reused only after the copy from it has run) with
 // asynchronous copies, the loss sum and the gradient's sum of squares stay on the device in a slot per
 // step until take_results reads them (once per log line). Nothing in a step waits for the host: the
-// host samples and packs the next batch while the device computes. (Buffers grow, with cuda's implicit
+// host samples and packs the next batch (Trainer's packing thread) while the device computes. (Buffers grow, with cuda's implicit
 // synchronization, only when a batch holds more rows than every earlier one; they grow to 1/8 more
 // than asked, so a run of batches of similar size grows them a few times at its start.)
 //
