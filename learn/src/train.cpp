@@ -227,8 +227,9 @@ StepStats Trainer::step() {
 
 PackedBatch Trainer::batch_for_step(std::int64_t t) {
   if (ahead_.valid()) {
-    PackedBatch pb = ahead_.get();  // waits for the worker; rethrows what it threw
-    if (ahead_t_ == t) return pb;   // (another step's after a checkpoint was loaded: packed here instead)
+    if (ahead_t_ == t) return ahead_.get();  // waits for the worker; rethrows what it threw
+    ahead_.wait();  // another step's (a checkpoint was loaded since): dropped unread
+    ahead_ = {};
   }
   return packed_batch(t);
 }
