@@ -96,13 +96,19 @@ void BM_Gemm(benchmark::State& st) {
   st.counters["TFLOP/s"] = benchmark::Counter(flop * 1e-12, benchmark::Counter::kIsRate);
 }
 
-// range(0) NH, range(1) HS, range(2) 0 bf16 / 1 fp32, range(3) 0 forward / 1 backward; B = 400, T = 250.
+// range(0) NH, range(1) HS, range(2) 0 bf16 / 1 fp32, range(3) 0 forward / 1 backward; B = 400 sequences
+// of T = 250 rows each (the flash kernels' varlen layout with equal lengths: the shape BM_AttentionGemm
+// takes).
 void BM_Attention(benchmark::State& st) {
-  const int NH = int(st.range(0)), HS = int(st.range(1)), B = 400, T = 250;
+  const int NH = int(st.range(0)), HS = int(st.range(1)), B = 400, T = 250, R = B * T;
   const bool fp32 = st.range(2) != 0, backward = st.range(3) != 0;
   const std::size_t n = std::size_t(B) * T * NH * HS, nl = std::size_t(B) * NH * T;
   const float scale = 1.f;  // the authors' unscaled T5 attention (the time does not depend on it)
   kernels::DeviceBuffer<float> lse(nl), dsum(nl);
+  std::vector<std::int32_t> hoff(std::size_t(B) + 1);
+  for (int b = 0; b <= B; ++b) hoff[std::size_t(b)] = b * T;
+  kernels::DeviceBuffer<std::int32_t> off(hoff.size());
+  off.upload(hoff.data(), hoff.size());
   kernels::DeviceTimer timer;
   auto time_it = [&](auto&& fwd, auto&& bwd) {
     fwd();  // lse for the backward; warm-up
@@ -116,15 +122,15 @@ void BM_Attention(benchmark::State& st) {
   if (fp32) {
     auto x = device_values<float>(n, 3);  // q = k = v = dout: the time does not depend on the values
     kernels::DeviceBuffer<float> out(n), dq(n), dk(n), dv(n);
-    time_it([&] { kernels::train::attention_forward(out, lse, x, x, x, B, T, NH, HS, scale); },
-            [&] { kernels::train::attention_backward(dq, dk, dv, dsum, x, lse, x, x, x, B, T, NH, HS, scale); });
+    time_it([&] { kernels::train::attention_forward(out, lse, x, x, x, off, B, R, NH, HS, scale); },
+            [&] { kernels::train::attention_backward(dq, dk, dv, dsum, x, lse, x, x, x, off, B, R, NH, HS, scale); });
   } else {
     auto x = device_values<bf16>(n, 3);
     kernels::DeviceBuffer<bf16> out(n), dq(n), dk(n), dv(n);
-    time_it([&] { kernels::train::attention_forward(out.get(), lse, x.get(), x.get(), x.get(), B, T, NH, HS, scale); },
+    time_it([&] { kernels::train::attention_forward(out.get(), lse, x.get(), x.get(), x.get(), off, B, R, NH, HS, scale); },
             [&] {
               kernels::train::attention_backward(dq.get(), dk.get(), dv.get(), dsum, x.get(), lse, x.get(), x.get(),
-                                                 x.get(), B, T, NH, HS, scale);
+                                                 x.get(), off, B, R, NH, HS, scale);
             });
   }
   const double pairs = double(B) * NH * T * (T + 1) / 2;

@@ -1,7 +1,8 @@
 // CUDA training throughput of the learned transformer at the paper's recipe: optimizer steps (host
 // sampling + packing, asynchronous upload, forward, backward, norm, AdamW; the statistics read back once
 // per 10 steps, as run_training does once per log line) in fp32 and in bf16, as tokens/s (every real
-// input token of every sequence counts; padding does not), for the authors' architecture (T5 options,
+// input token of every sequence counts: the rows the device computes, batches being varlen; the PyTorch
+// twin counts the same tokens of its padded batches), for the authors' architecture (T5 options,
 // learn/configs/paper) at batch 400 on SA(10, 10):
 //   1L4H d_model 256 (Figure 12), 1L4H d_model 1024 and 2L2H d_model 1024 (d_head 512) (Figure 10).
 // Also the achieved fraction of the FLOP floor: 6 x parameters x tokens/s divided by the bf16 tensor-core

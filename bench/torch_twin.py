@@ -16,7 +16,8 @@ with global-norm clipping and the same warm-up + cosine schedule.
 
   torch_twin.py bench RUN BATCHES [--device cuda] [--steps N] [--warmup W] [--json FILE] [--ours FILE]
       Training throughput (tokens/s: real tokens of every sequence, padding excluded, as our trainer
-      counts) from RUN's model.safetensors over the batches in BATCHES (cycled: the first W warm up, the
+      counts; the twin computes the padded (B, T) batch, as the authors' trainer does, ours the real
+      tokens only: varlen) from RUN's model.safetensors over the batches in BATCHES (cycled: the first W warm up, the
       next N are timed), in four variants: eager and torch.compile (skipped with a message where torch
       has no torch.compile, e.g. Debian's 1.13), each in fp32 and under bf16 autocast (the authors'
       setting: torch.autocast(dtype=torch.bfloat16) around forward and loss, fp32 master weights), with

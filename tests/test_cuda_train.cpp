@@ -269,7 +269,7 @@ TEST(CudaTrainGpu, Coupled3MultiplicationMatchesPackedCpuTwin) {
 // for 300 steps scores 0 exact on every cell (measured on the CPU), so its counts alone would pass with
 // any predictions; the committed trained model (models/cpu-sa1010-1l4h-d64, 100% teacher-forced on these
 // cells on the CPU) makes the counts meaningful, and row by row the GPU's argmax must equal the packed
-// CPU twin's on every row whose top-2 logit gap exceeds fp32 order noise (mixed lengths: padding).
+// CPU twin's on every row whose top-2 logit gap exceeds fp32 order noise (mixed lengths, varlen rows).
 TEST(CudaTrainGpu, EvaluationMatchesCpu) {
   REQUIRE_DEVICE();
   {
@@ -318,8 +318,8 @@ TEST(CudaTrainGpu, EvaluationMatchesCpu) {
   const int V = lm.cfg.vocab;
   std::int64_t checked = 0, differ = 0;
   for (int b = 0; b < pb.B; ++b)
-    for (int t = 0; t < pb.lengths[std::size_t(b)]; ++t) {
-      const std::size_t row = std::size_t(b) * std::size_t(pb.T) + std::size_t(t);
+    for (int t = 0; t < pb.length(b); ++t) {
+      const std::size_t row = std::size_t(pb.offsets[std::size_t(b)]) + std::size_t(t);
       std::vector<float> z(acts.logits.begin() + std::ptrdiff_t(row * V), acts.logits.begin() + std::ptrdiff_t((row + 1) * V));
       std::partial_sort(z.begin(), z.begin() + 2, z.end(), std::greater<float>());
       if (z[0] - z[1] < 1e-3f * std::max(1.f, std::abs(z[0]))) continue;  // a near tie: either answer is right

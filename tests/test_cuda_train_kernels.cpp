@@ -104,6 +104,8 @@ struct EmbeddingCase {
   std::vector<std::int32_t> ids[K::kMaxPosLevels];
   std::vector<float> wte, wpe[K::kMaxPosLevels], dout;
   std::vector<float> out, dwte, dwpe[K::kMaxPosLevels];  // the twin's (layers.hpp), gradients from zero
+  // the backward's readers of each table row (k = 0 tokens, 1 + lv level lv), grouped as pack_batch does
+  std::vector<std::int32_t> readers[1 + K::kMaxPosLevels], starts[1 + K::kMaxPosLevels];
   explicit EmbeddingCase(int levels) : L(levels) {
     std::mt19937 g(1 + std::uint32_t(L));
     tok.resize(std::size_t(R));
@@ -124,6 +126,8 @@ struct EmbeddingCase {
     for (int lv = 0; lv < K::kMaxPosLevels; ++lv) pos[lv] = ids[lv].data(), w[lv] = wpe[lv].data(), dw[lv] = dwpe[lv].data();
     embedding_forward(out.data(), tok.data(), pos, L, wte.data(), w, R, C);
     embedding_backward(dwte.data(), dw, dout.data(), tok.data(), pos, L, R, C);
+    group_rows(tok.data(), R, V, readers[0], starts[0]);
+    for (int lv = 0; lv < K::kMaxPosLevels; ++lv) group_rows(ids[lv].data(), R, rows[lv], readers[1 + lv], starts[1 + lv]);
   }
 };
 
@@ -414,18 +418,30 @@ void check_geglu(const GegluIn& in, const GegluOut& o, Check& ck) {
 }
 
 // ---- attention (attention_rows.cuh: forward, pass 1 dq + dsum, pass 2 dk + dv) ---------------------------
+// B sequences of lengths len(b) packed without padding (the kernels' varlen layout, train.hpp): sequence b
+// in rows [off[b], off[b + 1]); T the longest. A uniform batch is lengths all T.
 struct AttIn {
   int B, T, NH, HS;
   float scale;
-  std::vector<float> q, k, v, dout;  // (B T, NH HS); bf16 values for bf16 I/O
+  std::vector<float> q, k, v, dout;  // (R, NH HS); bf16 values for bf16 I/O
+  std::vector<std::int32_t> off;     // (B + 1)
+  int R() const { return off.back(); }
+  int len(int b) const { return off[std::size_t(b) + 1] - off[std::size_t(b)]; }
 };
 // Scores scale q.k with standard deviation `spread` (q, k ~ N(0, sd^2): var = scale^2 HS sd^4).
-AttIn attention_inputs(int B, int T, int NH, int HS, float scale, double spread, bool bf16_io, std::uint32_t seed) {
-  const std::size_t n = std::size_t(B) * T * NH * HS;
+AttIn attention_inputs(const std::vector<int>& lengths, int NH, int HS, float scale, double spread, bool bf16_io,
+                       std::uint32_t seed) {
+  std::vector<std::int32_t> off(1, 0);
+  for (int l : lengths) off.push_back(off.back() + l);
+  const std::size_t n = std::size_t(off.back()) * NH * HS;
   const float sd = float(std::pow(spread * spread / (double(scale) * scale * HS), 0.25));
-  AttIn in{B, T, NH, HS, scale, randn(n, seed, sd), randn(n, seed + 1, sd), randn(n, seed + 2), randn(n, seed + 3)};
+  AttIn in{int(lengths.size()), *std::max_element(lengths.begin(), lengths.end()), NH, HS, scale,
+           randn(n, seed, sd), randn(n, seed + 1, sd), randn(n, seed + 2), randn(n, seed + 3), off};
   if (bf16_io) in.q = rounded(in.q), in.k = rounded(in.k), in.v = rounded(in.v), in.dout = rounded(in.dout);
   return in;
+}
+AttIn attention_inputs(int B, int T, int NH, int HS, float scale, double spread, bool bf16_io, std::uint32_t seed) {
+  return attention_inputs(std::vector<int>(std::size_t(B), T), NH, HS, scale, spread, bf16_io, seed);
 }
 struct AttOut {
   std::vector<float> out, lse, dq, dk, dv;
@@ -487,20 +503,21 @@ void replay_rows(const AttIn& in, std::vector<IO>& out, std::vector<float>& lse,
                  std::vector<IO>& dk, std::vector<IO>& dv) {
   const auto q = to_io<IO>(in.q), k = to_io<IO>(in.k), v = to_io<IO>(in.v), dout = to_io<IO>(in.dout);
   std::vector<float> dsum(lse.size());
-  const long long rows = (long long)in.B * in.NH * in.T;
+  const long long rows = (long long)in.NH * in.R();
+  auto row = [&](long long w) { return AR::row_of(w, in.off.data(), in.B, in.NH, in.HS); };
   for (long long w = 0; w < rows; ++w)
-    AR::forward_warp<NPL>(HostWarp{}, out.data(), lse.data(), q.data(), k.data(), v.data(), in.T, in.NH, in.HS,
-                          in.scale, w);
+    AR::forward_warp<NPL>(HostWarp{}, out.data(), lse.data(), q.data(), k.data(), v.data(), row(w), in.NH, in.HS,
+                          in.scale);
   for (long long w = 0; w < rows; ++w)
-    AR::dq_warp<NPL>(HostWarp{}, dq.data(), dsum.data(), dout.data(), lse.data(), q.data(), k.data(), v.data(), in.T,
-                     in.NH, in.HS, in.scale, w);
+    AR::dq_warp<NPL>(HostWarp{}, dq.data(), dsum.data(), dout.data(), lse.data(), q.data(), k.data(), v.data(), row(w),
+                     in.NH, in.HS, in.scale);
   for (long long w = 0; w < rows; ++w)
     AR::dkv_warp<NPL>(HostWarp{}, dk.data(), dv.data(), dout.data(), lse.data(), dsum.data(), q.data(), k.data(),
-                      v.data(), in.T, in.NH, in.HS, in.scale, w);
+                      v.data(), row(w), in.NH, in.HS, in.scale);
 }
 template <class IO>
 AttOut attention_replay(const AttIn& in) {
-  const std::size_t n = in.q.size(), nl = std::size_t(in.B) * in.NH * in.T;
+  const std::size_t n = in.q.size(), nl = std::size_t(in.NH) * std::size_t(in.R());
   std::vector<IO> out(n), dq(n), dk(n), dv(n);
   std::vector<float> lse(nl);
   switch (AR::dims_per_lane(in.HS)) {
@@ -549,9 +566,15 @@ struct HostEngine {
   }
 };
 AttOut attention_gemm_replay(const AttIn& in, bool flip_first_transpose = false) {
+  if (in.R() != in.B * in.T) throw std::logic_error("the tensor-core path takes uniform batches only");
   const std::size_t n = in.q.size(), nl = std::size_t(in.B) * in.NH * in.T,
                     ns = nl * std::size_t(AG::padded_T(in.T));
-  const auto q = to_io<bf16>(in.q), k = to_io<bf16>(in.k), v = to_io<bf16>(in.v), g = to_io<bf16>(in.dout);
+  const auto q = to_io<bf16>(in.q), v = to_io<bf16>(in.v), g = to_io<bf16>(in.dout);
+  auto k = to_io<bf16>(in.k);
+  // The control's first GEMM reads k (its A) the other way: element r + t D of the last sequence's block,
+  // up to T + HS D past its start, beyond the buffer when HS > T. Zeros there keep the misread defined
+  // (it read past the end before: undefined values, sometimes NaN).
+  if (flip_first_transpose) k.resize(k.size() + std::size_t(in.HS) * std::size_t(in.NH * in.HS) + std::size_t(in.T), bf16{0});
   std::vector<bf16> out(n), dq(n), dk(n), dv(n), P(ns), dS(ns);
   std::vector<float> lse(nl), S(ns), dP(ns);
   HostEngine e{flip_first_transpose};
@@ -588,15 +611,18 @@ AttOut attention_gemm_replay(const AttIn& in, bool flip_first_transpose = false)
 //  Each doubled.
 enum class AttPath { Flash, Gemm };
 void check_attention(const AttIn& in, const AttOut& o, bool bf16_out, Check& ck, AttPath path = AttPath::Flash) {
-  const int B = in.B, T = in.T, NH = in.NH, HS = in.HS, D = NH * HS;
+  const int B = in.B, NH = in.NH, HS = in.HS, D = NH * HS;
   const bool gemm = path == AttPath::Gemm;
-  const double sc = in.scale, pre = sc * std::sqrt(double(HS)), u = kU, us = gemm ? kUTc : kU, TT = T;
+  const double sc = in.scale, pre = sc * std::sqrt(double(HS)), u = kU, us = gemm ? kUTc : kU;
   const std::size_t n = in.q.size();
-  std::vector<double> out(n), dq(n, 0.0), dk(n, 0.0), dv(n, 0.0), lse(std::size_t(B) * NH * T);
+  std::vector<double> out(n), dq(n, 0.0), dk(n, 0.0), dv(n, 0.0), lse(std::size_t(NH) * std::size_t(in.R()));
   std::vector<double> tout(n, 0.0), tdq(n, 0.0), tdk(n, 0.0), tdv(n, 0.0), tlse(lse.size());
-  std::vector<double> att(std::size_t(NH) * T * T), scratch(std::size_t(T) * T);
-  for (int b = 0; b < B; ++b) {
-    const std::size_t o0 = std::size_t(b) * T * D, TD = std::size_t(T) * D;
+  std::vector<double> att(std::size_t(NH) * in.T * in.T), scratch(std::size_t(in.T) * in.T);
+  for (int b = 0; b < B; ++b) {  // sequence b: its own rows, its own length
+    const int T = in.len(b);
+    const double TT = T;
+    const std::size_t o0 = std::size_t(in.off[std::size_t(b)]) * D, TD = std::size_t(T) * D,
+                      l0 = std::size_t(NH) * std::size_t(in.off[std::size_t(b)]);
     auto qs = slice(in.q, o0, TD);
     for (auto& x : qs) x *= pre;
     const auto ks = slice(in.k, o0, TD), vs = slice(in.v, o0, TD), gs = slice(in.dout, o0, TD);
@@ -632,8 +658,8 @@ void check_attention(const AttIn& in, const AttOut& o, bool bf16_out, Check& ck,
         const double L = smax + std::log(l), range = smax - smin;
         eps[std::size_t(i)] = esmax + (range + 2 * TT + 5) * u;
         const double dlse = eps[std::size_t(i)] + u * (std::abs(L) + 2 * std::log(TT + 1) + 1);
-        lse[(std::size_t(b) * NH + h) * T + i] = L;
-        tlse[(std::size_t(b) * NH + h) * T + i] = 2 * dlse;
+        lse[l0 + std::size_t(h) * T + i] = L;
+        tlse[l0 + std::size_t(h) * T + i] = 2 * dlse;
         ep[std::size_t(i)] = esmax + dlse + (5 + range + std::log(TT + 1)) * u;
         double Di = 0, dDi = 0;
         for (int j = 0; j <= i; ++j) {
@@ -738,7 +764,7 @@ GegluOut geglu_gpu(const GegluIn& in, bool dg_bf16) {
 // must take the element-by-element loads).
 template <class IO>
 AttOut attention_gpu(const AttIn& in, std::size_t offset = 0) {
-  const std::size_t n = in.q.size(), nl = std::size_t(in.B) * in.NH * in.T;
+  const std::size_t n = in.q.size(), nl = std::size_t(in.NH) * std::size_t(in.R());
   auto padded = [&](const std::vector<float>& v) {
     std::vector<IO> o(offset + v.size(), round_to<IO>(0.f));
     const auto io = to_io<IO>(v);
@@ -752,10 +778,11 @@ AttOut attention_gpu(const AttIn& in, std::size_t offset = 0) {
   Dev<IO> q(padded(in.q)), k(padded(in.k)), v(padded(in.v)), g(padded(in.dout)), out(offset + n), dq(offset + n),
       dk(offset + n), dv(offset + n);
   Dev<float> lse(nl), scr(nl);
+  Dev<std::int32_t> off(in.off);
   const std::size_t f = offset;
-  K::attention_forward(out.p + f, lse.p, q.p + f, k.p + f, v.p + f, in.B, in.T, in.NH, in.HS, in.scale);
-  K::attention_backward(dq.p + f, dk.p + f, dv.p + f, scr.p, g.p + f, lse.p, q.p + f, k.p + f, v.p + f, in.B, in.T,
-                        in.NH, in.HS, in.scale);
+  K::attention_forward(out.p + f, lse.p, q.p + f, k.p + f, v.p + f, off.p, in.B, in.R(), in.NH, in.HS, in.scale);
+  K::attention_backward(dq.p + f, dk.p + f, dv.p + f, scr.p, g.p + f, lse.p, q.p + f, k.p + f, v.p + f, off.p, in.B,
+                        in.R(), in.NH, in.HS, in.scale);
   return {tail(out), lse.get(), tail(dq), tail(dk), tail(dv)};
 }
 AttOut attention_gemm_gpu(kernels::Blas& blas, const AttIn& in) {
@@ -785,15 +812,19 @@ TEST(CudaKernelsGpu, EmbeddingIsBitwiseTheCpu) {
     const EmbeddingCase e(L);
     Dev<std::uint8_t> dtok(e.tok);
     Dev<float> dwte(e.wte), ddout(e.dout), out(e.out.size()), gte(e.wte.size());
-    std::vector<Dev<std::int32_t>> dids;
+    std::vector<Dev<std::int32_t>> dids, drd, dst;
     std::vector<Dev<float>> dwpe, gpe;
     for (int lv = 0; lv < L; ++lv) dids.emplace_back(e.ids[lv]), dwpe.emplace_back(e.wpe[lv]), gpe.emplace_back(e.wpe[lv].size());
+    for (int k = 0; k <= L; ++k) drd.emplace_back(e.readers[k]), dst.emplace_back(e.starts[k]);
     const std::int32_t* pos[K::kMaxPosLevels] = {};
+    const std::int32_t* rd[1 + K::kMaxPosLevels] = {};
+    const std::int32_t* st[1 + K::kMaxPosLevels] = {};
     const float* wpe[K::kMaxPosLevels] = {};
     float* dw[K::kMaxPosLevels] = {};
     for (int lv = 0; lv < L; ++lv) pos[lv] = dids[lv].p, wpe[lv] = dwpe[lv].p, dw[lv] = gpe[lv].p;
+    for (int k = 0; k <= L; ++k) rd[k] = drd[std::size_t(k)].p, st[k] = dst[std::size_t(k)].p;
     K::embedding_forward(out.p, dtok.p, pos, L, dwte.p, wpe, e.R, e.C);
-    K::embedding_backward(gte.p, dw, ddout.p, dtok.p, pos, L, e.R, e.C, e.V, e.rows);
+    K::embedding_backward(gte.p, dw, ddout.p, rd, st, L, e.C, e.V, e.rows);
     EXPECT_EQ(out.get(), e.out);
     EXPECT_EQ(gte.get(), e.dwte);
     for (int lv = 0; lv < L; ++lv) EXPECT_EQ(gpe[lv].get(), e.dwpe[lv]) << "level " << lv;
@@ -844,30 +875,38 @@ TEST(CudaKernelsGpu, GegluAndResidualMatchCpu) {
   EXPECT_LT(rel_err(dSum.get(), sum), 2e-6);
 }
 
-// Attention over B padded sequences of T rows, through the fp32 signatures without a scale (1 / sqrt(HS)):
-// the GPU uses an online softmax (running max, rescaled sums) and warp-tree dot products, the CPU a
-// two-pass softmax and Eigen products; both sum <= T = 200 terms per row, so the outputs differ by ~T eps
-// ~ 1e-5 relative in the worst case; 1e-4 relative to the largest entry. The backward subtracts nearly
-// equal terms (dP - D) and sums T of them twice: 3e-4. Head widths 8, 64, 96, 128 (NPL 1, 2, 4, 4; the
-// derived per-element bounds of Bf16AttentionMatchesCpu cover every width up to 512 in fp32 too).
+// Attention over varlen sequences (lengths 200, 37, 1, 120 packed without padding), fp32, scale
+// 1 / sqrt(HS), against layers.hpp per sequence on its own rows: the GPU uses an online softmax (running
+// max, rescaled sums) and warp-tree dot products, the CPU a two-pass softmax and Eigen products; both
+// sum <= T = 200 terms per row, so the outputs differ by ~T eps ~ 1e-5 relative in the worst case; 1e-4
+// relative to the largest entry. The backward subtracts nearly equal terms (dP - D) and sums T of them
+// twice: 3e-4. A row attending across a sequence boundary, or a wrong sequence of a warp, gives O(1).
+// Head widths 8, 64, 96, 128 (NPL 1, 2, 4, 4; the derived per-element bounds of Bf16AttentionMatchesCpu
+// cover every width up to 512 in fp32 too).
 TEST(CudaKernelsGpu, AttentionForwardBackwardMatchCpu) {
   REQUIRE_DEVICE();
+  const std::vector<std::int32_t> off = {0, 200, 237, 238, 358};
+  const int B = 4, R = off.back(), NH = 2;
   for (int HS : {8, 64, 96, 128}) {
     SCOPED_TRACE("d_head " + std::to_string(HS));
-    const int B = 3, T = 200, NH = 2, D = NH * HS;
-    const std::size_t n = std::size_t(B) * T * D;
+    const int D = NH * HS;
+    const std::size_t n = std::size_t(R) * D;
     const auto q = randn(n, 12, 0.3f), k = randn(n, 13, 0.3f), v = randn(n, 14), dout = randn(n, 15);
-    std::vector<float> out(n), att(std::size_t(NH) * T * T), dq(n, 0.f), dk(n, 0.f), dv(n, 0.f), scratch(std::size_t(T) * T);
+    const float scale = 1.f / std::sqrt(float(HS));
+    std::vector<float> out(n), att(std::size_t(NH) * 200 * 200), dq(n, 0.f), dk(n, 0.f), dv(n, 0.f),
+        scratch(std::size_t(200) * 200);
     for (int b = 0; b < B; ++b) {
-      const std::size_t o = std::size_t(b) * T * D;
-      attention_forward(out.data() + o, att.data(), q.data() + o, k.data() + o, v.data() + o, T, T, NH, HS);
+      const std::size_t o = std::size_t(off[std::size_t(b)]) * D;
+      const int T = off[std::size_t(b) + 1] - off[std::size_t(b)];
+      attention_forward(out.data() + o, att.data(), q.data() + o, k.data() + o, v.data() + o, T, T, NH, HS, scale);
       attention_backward(dq.data() + o, dk.data() + o, dv.data() + o, scratch.data(), dout.data() + o, att.data(),
-                         q.data() + o, k.data() + o, v.data() + o, T, NH, HS);
+                         q.data() + o, k.data() + o, v.data() + o, T, NH, HS, scale);
     }
-    Dev<float> dQ(q), dK(k), dV(v), dDo(dout), dOut(n), lse(std::size_t(B) * NH * T), gq(n), gk(n), gv(n),
-        scr(std::size_t(B) * NH * T);
-    K::attention_forward(dOut.p, lse.p, dQ.p, dK.p, dV.p, B, T, NH, HS);
-    K::attention_backward(gq.p, gk.p, gv.p, scr.p, dDo.p, dOut.p, lse.p, dQ.p, dK.p, dV.p, B, T, NH, HS);
+    Dev<float> dQ(q), dK(k), dV(v), dDo(dout), dOut(n), lse(std::size_t(NH) * R), gq(n), gk(n), gv(n),
+        scr(std::size_t(NH) * R);
+    Dev<std::int32_t> dOff(off);
+    K::attention_forward(dOut.p, lse.p, dQ.p, dK.p, dV.p, dOff.p, B, R, NH, HS, scale);
+    K::attention_backward(gq.p, gk.p, gv.p, scr.p, dDo.p, lse.p, dQ.p, dK.p, dV.p, dOff.p, B, R, NH, HS, scale);
     EXPECT_LT(rel_err(dOut.get(), out), 1e-4);
     EXPECT_LT(rel_err(gq.get(), dq), 3e-4);
     EXPECT_LT(rel_err(gk.get(), dk), 3e-4);
@@ -1074,7 +1113,8 @@ TEST(CudaKernelsGpu, Bf16GegluMatchesCpu) {
 }
 
 // Attention, bf16 and fp32 I/O, every head width class (NPL 1 .. 16; the 16-byte loads at HS = 64 .. 512,
-// element loads at 16, 96, 200), T in {1, 7, 33, 250}, B in {1, 3}, both scales (1: T5; 1/sqrt(HS)).
+// element loads at 16, 96, 200), T in {1, 7, 33, 250}, B in {1, 3}, both scales (1: T5; 1/sqrt(HS)); and
+// varlen batches (lengths 33, 1, 250, 7, 2 packed without padding: a row sees only its own sequence).
 TEST(CudaKernelsGpu, Bf16AttentionMatchesCpu) {
   REQUIRE_DEVICE();
   Check ck16, ck32;
@@ -1096,6 +1136,14 @@ TEST(CudaKernelsGpu, Bf16AttentionMatchesCpu) {
   check_attention(sharp, attention_gpu<bf16>(sharp), true, ck16);
   const auto mis = attention_inputs(1, 33, 2, 64, 1.f, 2.0, true, 91);
   check_attention(mis, attention_gpu<bf16>(mis, 1), true, ck16);
+  for (int HS : {16, 64, 200, 512}) {
+    SCOPED_TRACE("varlen HS " + std::to_string(HS));
+    const std::vector<int> lengths = {33, 1, 250, 7, 2};
+    const auto v16 = attention_inputs(lengths, 4, HS, 1.f, 2.0, true, seed);
+    check_attention(v16, attention_gpu<bf16>(v16), true, ck16);
+    const auto v32 = attention_inputs(lengths, 4, HS, float(1 / std::sqrt(double(HS))), 2.0, false, seed++);
+    check_attention(v32, attention_gpu<float>(v32), false, ck32);
+  }
   ck16.expect_ok("bf16 attention");
   ck32.expect_ok("fp32 attention (derived bounds)");
 }
@@ -1132,19 +1180,21 @@ TEST(CudaEmbeddingReplay, IsBitwiseTheCpuTwinAtEveryLevelCount) {
                    std::vector<float> (&dwpe)[K::kMaxPosLevels]) {
     ER::Levels<const float> f;
     ER::Levels<float> b;
+    ER::Readers rd;
     f.n = b.n = L;
     for (int lv = 0; lv < L; ++lv) {
       dwpe[lv].assign(e.wpe[lv].size(), 0.f);
       f.ids[lv] = b.ids[lv] = e.ids[lv].data(), f.rows[lv] = b.rows[lv] = e.rows[lv];
       f.table[lv] = e.wpe[lv].data(), b.table[lv] = dwpe[lv].data();
     }
+    for (int k = 0; k <= L; ++k) rd.rows[k] = e.readers[k].data(), rd.starts[k] = e.starts[k].data();
     out.assign(std::size_t(e.R) * e.C, 0.f), dwte.assign(e.wte.size(), 0.f);
     for (long long i = 0; i < (long long)e.R * e.C; ++i)
       out[std::size_t(i)] = ER::forward_entry(e.tok.data(), e.wte.data(), f, i / e.C, int(i % e.C), e.C);
     const int grid = ER::backward_rows(e.V, b);
     for (int row = 0; row < grid; ++row)
       for (int c = 0; c < e.C; ++c)
-        ER::backward_entry(dwte.data(), b, e.dout.data(), e.tok.data(), row, c, e.R, e.C, e.V);
+        ER::backward_entry(dwte.data(), b, rd, e.dout.data(), row, c, e.C, e.V);
     return grid;
   };
   for (int L = 0; L <= K::kMaxPosLevels; ++L) {
@@ -1185,11 +1235,20 @@ TEST(CudaAttentionReplay, MatchesTheReference) {
     }
   const auto longer = attention_inputs(1, 250, 1, 64, 1.f, 8.0, true, 120);  // long rows, sharp softmax
   check_attention(longer, attention_replay<bf16>(longer), true, ck16);
+  for (int HS : {16, 96, 512}) {  // varlen: sequences of different lengths packed without padding
+    SCOPED_TRACE("varlen HS " + std::to_string(HS));
+    const std::vector<int> lengths = {7, 1, 33, 2, 12};
+    const auto v16 = attention_inputs(lengths, 3, HS, 1.f, 2.0, true, seed);
+    check_attention(v16, attention_replay<bf16>(v16), true, ck16);
+    const auto v32 = attention_inputs(lengths, 3, HS, float(1 / std::sqrt(double(HS))), 2.0, false, seed++);
+    check_attention(v32, attention_replay<float>(v32), false, ck32);
+  }
   ck16.expect_ok("replayed bf16 attention");
   ck32.expect_ok("replayed fp32 attention");
 }
 
-// The replay is sensitive: a 0.1% error in the scale, or one output moved by 2 bf16 ulps, fails the bounds.
+// The replay is sensitive: a 0.1% error in the scale, one output moved by 2 bf16 ulps, or rows that
+// attend across a sequence boundary (two varlen sequences replayed as one) fail the bounds.
 TEST(CudaAttentionReplay, BoundsRejectWrongResults) {
   const auto in = attention_inputs(1, 33, 2, 64, 1.f, 2.0, true, 130);
   AttIn off = in;
@@ -1202,6 +1261,15 @@ TEST(CudaAttentionReplay, BoundsRejectWrongResults) {
   Check moved;
   check_attention(in, o, true, moved);
   EXPECT_EQ(moved.bad, 1u);
+  const auto two = attention_inputs(std::vector<int>{20, 13}, 2, 64, 1.f, 2.0, true, 131);
+  AttIn merged = two;
+  merged.off = {0, 33}, merged.B = 1, merged.T = 33;
+  Check leaked;
+  check_attention(two, attention_replay<bf16>(merged), true, leaked);
+  EXPECT_GT(leaked.bad, 0u);
+  Check right;
+  check_attention(two, attention_replay<bf16>(two), true, right);
+  EXPECT_EQ(right.bad, 0u);
 }
 
 // The tensor-core path's steps (every GEMM's transposes, leading dimensions, strides, offsets) and row

@@ -6,9 +6,12 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -56,48 +59,78 @@ double max_abs(const std::vector<double>& v) {
 using fixtures::scratch;
 }  // namespace
 
-TEST(Pack, LayoutPaddingAndValidation) {
+// The varlen layout: the real tokens of every sequence concatenated in batch order, offsets marking where
+// each starts, no padding; padded_rows rebuilds the padded (B, T) layout of the PyTorch twin.
+TEST(Pack, VarlenLayoutAndValidation) {
   const ModelConfig c = small_model(PosMode::coupled, 1);
   const auto exs = mixed_examples(c, 7, 3);
   const PackedBatch pb = pack_batch(exs, c);
-  int longest = 0;
+  int longest = 0, shortest = 1 << 30;
   std::int64_t tokens = 0, targets = 0;
   for (auto& e : exs) {
-    longest = std::max(longest, e.T());
+    longest = std::max(longest, e.T()), shortest = std::min(shortest, e.T());
     tokens += e.T();
     for (auto t : e.targets) targets += t >= 0;
   }
+  ASSERT_LT(shortest, longest) << "the test batch should mix lengths";
   ASSERT_EQ(pb.B, 7);
   ASSERT_EQ(pb.T, longest);
+  ASSERT_EQ(pb.offsets.size(), 8u);
+  EXPECT_EQ(pb.offsets[0], 0);
   EXPECT_EQ(pb.real_tokens, tokens);
+  EXPECT_EQ(pb.rows(), tokens);
   EXPECT_EQ(pb.counted_targets, targets);
-  bool some_padding = false;
+  ASSERT_EQ(pb.tokens.size(), std::size_t(tokens));
+  ASSERT_EQ(pb.targets.size(), std::size_t(tokens));
+  ASSERT_EQ(pb.pos[1].size(), std::size_t(tokens));
+  EXPECT_TRUE(pb.pos[2].empty());
   for (int b = 0; b < pb.B; ++b) {
     const auto& e = exs[std::size_t(b)];
-    EXPECT_EQ(pb.lengths[std::size_t(b)], e.T());
-    for (int t = 0; t < pb.T; ++t) {
-      const std::size_t i = std::size_t(b) * std::size_t(pb.T) + std::size_t(t);
-      if (t < e.T()) {
-        EXPECT_EQ(pb.tokens[i], e.tokens[std::size_t(t)]);
-        EXPECT_EQ(pb.targets[i], e.targets[std::size_t(t)]);
-        EXPECT_EQ(pb.pos[0][i], e.pos[0][std::size_t(t)]);
-        EXPECT_EQ(pb.pos[1][i], e.pos[1][std::size_t(t)]);
-      } else {
-        some_padding = true;
-        EXPECT_EQ(pb.tokens[i], 0);
-        EXPECT_EQ(pb.targets[i], -1);
-        EXPECT_EQ(pb.pos[0][i], 0);
-      }
+    ASSERT_EQ(pb.length(b), e.T());
+    for (int t = 0; t < e.T(); ++t) {
+      const std::size_t i = std::size_t(pb.offsets[std::size_t(b)]) + std::size_t(t);
+      EXPECT_EQ(pb.tokens[i], e.tokens[std::size_t(t)]);
+      EXPECT_EQ(pb.targets[i], e.targets[std::size_t(t)]);
+      EXPECT_EQ(pb.pos[0][i], e.pos[0][std::size_t(t)]);
+      EXPECT_EQ(pb.pos[1][i], e.pos[1][std::size_t(t)]);
     }
   }
-  EXPECT_TRUE(some_padding) << "the test batch should mix lengths";
-  // unpack_rows drops the padding and keeps each sequence's rows in order.
+  // The embedding's readers: every row once, under the table row it reads, increasing within a group.
+  for (int k = 0; k < 3; ++k) {
+    const auto& rd = pb.readers[k];
+    const auto& st = pb.reader_starts[k];
+    const int rows = k == 0 ? c.vocab : c.max_pos(k - 1) + 1;
+    ASSERT_EQ(st.size(), std::size_t(rows) + 1) << k;
+    ASSERT_EQ(rd.size(), std::size_t(tokens)) << k;
+    EXPECT_EQ(st[0], 0);
+    EXPECT_EQ(st.back(), tokens);
+    std::vector<int> seen(std::size_t(tokens), 0);
+    for (int r = 0; r < rows; ++r)
+      for (int i = st[std::size_t(r)]; i < st[std::size_t(r) + 1]; ++i) {
+        const auto t = std::size_t(rd[std::size_t(i)]);
+        ++seen[t];
+        EXPECT_EQ(k == 0 ? int(pb.tokens[t]) : pb.pos[k - 1][t], r) << k;
+        if (i > st[std::size_t(r)]) {
+          EXPECT_LT(rd[std::size_t(i) - 1], rd[std::size_t(i)]) << k;
+        }
+      }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), tokens) << k;
+  }
+  EXPECT_TRUE(pb.readers[3].empty());
+  // unpack_rows gives each sequence's rows in order; padded_rows puts them at b T and fills the rest.
   std::vector<float> x(std::size_t(pb.rows()) * 3);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(i);
   const auto rows = unpack_rows(pb, x.data(), 3);
+  const auto pad = padded_rows<float>(pb, x.data(), 3, -1.f);
+  ASSERT_EQ(pad.size(), std::size_t(pb.B) * std::size_t(pb.T) * 3);
   for (int b = 0; b < pb.B; ++b) {
     ASSERT_EQ(rows[std::size_t(b)].size(), std::size_t(exs[std::size_t(b)].T()) * 3);
-    EXPECT_EQ(rows[std::size_t(b)][0], float(std::int64_t(b) * pb.T * 3));
+    EXPECT_EQ(rows[std::size_t(b)][0], float(std::int64_t(pb.offsets[std::size_t(b)]) * 3));
+    for (int t = 0; t < pb.T; ++t)
+      for (int k = 0; k < 3; ++k) {
+        const float want = t < pb.length(b) ? x[std::size_t((pb.offsets[std::size_t(b)] + t) * 3 + k)] : -1.f;
+        EXPECT_EQ(pad[(std::size_t(b) * std::size_t(pb.T) + std::size_t(t)) * 3 + std::size_t(k)], want);
+      }
   }
   // Bad input is an InputError, never a silent clamp.
   auto bad = exs;
@@ -106,7 +139,21 @@ TEST(Pack, LayoutPaddingAndValidation) {
   bad = exs;
   bad[1].tokens[0] = std::uint8_t(c.vocab);
   EXPECT_THROW(pack_batch(bad, c), InputError);
+  bad = exs;
+  bad[1] = Example{};
+  EXPECT_THROW(pack_batch(bad, c), InputError);
   EXPECT_THROW(pack_batch({}, c), InputError);
+  // model_forward refuses offsets that do not describe sequences of 1..T rows from row 0.
+  const Layout lay = Layout::make(c);
+  const auto P = init_params<float>(c, lay, 1);
+  Acts<float> a;
+  for (int which = 0; which < 3; ++which) {
+    PackedBatch wrong = pb;
+    if (which == 0) wrong.offsets[0] = 1;
+    if (which == 1) wrong.offsets[2] = wrong.offsets[1];  // an empty sequence
+    if (which == 2) wrong.T = shortest;                   // a sequence longer than T
+    EXPECT_THROW(model_forward(a, ModelView<float>{c, lay, P.data()}, batch_of(wrong)), InputError) << which;
+  }
 }
 
 // The forward/backward on a packed batch (what the CUDA device and its CPU twin run) equals the same
@@ -114,7 +161,8 @@ TEST(Pack, LayoutPaddingAndValidation) {
 // every position mode and 1 or 2 layers. Double precision: the only
 // differences are summation orders (GEMM blocking over R rows instead of T; gradients summed over the
 // whole batch instead of per sequence), i.e. relative ~1e-15; 1e-10 of each tensor's largest entry
-// leaves room for that while any wrong row, missed mask or leaked padding gives O(1) differences.
+// leaves room for that while any wrong row, missed mask or attention across a sequence boundary gives O(1)
+// differences.
 // The authors' architecture options (unscaled scores, T5 init, tied readout, final LayerNorm) run
 // through the same passes: checked too, coupled positions.
 TEST(PackedPipeline, EqualsPerSequenceForwardBackward) {
@@ -156,12 +204,11 @@ TEST(PackedPipeline, EqualsPerSequenceForwardBackward) {
       model_backward(G.data(), pg, pa, model, batch_of(pb), scale);
       EXPECT_NEAR(loss, loss_ref, 1e-10 * std::abs(loss_ref));
       for (int b = 0; b < pb.B; ++b) {
-        const int T = pb.lengths[std::size_t(b)];
-        const double* z = pa.logits.data() + std::int64_t(b) * pb.T * c.vocab;
+        const int T = pb.length(b);
+        const double* z = pa.logits.data() + std::int64_t(pb.offsets[std::size_t(b)]) * c.vocab;
         const double ref_max = max_abs(logits_ref[std::size_t(b)]);
         for (int i = 0; i < T * c.vocab; ++i)
           ASSERT_NEAR(z[i], logits_ref[std::size_t(b)][std::size_t(i)], 1e-10 * ref_max) << "seq " << b << " entry " << i;
-        for (int t = T; t < pb.T; ++t) EXPECT_EQ(pa.losses[std::size_t(std::int64_t(b) * pb.T + t)], 0.0);
       }
       for (const auto& ts : lay.tensors) {
         std::vector<double> ref(Gref.begin() + ts.offset, Gref.begin() + ts.offset + ts.size);
@@ -373,12 +420,13 @@ TEST(CpuDevice, RepeatsTheFormerCpuTrainerBitForBit) {
   EXPECT_EQ(fnv1a(tr.params()), 0x9d446ec6952c60eeull);
 }
 
-// CpuDevice (one sequence at a time, per-thread sums) and PackedCpuDevice (the whole padded batch in one
+// CpuDevice (one sequence at a time, per-thread sums) and PackedCpuDevice (the whole varlen batch in one
 // pass) train the same 20 steps from the same initial state. Their arithmetic differs only in summation
-// order (GEMMs over R = B T rows instead of T, one gradient sum over the batch instead of per sequence
-// and thread): ~1e-7 relative per step at equal weights (DevicePath above). Over 20 steps at lr 1e-2
-// that difference is carried along, not amplified: measured 6e-7 relative for the losses and 6e-7
-// absolute for the weights (printed), so 1e-5 for both leaves a 15x margin. A different batch, a wrong
+// order (GEMMs over the R rows of the batch instead of one sequence's, one gradient sum over the batch
+// instead of per sequence and thread): ~1e-7 relative per step at equal weights (DevicePath above). Over
+// 20 steps at lr 1e-2 that difference is carried along, not amplified: measured 7e-7 relative for the
+// losses and 5e-7 absolute for the weights (printed; 6e-7 and 6e-7 with the former padded batches), so
+// 1e-5 for both leaves a 14x margin. A different batch, a wrong
 // gradient or a missed pass moves the loss of the very next step by far more (DevicePath: another
 // step's batch is > 100x the tolerance away), and the weights by O(lr) = 1e-2.
 TEST(CpuDevice, TrainsLikeThePackedTwin) {
@@ -456,4 +504,95 @@ TEST(DevicePath, ResumeIsBitIdenticalAndEvalMatches) {
   }
   std::filesystem::remove_all(a);
   std::filesystem::remove_all(b);
+}
+
+namespace {
+// A device that records a fingerprint of every batch it trains on (then trains on it with the packed CPU
+// twin), taking a random 0-3 ms first: the packing thread then finishes sometimes before, sometimes
+// after the step that waits for it.
+std::uint64_t fingerprint(const PackedBatch& pb) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  auto mixin = [&](const void* p, std::size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  };
+  mixin(pb.offsets.data(), pb.offsets.size() * 4);
+  mixin(pb.tokens.data(), pb.tokens.size());
+  mixin(pb.targets.data(), pb.targets.size() * 4);
+  for (const auto& p : pb.pos) mixin(p.data(), p.size() * 4);
+  return h;
+}
+class RecordingDevice final : public TrainDevice {
+ public:
+  RecordingDevice(const ModelConfig& c, std::uint64_t seed) : inner_(make_packed_cpu_device(c)), rng_(seed) {}
+  std::string name() const override { return "recording"; }
+  Precision precision() const override { return inner_->precision(); }
+  void set_state(const std::vector<float>& p, const std::vector<float>& m, const std::vector<float>& v) override {
+    inner_->set_state(p, m, v);
+  }
+  void get_state(std::vector<float>& p, std::vector<float>& m, std::vector<float>& v) override {
+    inner_->get_state(p, m, v);
+  }
+  StepResult step(const PackedBatch& pb, float s, const TrainConfig& tc, std::int64_t t) override {
+    std::this_thread::sleep_for(std::chrono::microseconds(rng_.uniform(0, 3000)));
+    seen.emplace_back(t, fingerprint(pb));
+    return inner_->step(pb, s, tc, t);
+  }
+  double gradient(const PackedBatch& pb, float s, std::vector<float>& g) override { return inner_->gradient(pb, s, g); }
+  void predict(const PackedBatch& pb, std::vector<std::uint8_t>& a) override { inner_->predict(pb, a); }
+  std::vector<std::pair<std::int64_t, std::uint64_t>> seen;  // (step, batch fingerprint)
+
+ private:
+  std::unique_ptr<TrainDevice> inner_;
+  Rng rng_;
+};
+}  // namespace
+
+// The packing thread (Trainer::step_async packs step t + 1 on a worker while step t computes) hands the
+// device exactly the batches packed on the calling thread (packed_batch(t) of a fresh trainer), in step
+// order, whatever the timing (random device delays; the caller sampling other steps' batches meanwhile);
+// after a checkpoint is loaded the batch packed ahead for the old position is dropped, and training
+// continues with the checkpoint's next step.
+TEST(PackingThread, SameBatchesWhateverTheTiming) {
+  const ModelConfig mc = fixtures::micro_model();
+  const TrainConfig tc = fixtures::micro_train(300, 40);
+  Trainer fresh(mc, tc);
+  std::vector<std::uint64_t> want(41);
+  for (int t = 1; t <= 40; ++t) want[std::size_t(t)] = fingerprint(fresh.packed_batch(t));
+  EXPECT_NE(want[1], want[2]);
+  for (std::uint64_t seed : {1u, 2u, 3u}) {
+    SCOPED_TRACE("delays seed " + std::to_string(seed));
+    Trainer tr(mc, tc);
+    auto dev = std::make_shared<RecordingDevice>(mc, seed);
+    tr.attach_device(dev);
+    for (int s = 0; s < 12; ++s) {
+      tr.step_async();
+      if (s % 3 == 0) {  // the caller samples while the worker packs
+        EXPECT_EQ(fingerprint(tr.packed_batch(40 - s)), want[std::size_t(40 - s)]);
+      }
+      if (s % 4 == 3) tr.finish_steps();
+    }
+    tr.finish_steps();
+    const std::string dir = scratch("packing_" + std::to_string(seed));
+    tr.save(dir);  // at step 12; the worker holds step 13's batch
+    for (int s = 0; s < 3; ++s) tr.step();
+    tr.load_checkpoint(dir);  // back to step 12: step 16's batch, packed ahead, must not be used
+    for (int s = 0; s < 3; ++s) tr.step();
+    std::filesystem::remove_all(dir);
+    ASSERT_EQ(dev->seen.size(), 18u);
+    for (std::size_t i = 0; i < dev->seen.size(); ++i) {
+      const std::int64_t t = i < 15 ? std::int64_t(i) + 1 : std::int64_t(i) - 2;
+      EXPECT_EQ(dev->seen[i].first, t) << i;
+      EXPECT_EQ(dev->seen[i].second, want[std::size_t(t)]) << "step " << t;
+    }
+  }
+  // The last step packs nothing ahead, and a run of one step trains on step 1's batch.
+  TrainConfig one = tc;
+  one.steps = 1;
+  Trainer tr(mc, one);
+  auto dev = std::make_shared<RecordingDevice>(mc, 4);
+  tr.attach_device(dev);
+  tr.step();
+  ASSERT_EQ(dev->seen.size(), 1u);
+  EXPECT_EQ(dev->seen[0].second, want[1]);
 }

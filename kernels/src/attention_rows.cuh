@@ -20,11 +20,14 @@
 // same on both executors) and the other products are mul_rn (never contracted into an add), so the
 // replay follows the kernel operation by operation and differs from it only where exp/log differ.
 //
-// Row layout (train.hpp): q, k, v, out, dout are (B T, NH HS) row-major, head h in columns
-// [h HS, h HS + HS); lse and dsum are (B, NH, T). Warp w of B NH T handles sequence b = w / (NH T),
-// head h = (w / T) % NH, row i = w % T. The flash kernels (forward_warp, dq_warp, dkv_warp) hold a row's
-// head dims across the lanes; the row kernels of the tensor-core path (softmax_warp, dscore_warp)
-// hold a (T x Tp) score row's columns, lane ln the columns ln, ln + 32, ...
+// Row layout of the flash kernels (train.hpp; varlen, as the packed batches of learn/batch.hpp): q, k,
+// v, out, dout are (R, NH HS) row-major, head h in columns [h HS, h HS + HS); sequence b owns rows
+// [off_b, off_b + T_b) (offsets, B + 1 of them); lse and dsum hold (NH, T_b) per sequence from NH off_b,
+// i.e. NH R floats. Warp w of NH R handles the sequence b with NH off_b <= w < NH off_{b+1} (a binary
+// search over the offsets: row_of), head h = (w - NH off_b) / T_b, row i = (w - NH off_b) % T_b; its
+// lse entry is w itself. The flash kernels (forward_warp, dq_warp, dkv_warp) hold a row's head dims
+// across the lanes; the row kernels of the tensor-core path (softmax_warp, dscore_warp; uniform (B, NH,
+// T, Tp) score matrices, not varlen) hold a (T x Tp) score row's columns, lane ln the columns ln, ln + 32, ...
 #pragma once
 
 #include <cmath>
@@ -71,24 +74,32 @@ MANYADD_HD float lane_dot(const float (&a)[NPL], const float (&b)[NPL]) {
 
 // Where warp w works: its (sequence, head) block of rows and its row.
 struct Row {
-  long long base;  // element offset of row 0 of (b, h) in a (B T, D) buffer: b T D + h HS
-  long long stat;  // offset of (b, h, 0) in a (B, NH, T) buffer
-  int i;           // the row (query row in forward and dq, key row in dkv)
+  long long base;  // element offset of row 0 of (b, h) in an (R, D) buffer: off_b D + h HS
+  long long stat;  // offset of (b, h, 0) in an lse or dsum buffer: NH off_b + h T_b
+  int i;           // the row within the sequence (query row in forward and dq, key row in dkv)
+  int T;           // the sequence's rows T_b
 };
-MANYADD_HD Row row_of(long long w, int T, int NH, int HS) {
-  const int i = int(w % T), h = int((w / T) % NH);
-  const long long b = w / ((long long)T * NH);
-  return {b * T * NH * HS + (long long)h * HS, (b * NH + h) * T, i};
+// offsets (B + 1, increasing strictly: every sequence has >= 1 row); w < NH offsets[B].
+MANYADD_HD Row row_of(long long w, const int* offsets, int B, int NH, int HS) {
+  int lo = 0, hi = B;  // NH offsets[lo] <= w < NH offsets[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if ((long long)NH * offsets[mid] <= w) lo = mid;
+    else hi = mid;
+  }
+  const long long o = offsets[lo], local = w - NH * o;
+  const int T = offsets[lo + 1] - offsets[lo];
+  const int h = int(local / T), i = int(local % T);
+  return {o * NH * HS + (long long)h * HS, NH * o + (long long)h * T, i, T};
 }
 
 // ---- forward: out_i = sum_{j <= i} softmax_j(scale q_i.k_j) v_j, lse_i = log sum_j exp(scale q_i.k_j) --
 // Keys in order 0..i with a running max mx, running sum l and running weighted sum acc (online softmax):
 // a new max rescales l and acc by exp(mx_old - mx_new), which is 0 for the first key (mx = -inf).
 template <int NPL, class W, class IO>
-MANYADD_HD void forward_warp(W w, IO* out, float* lse, const IO* q, const IO* k, const IO* v, int T, int NH,
-                             int HS, float scale, long long warp) {
+MANYADD_HD void forward_warp(W w, IO* out, float* lse, const IO* q, const IO* k, const IO* v, const Row& r, int NH,
+                             int HS, float scale) {
   constexpr int L = W::kLanes;
-  const Row r = row_of(warp, T, NH, HS);
   const long long D = (long long)NH * HS;
   const IO* k0 = k + r.base;
   const IO* v0 = v + r.base;
@@ -137,9 +148,8 @@ MANYADD_HD void forward_warp(W w, IO* out, float* lse, const IO* q, const IO* k,
 // all three sums in one pass over keys 0..i.
 template <int NPL, class W, class IO>
 MANYADD_HD void dq_warp(W w, IO* dq, float* dsum, const IO* dout, const float* lse, const IO* q, const IO* k,
-                        const IO* v, int T, int NH, int HS, float scale, long long warp) {
+                        const IO* v, const Row& r, int NH, int HS, float scale) {
   constexpr int L = W::kLanes;
-  const Row r = row_of(warp, T, NH, HS);
   const long long D = (long long)NH * HS;
   const IO* k0 = k + r.base;
   const IO* v0 = v + r.base;
@@ -183,9 +193,8 @@ MANYADD_HD void dq_warp(W w, IO* dq, float* dsum, const IO* dout, const float* l
 // (fma(a, b, c) = fma(b, a, c)) and the same operations after them, so P_ij is the P_ij of pass 1.
 template <int NPL, class W, class IO>
 MANYADD_HD void dkv_warp(W w, IO* dk, IO* dv, const IO* dout, const float* lse, const float* dsum, const IO* q,
-                         const IO* k, const IO* v, int T, int NH, int HS, float scale, long long warp) {
+                         const IO* k, const IO* v, const Row& r, int NH, int HS, float scale) {
   constexpr int L = W::kLanes;
-  const Row r = row_of(warp, T, NH, HS);
   const long long D = (long long)NH * HS;
   const IO* q0 = q + r.base;
   const IO* do0 = dout + r.base;
@@ -195,7 +204,7 @@ MANYADD_HD void dkv_warp(W w, IO* dk, IO* dv, const IO* dout, const float* lse, 
     w.template load<NPL>(vv[l], v + r.base + r.i * D, w.lane(l), HS);
     for (int e = 0; e < NPL; ++e) ak[l][e] = av[l][e] = 0.f;
   }
-  for (int i = r.i; i < T; ++i) {
+  for (int i = r.i; i < r.T; ++i) {
     float ps[L], pd[L], qr[L][NPL], dr[L][NPL];
     for (int l = 0; l < L; ++l) {
       w.template load<NPL>(qr[l], q0 + i * D, w.lane(l), HS);

@@ -9,7 +9,8 @@
 // (learn/layers.hpp), so the two are bitwise equal. Backward's grid has one block row per table row,
 // the token table's V rows first, then level 0's, 1's, 2's: each sums the rows of dout that read its
 // row, in row order, then adds that sum to the gradient entry (bitwise the twin's row-by-row adds into
-// a zeroed gradient).
+// a zeroed gradient). It finds those rows in Readers (grouped on the host: learn::PackedBatch::readers),
+// so a table row's thread reads only its own rows: O(R C) work for a table instead of O(rows R C).
 #pragma once
 
 #include <cstdint>
@@ -40,6 +41,13 @@ MANYADD_HD float forward_entry(const std::uint8_t* tok, const float* wte, const 
   return o;
 }
 
+// The rows of dout that read each table row, grouped (CSR): table k (0 the token table, 1 + lv level lv)
+// row r is read by rows[k][starts[k][r]], ..., rows[k][starts[k][r + 1] - 1], in increasing order.
+struct Readers {
+  const std::int32_t* rows[1 + train::kMaxPosLevels] = {};
+  const std::int32_t* starts[1 + train::kMaxPosLevels] = {};
+};
+
 // Block rows of the backward grid: the token table's and every level's.
 MANYADD_HD int backward_rows(int V, const Levels<float>& p) {
   int rows = V;
@@ -47,24 +55,22 @@ MANYADD_HD int backward_rows(int V, const Levels<float>& p) {
   return rows;
 }
 
-// Block row `row` (< backward_rows), channel c: the sum of dout's rows that read table row `row`,
-// added to its gradient entry.
-MANYADD_HD void backward_entry(float* dwte, const Levels<float>& p, const float* dout, const std::uint8_t* tok,
-                                   int row, int c, int R, int C, int V) {
-  float acc = 0.f;
-  if (row < V) {
-    for (int t = 0; t < R; ++t)
-      if (tok[t] == row) acc += dout[(long long)t * C + c];
-    dwte[(long long)row * C + c] += acc;
-    return;
+// Block row `row` (< backward_rows), channel c: the sum of dout's rows that read table row `row` (in
+// row order), added to its gradient entry.
+MANYADD_HD void backward_entry(float* dwte, const Levels<float>& p, const Readers& rd, const float* dout, int row,
+                               int c, int C, int V) {
+  int k = 0;
+  float* entry = dwte + (long long)row * C + c;
+  if (row >= V) {
+    row -= V;
+    int lv = 0;
+    while (row >= p.rows[lv]) row -= p.rows[lv++];  // row < backward_rows: lv < n
+    k = 1 + lv;
+    entry = p.table[lv] + (long long)row * C + c;
   }
-  row -= V;
-  int lv = 0;
-  while (row >= p.rows[lv]) row -= p.rows[lv++];  // row < backward_rows: lv < n
-  const std::int32_t* idx = p.ids[lv];
-  for (int t = 0; t < R; ++t)
-    if (idx[t] == row) acc += dout[(long long)t * C + c];
-  p.table[lv][(long long)row * C + c] += acc;
+  float acc = 0.f;
+  for (int i = rd.starts[k][row]; i < rd.starts[k][row + 1]; ++i) acc += dout[(long long)rd.rows[k][i] * C + c];
+  *entry += acc;
 }
 
 }  // namespace manyadd::kernels::embedding_rows

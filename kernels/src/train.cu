@@ -1,6 +1,8 @@
-// CUDA kernels of learned-model training: embedding, RMSNorm, LayerNorm, scale, GEGLU, residual,
-// causal attention (flash style: online softmax forward saving the row log-sum-exp, recomputing backward; its row
-// arithmetic is attention_rows.cuh; the embedding's, up to three position levels, embedding_rows.cuh), softmax cross-entropy on response rows, fixed-order reductions,
+// CUDA kernels of learned-model training on varlen packed batches (R real rows, the sequences at their
+// row offsets): embedding, RMSNorm, LayerNorm, scale, GEGLU, residual, causal attention per sequence
+// (flash style: online softmax forward saving the row log-sum-exp, recomputing backward; its row
+// arithmetic is attention_rows.cuh; the embedding's, up to three position levels, through each table
+// row's readers in backward, embedding_rows.cuh), softmax cross-entropy on response rows, fixed-order reductions,
 // AdamW, and the bf16 casts. fp32 throughout, with bf16 variants (templates on the I/O type: bf16
 // inputs widened exactly, fp32 math, bf16 outputs rounded once to nearest even). The matrix products
 // are cuBLAS calls in blas.cpp. See train.hpp for the contracts; each kernel's CPU twin is in
@@ -79,11 +81,11 @@ __global__ void embedding_forward_kernel(float* out, const std::uint8_t* tok, ER
 }
 
 // grid (V + sum of the levels' rows, ceil(C / 128)): block row r owns table row r, thread owns a channel.
-__global__ void embedding_backward_kernel(float* dwte, ER::Levels<float> p, const float* dout,
-                                          const std::uint8_t* tok, int R, int C, int V) {
+__global__ void embedding_backward_kernel(float* dwte, ER::Levels<float> p, ER::Readers rd, const float* dout, int C,
+                                          int V) {
   const int c = blockIdx.y * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  ER::backward_entry(dwte, p, dout, tok, blockIdx.x, c, R, C, V);
+  ER::backward_entry(dwte, p, rd, dout, blockIdx.x, c, C, V);
 }
 
 // ---- RMSNorm: one warp per row -------------------------------------------------------------------------
@@ -346,7 +348,8 @@ struct DeviceWarp {
 
 constexpr int kAttThreads = 128;  // 4 warps (rows) per block: consecutive rows of one (sequence, head)
 
-// Each warp index w < B NH T is one row (whole warps return together: warp_sum needs all 32 lanes).
+// Each warp index w < B NH T (flash kernels: NH R) is one row (whole warps return together: warp_sum
+// needs all 32 lanes).
 __device__ inline long long warp_index() { return ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32; }
 
 // The tensor-core path's row kernels: one warp per (sequence, head, row) of the (B, NH, T, Tp) scores.
@@ -364,26 +367,33 @@ __global__ void attention_dscore_kernel(IO* dS, const float* S, const float* lse
   AR::dscore_warp(DeviceWarp{int(threadIdx.x % 32), false}, dS, S, lse, dP, T, Tp, scale, w);
 }
 
+// The flash kernels on varlen rows: warp w < NH R finds its sequence, head and row (AR::row_of).
 template <int NPL, class IO>
-__global__ void attention_forward_kernel(IO* out, float* lse, const IO* q, const IO* k, const IO* v, int B, int T, int NH, int HS,
-                             float scale, bool vec) {
+__global__ void attention_forward_kernel(IO* out, float* lse, const IO* q, const IO* k, const IO* v,
+                                         const std::int32_t* offsets, int B, int R, int NH, int HS, float scale,
+                                         bool vec) {
   const long long w = warp_index();
-  if (w >= (long long)B * NH * T) return;
-  AR::forward_warp<NPL>(DeviceWarp{int(threadIdx.x % 32), vec}, out, lse, q, k, v, T, NH, HS, scale, w);
+  if (w >= (long long)NH * R) return;
+  AR::forward_warp<NPL>(DeviceWarp{int(threadIdx.x % 32), vec}, out, lse, q, k, v, AR::row_of(w, offsets, B, NH, HS),
+                        NH, HS, scale);
 }
 template <int NPL, class IO>
-__global__ void attention_dq_kernel(IO* dq, float* dsum, const IO* dout, const float* lse, const IO* q, const IO* k, const IO* v,
-                        int B, int T, int NH, int HS, float scale, bool vec) {
+__global__ void attention_dq_kernel(IO* dq, float* dsum, const IO* dout, const float* lse, const IO* q, const IO* k,
+                                    const IO* v, const std::int32_t* offsets, int B, int R, int NH, int HS, float scale,
+                                    bool vec) {
   const long long w = warp_index();
-  if (w >= (long long)B * NH * T) return;
-  AR::dq_warp<NPL>(DeviceWarp{int(threadIdx.x % 32), vec}, dq, dsum, dout, lse, q, k, v, T, NH, HS, scale, w);
+  if (w >= (long long)NH * R) return;
+  AR::dq_warp<NPL>(DeviceWarp{int(threadIdx.x % 32), vec}, dq, dsum, dout, lse, q, k, v,
+                   AR::row_of(w, offsets, B, NH, HS), NH, HS, scale);
 }
 template <int NPL, class IO>
-__global__ void attention_dkv_kernel(IO* dk, IO* dv, const IO* dout, const float* lse, const float* dsum, const IO* q, const IO* k,
-                         const IO* v, int B, int T, int NH, int HS, float scale, bool vec) {
+__global__ void attention_dkv_kernel(IO* dk, IO* dv, const IO* dout, const float* lse, const float* dsum, const IO* q,
+                                     const IO* k, const IO* v, const std::int32_t* offsets, int B, int R, int NH,
+                                     int HS, float scale, bool vec) {
   const long long w = warp_index();
-  if (w >= (long long)B * NH * T) return;
-  AR::dkv_warp<NPL>(DeviceWarp{int(threadIdx.x % 32), vec}, dk, dv, dout, lse, dsum, q, k, v, T, NH, HS, scale, w);
+  if (w >= (long long)NH * R) return;
+  AR::dkv_warp<NPL>(DeviceWarp{int(threadIdx.x % 32), vec}, dk, dv, dout, lse, dsum, q, k, v,
+                    AR::row_of(w, offsets, B, NH, HS), NH, HS, scale);
 }
 
 // ---- cross-entropy: one thread per row ----------------------------------------------------------------
@@ -475,13 +485,15 @@ void embedding_forward(float* out, const std::uint8_t* tok, const std::int32_t* 
   embedding_forward_kernel<<<blocks_for(n, 256), 256>>>(out, tok, p, wte, R, C);
   LAUNCH_CHECK();
 }
-void embedding_backward(float* dwte, float* const* dwpe, const float* dout, const std::uint8_t* tok,
-                        const std::int32_t* const* pos, int L, int R, int C, int V, const int* rows) {
+void embedding_backward(float* dwte, float* const* dwpe, const float* dout, const std::int32_t* const* readers,
+                        const std::int32_t* const* starts, int L, int C, int V, const int* rows) {
   check_levels(L);
   ER::Levels<float> p;
+  ER::Readers rd;
   p.n = L;
-  for (int lv = 0; lv < L; ++lv) p.ids[lv] = pos[lv], p.table[lv] = dwpe[lv], p.rows[lv] = rows[lv];
-  embedding_backward_kernel<<<dim3(ER::backward_rows(V, p), blocks_for(C, 128)), 128>>>(dwte, p, dout, tok, R, C, V);
+  for (int lv = 0; lv < L; ++lv) p.table[lv] = dwpe[lv], p.rows[lv] = rows[lv];
+  for (int k = 0; k <= L; ++k) rd.rows[k] = readers[k], rd.starts[k] = starts[k];
+  embedding_backward_kernel<<<dim3(ER::backward_rows(V, p), blocks_for(C, 128)), 128>>>(dwte, p, rd, dout, C, V);
   LAUNCH_CHECK();
 }
 
@@ -617,7 +629,7 @@ int dims_per_lane_checked(int HS) {
 }
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 // Whole 16-byte-aligned lane chunks: every dim slot of every lane is a real dim (HS = 32 NPL) and the
-// rows start aligned (offsets b T D + h HS + i D + ln NPL are multiples of NPL when HS = 32 NPL).
+// rows start aligned (offsets (off_b + i) D + h HS + ln NPL are multiples of NPL when HS = 32 NPL).
 bool vector_loads(int HS, int npl, std::initializer_list<const void*> rows) {
   if (HS != 32 * npl) return false;
   for (const void* p : rows)
@@ -636,60 +648,54 @@ bool vector_loads(int HS, int npl, std::initializer_list<const void*> rows) {
   }
 
 template <class IO>
-void attention_forward_impl(IO* out, float* lse, const IO* q, const IO* k, const IO* v, int B, int T, int NH, int HS,
-                            float scale) {
+void attention_forward_impl(IO* out, float* lse, const IO* q, const IO* k, const IO* v, const std::int32_t* offsets,
+                            int B, int R, int NH, int HS, float scale) {
   const int npl = dims_per_lane_checked(HS);
-  const long long rows = (long long)B * NH * T;
-  if (rows <= 0) return;
+  const long long rows = (long long)NH * R;
+  if (rows <= 0 || B <= 0) return;
   const bool vec = vector_loads(HS, npl, {q, k, v});
   const int grid = blocks_for(rows * 32, kAttThreads);
-  ATT_DISPATCH(npl, (attention_forward_kernel<N_, IO><<<grid, kAttThreads>>>(out, lse, q, k, v, B, T, NH, HS, scale,
-                                                                              vec)));
+  ATT_DISPATCH(npl, (attention_forward_kernel<N_, IO><<<grid, kAttThreads>>>(out, lse, q, k, v, offsets, B, R, NH, HS,
+                                                                              scale, vec)));
   LAUNCH_CHECK();
 }
 // Pass 1 (dq and dsum per query row), then pass 2 (dk, dv per key row), which reads pass 1's dsum:
 // the default stream orders them.
 template <class IO>
 void attention_backward_impl(IO* dq, IO* dk, IO* dv, float* dsum, const IO* dout, const float* lse, const IO* q,
-                             const IO* k, const IO* v, int B, int T, int NH, int HS, float scale) {
+                             const IO* k, const IO* v, const std::int32_t* offsets, int B, int R, int NH, int HS,
+                             float scale) {
   const int npl = dims_per_lane_checked(HS);
-  const long long rows = (long long)B * NH * T;
-  if (rows <= 0) return;
+  const long long rows = (long long)NH * R;
+  if (rows <= 0 || B <= 0) return;
   const bool vec = vector_loads(HS, npl, {dout, q, k, v});
   const int grid = blocks_for(rows * 32, kAttThreads);
-  ATT_DISPATCH(npl, (attention_dq_kernel<N_, IO><<<grid, kAttThreads>>>(dq, dsum, dout, lse, q, k, v, B, T, NH, HS,
-                                                                         scale, vec)));
+  ATT_DISPATCH(npl, (attention_dq_kernel<N_, IO><<<grid, kAttThreads>>>(dq, dsum, dout, lse, q, k, v, offsets, B, R,
+                                                                         NH, HS, scale, vec)));
   LAUNCH_CHECK();
-  ATT_DISPATCH(npl, (attention_dkv_kernel<N_, IO><<<grid, kAttThreads>>>(dk, dv, dout, lse, dsum, q, k, v, B, T, NH,
-                                                                          HS, scale, vec)));
+  ATT_DISPATCH(npl, (attention_dkv_kernel<N_, IO><<<grid, kAttThreads>>>(dk, dv, dout, lse, dsum, q, k, v, offsets, B,
+                                                                          R, NH, HS, scale, vec)));
   LAUNCH_CHECK();
 }
 }  // namespace
 
-void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int B, int T, int NH,
-                       int HS, float scale) {
-  attention_forward_impl(out, lse, q, k, v, B, T, NH, HS, scale);
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                       const std::int32_t* offsets, int B, int R, int NH, int HS, float scale) {
+  attention_forward_impl(out, lse, q, k, v, offsets, B, R, NH, HS, scale);
 }
-void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int B, int T, int NH,
-                       int HS, float scale) {
-  attention_forward_impl(out, lse, q, k, v, B, T, NH, HS, scale);
-}
-void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int B, int T, int NH,
-                       int HS) {
-  attention_forward_impl(out, lse, q, k, v, B, T, NH, HS, 1.f / sqrtf(float(HS)));
+void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const std::int32_t* offsets,
+                       int B, int R, int NH, int HS, float scale) {
+  attention_forward_impl(out, lse, q, k, v, offsets, B, R, NH, HS, scale);
 }
 void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout, const float* lse,
-                        const float* q, const float* k, const float* v, int B, int T, int NH, int HS, float scale) {
-  attention_backward_impl(dq, dk, dv, scratch, dout, lse, q, k, v, B, T, NH, HS, scale);
+                        const float* q, const float* k, const float* v, const std::int32_t* offsets, int B, int R,
+                        int NH, int HS, float scale) {
+  attention_backward_impl(dq, dk, dv, scratch, dout, lse, q, k, v, offsets, B, R, NH, HS, scale);
 }
 void attention_backward(bf16* dq, bf16* dk, bf16* dv, float* scratch, const bf16* dout, const float* lse,
-                        const bf16* q, const bf16* k, const bf16* v, int B, int T, int NH, int HS, float scale) {
-  attention_backward_impl(dq, dk, dv, scratch, dout, lse, q, k, v, B, T, NH, HS, scale);
-}
-void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout, const float* /*out*/,
-                        const float* lse, const float* q, const float* k, const float* v, int B, int T, int NH,
-                        int HS) {
-  attention_backward_impl(dq, dk, dv, scratch, dout, lse, q, k, v, B, T, NH, HS, 1.f / sqrtf(float(HS)));
+                        const bf16* q, const bf16* k, const bf16* v, const std::int32_t* offsets, int B, int R, int NH,
+                        int HS, float scale) {
+  attention_backward_impl(dq, dk, dv, scratch, dout, lse, q, k, v, offsets, B, R, NH, HS, scale);
 }
 
 void attention_softmax_rows(bf16* P, float* lse, const float* S, int B, int T, int NH, int Tp, float scale) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -15,21 +16,26 @@ PackedBatch pack_batch(const std::vector<Example>& exs, const ModelConfig& c) {
   if (exs.empty()) throw InputError("pack_batch: empty batch");
   PackedBatch pb;
   pb.B = int(exs.size());
-  for (const auto& e : exs) pb.T = std::max(pb.T, e.T());
+  pb.offsets.assign(std::size_t(pb.B) + 1, 0);
+  std::int64_t R = 0;
+  for (int b = 0; b < pb.B; ++b) {
+    const Example& e = exs[std::size_t(b)];
+    if (e.T() < 1) throw InputError("pack_batch: empty sequence");
+    if (int(e.targets.size()) != e.T()) throw InputError("pack_batch: targets and tokens differ in length");
+    pb.T = std::max(pb.T, e.T());
+    R += e.T();
+    if (R > std::numeric_limits<std::int32_t>::max()) throw InputError("pack_batch: more than 2^31 - 1 tokens");
+    pb.offsets[std::size_t(b) + 1] = std::int32_t(R);
+  }
   const int L = pos_levels(c.pos_mode);
-  const std::size_t R = std::size_t(pb.rows());
-  pb.tokens.assign(R, 0);
-  pb.targets.assign(R, -1);
-  for (int lv = 0; lv < L; ++lv) pb.pos[lv].assign(R, 0);
-  pb.lengths.resize(std::size_t(pb.B));
+  pb.real_tokens = R;
+  pb.tokens.resize(std::size_t(R));
+  pb.targets.resize(std::size_t(R));
+  for (int lv = 0; lv < L; ++lv) pb.pos[lv].resize(std::size_t(R));
   for (int b = 0; b < pb.B; ++b) {
     const Example& e = exs[std::size_t(b)];
     const int T = e.T();
-    if (T < 1) throw InputError("pack_batch: empty sequence");
-    if (int(e.targets.size()) != T) throw InputError("pack_batch: targets and tokens differ in length");
-    pb.lengths[std::size_t(b)] = T;
-    pb.real_tokens += T;
-    const std::size_t o = std::size_t(b) * std::size_t(pb.T);
+    const std::size_t o = std::size_t(pb.offsets[std::size_t(b)]);
     for (int t = 0; t < T; ++t) {
       const auto tok = e.tokens[std::size_t(t)];
       if (tok >= c.vocab) throw InputError("pack_batch: token outside the vocabulary");
@@ -49,21 +55,23 @@ PackedBatch pack_batch(const std::vector<Example>& exs, const ModelConfig& c) {
       }
     }
   }
+  group_rows(pb.tokens.data(), R, c.vocab, pb.readers[0], pb.reader_starts[0]);
+  for (int lv = 0; lv < L; ++lv) group_rows(pb.pos[lv].data(), R, c.max_pos(lv) + 1, pb.readers[1 + lv], pb.reader_starts[1 + lv]);
   return pb;
 }
 
 std::vector<std::vector<float>> unpack_rows(const PackedBatch& pb, const float* x, int width) {
   std::vector<std::vector<float>> out(std::size_t(pb.B));
-  for (int b = 0; b < pb.B; ++b) {
-    const float* s = x + std::int64_t(b) * pb.T * width;
-    out[std::size_t(b)].assign(s, s + std::int64_t(pb.lengths[std::size_t(b)]) * width);
-  }
+  for (int b = 0; b < pb.B; ++b)
+    out[std::size_t(b)].assign(x + std::int64_t(pb.offsets[std::size_t(b)]) * width,
+                               x + std::int64_t(pb.offsets[std::size_t(b) + 1]) * width);
   return out;
 }
 
 BatchView batch_of(const PackedBatch& pb) {
   BatchView x;
   x.B = pb.B, x.T = pb.T;
+  x.offsets = pb.offsets.data();
   x.tokens = pb.tokens.data();
   x.targets = pb.targets.data();
   for (int lv = 0; lv < kMaxPosLevels; ++lv) x.pos[lv] = pb.pos[lv].empty() ? nullptr : pb.pos[lv].data();
@@ -71,9 +79,9 @@ BatchView batch_of(const PackedBatch& pb) {
 }
 
 BatchView sequence_of(const PackedBatch& pb, int b) {
-  const std::int64_t o = std::int64_t(b) * pb.T;
+  const std::int64_t o = pb.offsets[std::size_t(b)];
   BatchView x;
-  x.B = 1, x.T = pb.lengths[std::size_t(b)];
+  x.B = 1, x.T = pb.length(b);
   x.tokens = pb.tokens.data() + o;
   x.targets = pb.targets.data() + o;
   for (int lv = 0; lv < kMaxPosLevels; ++lv) x.pos[lv] = pb.pos[lv].empty() ? nullptr : pb.pos[lv].data() + o;
@@ -155,7 +163,7 @@ class CpuDevice final : public CpuDeviceBase {
     parallel_for(threads_, pb.B, [&](int w, std::int64_t b) {
       auto& a = acts_[std::size_t(w)];
       model_forward(a, view(), sequence_of(pb, int(b)));
-      argmax_rows(a.logits.data(), a.T, c_.vocab, argmax.data() + b * pb.T);
+      argmax_rows(a.logits.data(), a.T, c_.vocab, argmax.data() + pb.offsets[std::size_t(b)]);
     });
   }
 

@@ -1,6 +1,8 @@
 // The CUDA training device (learn::TrainDevice): weights, gradients, Adam moments and activations live
-// on the GPU; each step uploads the host-packed batch (learn/batch.hpp), runs learn::model_forward /
-// model_backward on the whole batch pass by pass (same numbers in the comments), reduces the loss and
+// on the GPU; each step uploads the host-packed batch (learn/batch.hpp: varlen, the real tokens only,
+// with the sequences' row offsets), runs learn::model_forward / model_backward on the whole batch pass
+// by pass (same numbers in the comments; every row-wise pass over the R real rows, attention per
+// sequence on its own rows, as PackedCpuDevice), reduces the loss and
 // the global gradient norm in a fixed order, and applies AdamW with the scalars the CPU trainer computes
 // (learn::adam_scalars; the clipping factor computed on the device from the norm, bitwise the host's).
 //
@@ -23,8 +25,9 @@
 // pinned staging buffers (two, alternating, each reused only after the copy from it has run) with
 // asynchronous copies, the loss sum and the gradient's sum of squares stay on the device in a slot per
 // step until take_results reads them (once per log line). Nothing in a step waits for the host: the
-// host samples and packs the next batch while the device computes. (Buffers grow, with cuda's implicit
-// synchronization, only when a batch is longer than every earlier one.)
+// host samples and packs the next batch (Trainer's packing thread) while the device computes. (Buffers grow, with cuda's implicit
+// synchronization, only when a batch holds more rows than every earlier one; they grow to 1/8 more
+// than asked, so a run of batches of similar size grows them a few times at its start.)
 //
 // Determinism: cuBLAS is run-to-run reproducible on one GPU model (bitwise for a toolkit version,
 // architecture and SM count, single stream); every other reduction is ours and fixed order
@@ -60,15 +63,16 @@ using Buf = kernels::DeviceBuffer<T>;
 static_assert(K::kMaxPosLevels == kMaxPosLevels, "the embedding kernels read every position level a model has");
 
 template <class A>
-struct BlockActs {  // one block's activations, (R, ...) as learn::Acts::Block (Tk = T), lse instead of att
+struct BlockActs {  // one block's activations, (R, ...) as learn::Acts::Block (Tk = T), lse (NH R) instead of att
   Buf<A> n1, q, k, v, ao, n3, h, g;  // matrix-product inputs: bf16 in the bf16 pipeline
   Buf<float> r1, lse, proj, res1, x1, r2, r3, fo, res2, x2, r4;
 };
 
-// The batch's host arrays in one pinned block (tokens, targets, position IDs per level), uploaded with
-// one asynchronous copy per array.
+// The batch's host arrays in one pinned block (tokens, targets, position IDs per level, row offsets),
+// uploaded with one asynchronous copy per array.
 struct Staging {
-  kernels::PinnedBuffer<std::int32_t> ints;  // targets, then the position IDs of each level: (1 + levels) R
+  // targets, the position IDs of each level, offsets, the embedding's readers and their starts
+  kernels::PinnedBuffer<std::int32_t> ints;
   kernels::PinnedBuffer<std::uint8_t> tok;   // R
   kernels::DeviceEvent copied;               // recorded after the copies from this staging buffer
 };
@@ -140,7 +144,7 @@ class CudaDevice final : public TrainDevice {
     return loss;
   }
 
-  void predict(const PackedBatch& pb, std::vector<std::uint8_t>& argmax) override {
+  void predict(const PackedBatch& pb, std::vector<std::uint8_t>& argmax) override {  // (R)
     forward(pb, nullptr);
     const std::size_t R = std::size_t(pb.rows()), V = std::size_t(c_.vocab);
     host_logits_.resize(R * V);
@@ -166,8 +170,10 @@ class CudaDevice final : public TrainDevice {
   std::array<Staging, 2> staging_;
   int next_staging_ = 0;
   // batch
+  std::size_t rcap_ = 0, bcap_ = 0;  // rows and sequences the buffers hold
   Buf<std::uint8_t> tok_;
-  Buf<std::int32_t> pos_[kMaxPosLevels], tgt_;  // position IDs per level in use
+  Buf<std::int32_t> pos_[kMaxPosLevels], tgt_, off_;  // position IDs per level in use; row offsets (B + 1)
+  Buf<std::int32_t> readers_[1 + kMaxPosLevels], starts_[1 + kMaxPosLevels];  // PackedBatch::readers, starts
   Buf<float> x0_, xf_, mf_, rf_, logits_, probs_, losses_;
   Buf<A> xr_;  // the readout's input when it is not xf (tied, or bf16)
   std::vector<BlockActs<A>> blocks_;
@@ -226,37 +232,42 @@ class CudaDevice final : public TrainDevice {
     }
   }
 
-  // Device buffers for the batch (grown, never shrunk: a capacity of whole 32-row tiles per sequence so
-  // that they rarely grow), and the batch uploaded through the next pinned staging buffer.
+  // Device buffers for the batch (grown, never shrunk, to 1/8 more rows and sequences than asked, so that
+  // batches of similar size rarely grow them), and the batch uploaded through the next pinned staging buffer.
   void ensure(const PackedBatch& pb) {
-    const std::size_t Tcap = (std::size_t(pb.T) + 31) / 32 * 32;
-    const std::size_t R = std::size_t(pb.B) * Tcap, C = std::size_t(c_.d_model),
-                      D = std::size_t(c_.n_heads) * std::size_t(c_.d_head), F = std::size_t(c_.d_ff),
-                      V = std::size_t(c_.vocab), BHT = R * std::size_t(c_.n_heads);
-    tok_.resize(R), tgt_.resize(R);
+    MANYADD_INVARIANT(pb.offsets.size() == std::size_t(pb.B) + 1 && pb.offsets[std::size_t(pb.B)] == pb.rows(),
+                      "CudaDevice: a packed batch without its row offsets");
+    if (std::size_t(pb.rows()) > rcap_) rcap_ = (std::size_t(pb.rows()) * 9 / 8 + 255) / 256 * 256;
+    if (std::size_t(pb.B) + 1 > bcap_) bcap_ = (std::size_t(pb.B) + 1) * 9 / 8 + 1;
+    const std::size_t R = rcap_, C = std::size_t(c_.d_model), D = std::size_t(c_.n_heads) * std::size_t(c_.d_head),
+                      F = std::size_t(c_.d_ff), V = std::size_t(c_.vocab), HR = R * std::size_t(c_.n_heads);
+    tok_.resize(R), tgt_.resize(R), off_.resize(bcap_);
     for (int lv = 0; lv < pos_levels(c_.pos_mode); ++lv) pos_[lv].resize(R);
+    for (int k = 0; k <= pos_levels(c_.pos_mode); ++k) readers_[k].resize(R), starts_[k].resize(table_rows(k) + 1);
     x0_.resize(R * C), xf_.resize(R * C), mf_.resize(R), rf_.resize(R), xr_.resize(R * C), logits_.resize(R * V);
     probs_.resize(R * V), losses_.resize(R);
     if (blocks_.size() != std::size_t(c_.n_layers)) blocks_ = std::vector<BlockActs<A>>(std::size_t(c_.n_layers));
     for (auto& b : blocks_) {
       b.n1.resize(R * C), b.r1.resize(R), b.q.resize(R * D), b.k.resize(R * D), b.v.resize(R * D), b.ao.resize(R * D);
-      b.lse.resize(BHT), b.proj.resize(R * C), b.res1.resize(R * C), b.x1.resize(R * C), b.r2.resize(R);
+      b.lse.resize(HR), b.proj.resize(R * C), b.res1.resize(R * C), b.x1.resize(R * C), b.r2.resize(R);
       b.n3.resize(R * C), b.r3.resize(R), b.h.resize(R * 2 * F), b.g.resize(R * F), b.fo.resize(R * C);
       b.res2.resize(R * C), b.x2.resize(R * C), b.r4.resize(R);
     }
     dlogits_.resize(R * V), dlogits16_.resize(R * V), dxf_.resize(R * C), dx_.resize(R * C), dres_.resize(R * C);
     dres16_.resize(R * C), dn_.resize(R * C), dh_.resize(R * 2 * F), dg_.resize(R * F), dao_.resize(R * D);
-    dq_.resize(R * D), dk_.resize(R * D), dv_.resize(R * D), attscr_.resize(BHT);
+    dq_.resize(R * D), dk_.resize(R * D), dv_.resize(R * D), attscr_.resize(HR);
     normscr_.resize(std::max(K::rmsnorm_scratch_floats(int(R), int(C)), K::layernorm_scratch_floats(int(R), int(C))));
     upload(pb);
   }
   void upload(const PackedBatch& pb) {
-    const std::size_t R = std::size_t(pb.rows());
+    const std::size_t R = std::size_t(pb.rows()), B1 = std::size_t(pb.B) + 1;
     Staging& s = staging_[std::size_t(next_staging_)];
     next_staging_ ^= 1;
     s.copied.synchronize();  // the copies from this buffer two batches ago have run
     const int L = pos_levels(c_.pos_mode);
-    s.ints.resize(std::size_t(1 + L) * R), s.tok.resize(R);
+    std::size_t all_starts = 0;
+    for (int k = 0; k <= L; ++k) all_starts += table_rows(k) + 1;
+    s.ints.resize(std::size_t(2 + 2 * L) * rcap_ + bcap_ + all_starts), s.tok.resize(rcap_);
     std::memcpy(s.tok.get(), pb.tokens.data(), R);
     std::memcpy(s.ints.get(), pb.targets.data(), R * sizeof(std::int32_t));
     kernels::to_device_async(tok_, s.tok.get(), R);
@@ -267,15 +278,32 @@ class CudaDevice final : public TrainDevice {
       std::memcpy(h, pb.pos[lv].data(), R * sizeof(std::int32_t));
       kernels::to_device_async(pos_[lv], h, R * sizeof(std::int32_t));
     }
+    std::int32_t* h = s.ints.get() + std::size_t(1 + L) * R;
+    std::memcpy(h, pb.offsets.data(), B1 * sizeof(std::int32_t));
+    kernels::to_device_async(off_, h, B1 * sizeof(std::int32_t));
+    h += B1;
+    for (int k = 0; k <= L; ++k) {
+      const std::size_t ns = table_rows(k) + 1;
+      MANYADD_INVARIANT(pb.readers[k].size() == R && pb.reader_starts[k].size() == ns,
+                        "CudaDevice: a packed batch without the embedding's readers");
+      std::memcpy(h, pb.readers[k].data(), R * sizeof(std::int32_t));
+      kernels::to_device_async(readers_[k], h, R * sizeof(std::int32_t));
+      h += R;
+      std::memcpy(h, pb.reader_starts[k].data(), ns * sizeof(std::int32_t));
+      kernels::to_device_async(starts_[k], h, ns * sizeof(std::int32_t));
+      h += ns;
+    }
     s.copied.record();
   }
+  // Rows of embedding table k: 0 the token table, 1 + lv position level lv's.
+  std::size_t table_rows(int k) const { return std::size_t(k == 0 ? c_.vocab : c_.max_pos(k - 1) + 1); }
 
   // learn::model_forward on the packed batch, pass by pass. The loss sum (fixed-order double reduction)
   // goes to *loss on the device (nullptr: no loss, prediction only).
   void forward(const PackedBatch& pb, double* loss) {
     ensure(pb);
     if constexpr (kBf16) K::convert(wbf_, params_, std::int64_t(n_));  // the step's bf16 weights
-    const int B = pb.B, T = pb.T, R = int(pb.rows()), C = c_.d_model, NH = c_.n_heads, HS = c_.d_head, D = NH * HS,
+    const int B = pb.B, R = int(pb.rows()), C = c_.d_model, NH = c_.n_heads, HS = c_.d_head, D = NH * HS,
               F = c_.d_ff, V = c_.vocab, L = pos_levels(c_.pos_mode);
     const std::int64_t RC = std::int64_t(R) * C;
     const float eps = c_.norm_eps;
@@ -294,7 +322,7 @@ class CudaDevice final : public TrainDevice {
       mm_forward(b.k.get(), b.n1, W(w.wk), R, C, D);
       mm_forward(b.v.get(), b.n1, W(w.wv), R, C, D);
       // 4.
-      K::attention_forward(b.ao.get(), b.lse, b.q, b.k, b.v, B, T, NH, HS, att_scale_);
+      K::attention_forward(b.ao.get(), b.lse, b.q, b.k, b.v, off_, B, R, NH, HS, att_scale_);
       // 5.
       mm_forward(b.proj.get(), b.ao, W(w.wo), R, D, C);
       K::residual_forward(b.res1, x, b.proj, RC);
@@ -337,7 +365,7 @@ class CudaDevice final : public TrainDevice {
 
   // learn::model_backward on the packed batch, pass by pass; grads_ must be zero.
   void backward(const PackedBatch& pb, float loss_scale) {
-    const int B = pb.B, T = pb.T, R = int(pb.rows()), C = c_.d_model, NH = c_.n_heads, HS = c_.d_head, D = NH * HS,
+    const int B = pb.B, R = int(pb.rows()), C = c_.d_model, NH = c_.n_heads, HS = c_.d_head, D = NH * HS,
               F = c_.d_ff, V = c_.vocab, L = pos_levels(c_.pos_mode);
     const std::int64_t RC = std::int64_t(R) * C;
     const std::size_t RCb = std::size_t(RC) * sizeof(float);
@@ -345,14 +373,14 @@ class CudaDevice final : public TrainDevice {
     K::crossentropy_backward(dlogits_, probs_, tgt_, loss_scale, R, V);
     const A* dlog = as_input(dlogits_, dlogits16_, std::int64_t(R) * V);
     const A* xr = readout_input_saved();
-    dxf_.zero();
+    kernels::dev_zero(dxf_, RCb);  // the batch's rows only (the buffers hold more)
     if (c_.tie_readout) {  // d xr into dn (scratch), then dxf += s d xr
       mm_backward(dn_.get(), G(lay_.readout()), dlog, xr, W(lay_.readout()), R, C, V, false);
       K::scale_backward(dxf_, dn_, readout_scale_, RC);
     } else {
       mm_backward(dxf_.get(), G(lay_.readout()), dlog, xr, W(lay_.readout()), R, C, V, true);
     }
-    dx_.zero();
+    kernels::dev_zero(dx_, RCb);
     const float* xlast = blocks_.back().x2.get();
     if (c_.final_norm == NormKind::layer)
       K::layernorm_backward(dx_, G(lay_.final_norm), G(lay_.final_norm_bias), normscr_, dxf_, xlast,
@@ -364,22 +392,22 @@ class CudaDevice final : public TrainDevice {
       const auto& w = lay_.blocks[std::size_t(l)];
       const float* a_in = l == 0 ? x0_.get() : blocks_[std::size_t(l - 1)].x2.get();
       // 7.
-      dres_.zero();
+      kernels::dev_zero(dres_, RCb);
       K::rmsnorm_backward(dres_, G(w.ffn_norm2), normscr_, dx_.get(), b.res2, P(w.ffn_norm2), b.r4, R, C);
       // 6.
       mm_backward(dg_.get(), G(w.wo_ff), as_input(dres_, dres16_, RC), b.g, W(w.wo_ff), R, F, C, false);
-      if constexpr (!kBf16) dh_.zero();  // fp32: accumulated into; bf16: written (rounded once)
+      if constexpr (!kBf16) kernels::dev_zero(dh_, std::size_t(R) * 2 * F * sizeof(float));  // fp32: accumulated into; bf16: written
       K::geglu_backward(dh_.get(), dg_.get(), b.h.get(), R, F);
       mm_backward(dn_.get(), G(w.wi), dh_, b.n3, W(w.wi), R, C, 2 * F, false);
       kernels::dev_copy(dx_, dres_, RCb);
       K::rmsnorm_backward(dx_, G(w.ffn_norm1), normscr_, dn_.get(), b.x1, P(w.ffn_norm1), b.r3, R, C);
       // 5.
-      dres_.zero();
+      kernels::dev_zero(dres_, RCb);
       K::rmsnorm_backward(dres_, G(w.attn_norm2), normscr_, dx_.get(), b.res1, P(w.attn_norm2), b.r2, R, C);
       mm_backward(dao_.get(), G(w.wo), as_input(dres_, dres16_, RC), b.ao, W(w.wo), R, D, C, false);
       // 4. (written, not accumulated)
       K::attention_backward(dq_.get(), dk_.get(), dv_.get(), attscr_, dao_.get(), b.lse, b.q.get(), b.k.get(),
-                            b.v.get(), B, T, NH, HS, att_scale_);
+                            b.v.get(), off_, B, R, NH, HS, att_scale_);
       // 3.
       mm_backward(dn_.get(), G(w.wq), dq_, b.n1, W(w.wq), R, C, D, false);
       mm_backward(dn_.get(), G(w.wk), dk_, b.n1, W(w.wk), R, C, D, true);
@@ -389,12 +417,13 @@ class CudaDevice final : public TrainDevice {
       K::rmsnorm_backward(dx_, G(w.attn_norm1), normscr_, dn_.get(), a_in, P(w.attn_norm1), b.r1, R, C);
     }
     // 1. (a tied readout's gradient is already in dwte: the sums of rows are added to it)
-    const std::int32_t* ids[kMaxPosLevels];
+    const std::int32_t* readers[1 + kMaxPosLevels];
+    const std::int32_t* starts[1 + kMaxPosLevels];
     float* dwpe[kMaxPosLevels];
     int rows[kMaxPosLevels];
-    for (int lv = 0; lv < kMaxPosLevels; ++lv)
-      ids[lv] = pos_[lv], dwpe[lv] = G(lay_.wpe[lv]), rows[lv] = c_.max_pos(lv) + 1;
-    K::embedding_backward(G(lay_.wte), dwpe, dx_, tok_, ids, L, R, C, V, rows);
+    for (int lv = 0; lv < kMaxPosLevels; ++lv) dwpe[lv] = G(lay_.wpe[lv]), rows[lv] = c_.max_pos(lv) + 1;
+    for (int k = 0; k <= kMaxPosLevels; ++k) readers[k] = readers_[k], starts[k] = starts_[k];
+    K::embedding_backward(G(lay_.wte), dwpe, dx_, readers, starts, L, C, V, rows);
   }
 };
 

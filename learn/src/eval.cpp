@@ -107,7 +107,7 @@ CellResult eval_cell(const ModelView<float>& model, const Task& task, int ci, in
       dev->predict(pb, am);
       for (std::int64_t i = lo; i < hi; ++i) {  // every counted target predicted, as teacher_forced_correct
         bool a = false;
-        ok[std::size_t(i)] = argmax_correct(am.data() + (i - lo) * pb.T, exs[std::size_t(i - lo)], &a);
+        ok[std::size_t(i)] = argmax_correct(am.data() + pb.offsets[std::size_t(i - lo)], exs[std::size_t(i - lo)], &a);
         ans[std::size_t(i)] = a;
       }
     }

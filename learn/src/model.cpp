@@ -277,16 +277,19 @@ std::vector<S> init_params(const ModelConfig& c, const Layout& lay, std::uint64_
 }
 
 template <class S>
-void Acts<S>::resize(const ModelConfig& c, int B_, int T_, int Tk_) {
-  B = B_, T = T_, Tk = Tk_;
+void Acts<S>::resize(const ModelConfig& c, const BatchView& x, int Tk_) {
+  B = x.B, T = x.T, Tk = Tk_, R = x.rows();
   const std::size_t C = std::size_t(c.d_model), D = std::size_t(c.n_heads) * c.d_head, F = std::size_t(c.d_ff);
-  const std::size_t r = std::size_t(B_) * std::size_t(T_), rk = std::size_t(B_) * std::size_t(Tk_);
+  const int past = Tk_ - x.T;  // > 0 only for a uniform batch of one
+  const std::size_t r = std::size_t(R), rk = std::size_t(R) + std::size_t(past);
+  std::size_t att = 0;  // each sequence's (len, len + past) score matrix per head
+  for (int s = 0; s < x.B; ++s) att += std::size_t(x.length(s)) * std::size_t(x.length(s) + past);
   x0.resize(r * C);
   blocks.resize(std::size_t(c.n_layers));
   for (auto& b : blocks) {
     b.n1.resize(r * C), b.r1.resize(r);
     b.q.resize(r * D), b.k.resize(rk * D), b.v.resize(rk * D);
-    b.att.resize(std::size_t(c.n_heads) * r * std::size_t(Tk_));
+    b.att.resize(std::size_t(c.n_heads) * att);
     b.ao.resize(r * D);
     b.proj.resize(r * C), b.res1.resize(r * C);
     b.x1.resize(r * C), b.r2.resize(r);
@@ -331,6 +334,12 @@ namespace {
 // Every token and position ID of the rows against the model: a bad ID would read outside a table.
 void check_rows(const ModelConfig& c, const BatchView& x) {
   if (x.B < 1 || x.T < 1) throw InputError("empty batch");
+  if (x.offsets) {  // varlen: sequences of 1..T rows, in order from row 0
+    if (x.offsets[0] != 0) throw InputError("varlen batch: the first sequence must start at row 0");
+    for (int s = 0; s < x.B; ++s)
+      if (x.length(s) < 1 || x.length(s) > x.T)
+        throw InputError(fmt::format("varlen batch: sequence {} has {} rows (must be 1..{})", s, x.length(s), x.T));
+  }
   const std::int64_t R = x.rows();
   for (std::int64_t i = 0; i < R; ++i)
     if (x.tokens[i] >= c.vocab) throw InputError("token outside the vocabulary");
@@ -394,17 +403,16 @@ void round_gemm_weights(std::vector<S>& wg, const ModelView<S>& m) {
   rnd(lay.readout(), std::int64_t(c.vocab) * C);
 }
 
-// Passes 2-7 of one block on the R = B T rows x (positions past..past+T-1 of each sequence, past =
-// Tk - T); writes the block's activations, its output is b.x2. bf16 rounding points (ctx.round): n1,
+// Passes 2-7 of one block on the rows of xb, input x (positions past..past+T-1 of each sequence;
+// past > 0 only for a batch of one); writes the block's activations, its output is b.x2. bf16 rounding points (ctx.round): n1,
 // q, k, v, ao, n3, h, g; proj and fo stay fp32 (they are only added to the fp32 residual, so rounding
 // them would lose accuracy for nothing: the GPU writes or fuses them in fp32).
 template <class S>
 void block_forward(typename Acts<S>::Block& b, const S* x, const ModelView<S>& m, const Ctx<S>& ctx,
-                   const Layout::Block& w, int B, int T, int Tk) {
+                   const Layout::Block& w, const BatchView& xb, int past) {
   const ModelConfig& c = m.cfg;
-  const int R = B * T, C = c.d_model, NH = c.n_heads, HS = c.d_head, D = NH * HS, F = c.d_ff, past = Tk - T;
+  const int R = int(xb.rows()), C = c.d_model, NH = c.n_heads, HS = c.d_head, D = NH * HS, F = c.d_ff;
   const S eps = S(c.norm_eps);
-  const std::int64_t TD = std::int64_t(T) * D, TkD = std::int64_t(Tk) * D, att_seq = std::int64_t(NH) * T * Tk;
   const std::int64_t RC = std::int64_t(R) * C, RD = std::int64_t(R) * D;
   // 2. n1 = Norm1(x)
   rmsnorm_forward(b.n1.data(), b.r1.data(), x, m.at(w.attn_norm1), R, C, eps);
@@ -418,10 +426,16 @@ void block_forward(typename Acts<S>::Block& b, const S* x, const ModelView<S>& m
     round_bf16_inplace(b.k.data() + std::int64_t(past) * D, RD);  // the cached rows are rounded already
     round_bf16_inplace(b.v.data() + std::int64_t(past) * D, RD);
   }
-  // 4. ao = causal softmax(scale q k^T) v per head, one sequence at a time (scores and P in fp32)
-  for (int s = 0; s < B; ++s)
-    attention_forward(b.ao.data() + s * TD, b.att.data() + s * att_seq, b.q.data() + s * TD, b.k.data() + s * TkD,
-                      b.v.data() + s * TkD, T, Tk, NH, HS, ctx.att_scale);
+  // 4. ao = causal softmax(scale q k^T) v per head, one sequence at a time on its own rows (scores and P
+  //    in fp32); its key rows start where its query rows do (past > 0: one sequence)
+  std::int64_t att_at = 0;
+  for (int s = 0; s < xb.B; ++s) {
+    const std::int64_t o = xb.begin(s) * D;
+    const int T = xb.length(s), Tk = T + past;
+    attention_forward(b.ao.data() + o, b.att.data() + att_at, b.q.data() + o, b.k.data() + o, b.v.data() + o, T, Tk,
+                      NH, HS, ctx.att_scale);
+    att_at += std::int64_t(NH) * T * Tk;
+  }
   ctx.round(b.ao, RD);
   // 5. proj = ao Wo^T ; res1 = x + proj ; x1 = Norm2(res1)
   matmul_forward(b.proj.data(), b.ao.data(), ctx.W(w.wo), R, D, C);
@@ -440,17 +454,16 @@ void block_forward(typename Acts<S>::Block& b, const S* x, const ModelView<S>& m
   rmsnorm_forward(b.x2.data(), b.r4.data(), b.res2.data(), m.at(w.ffn_norm2), R, C, eps);
 }
 
-// Passes 7..2 of one block in reverse (Tk = T); g.dx holds d(block output) on entry and d(block input
+// Passes 7..2 of one block in reverse (no cache); g.dx holds d(block output) on entry and d(block input
 // x) on exit. Accumulates into the block's parameter gradients in G. bf16 rounding points: the output
 // gradient of each product before the product reads it (dres for the FFN and attention outputs, dh,
 // dao, dq, dk, dv); the gradients the products write (dg, dn), the residual gradient and every
 // parameter gradient stay fp32.
 template <class S>
 void block_backward(S* G, GradScratch<S>& g, const typename Acts<S>::Block& b, const S* x, const ModelView<S>& m,
-                    const Ctx<S>& ctx, const Layout::Block& w, int B, int T) {
+                    const Ctx<S>& ctx, const Layout::Block& w, const BatchView& xb) {
   const ModelConfig& c = m.cfg;
-  const int R = B * T, C = c.d_model, NH = c.n_heads, HS = c.d_head, D = NH * HS, F = c.d_ff;
-  const std::int64_t TD = std::int64_t(T) * D, att_seq = std::int64_t(NH) * T * T;
+  const int R = int(xb.rows()), C = c.d_model, NH = c.n_heads, HS = c.d_head, D = NH * HS, F = c.d_ff;
   const std::int64_t RC = std::int64_t(R) * C, RD = std::int64_t(R) * D;
   // The residual gradient as a product's input: itself in fp32, a rounded copy in bf16.
   auto dres_in = [&]() -> const S* {
@@ -481,10 +494,15 @@ void block_backward(S* G, GradScratch<S>& g, const typename Acts<S>::Block& b, c
   ctx.round(g.dao, RD);
   // 4. ao = causal softmax(scale q k^T) v per head, one sequence at a time
   zero(g.dq), zero(g.dk), zero(g.dv);
-  for (int s = 0; s < B; ++s)
-    attention_backward(g.dq.data() + s * TD, g.dk.data() + s * TD, g.dv.data() + s * TD, g.datt.data(),
-                       g.dao.data() + s * TD, b.att.data() + s * att_seq, b.q.data() + s * TD, b.k.data() + s * TD,
-                       b.v.data() + s * TD, T, NH, HS, ctx.att_scale);
+  std::int64_t att_at = 0;
+  for (int s = 0; s < xb.B; ++s) {
+    const std::int64_t o = xb.begin(s) * D;
+    const int T = xb.length(s);
+    attention_backward(g.dq.data() + o, g.dk.data() + o, g.dv.data() + o, g.datt.data(), g.dao.data() + o,
+                       b.att.data() + att_at, b.q.data() + o, b.k.data() + o, b.v.data() + o, T, NH, HS,
+                       ctx.att_scale);
+    att_at += std::int64_t(NH) * T * T;
+  }
   ctx.round(g.dq, RD), ctx.round(g.dk, RD), ctx.round(g.dv, RD);
   // 3. q, k, v = n1 Wq^T, n1 Wk^T, n1 Wv^T
   zero(g.dn);
@@ -509,11 +527,12 @@ S model_forward(Acts<S>& a, const ModelView<S>& m, const BatchView& x, int past)
   const ModelConfig& c = m.cfg;
   const Layout& lay = m.lay;
   check_rows(c, x);
-  if (past < 0 || (past > 0 && x.B != 1)) throw InvariantError("model_forward: cached keys need a batch of one");
+  if (past < 0 || (past > 0 && (x.B != 1 || x.offsets)))
+    throw InvariantError("model_forward: cached keys need a uniform batch of one");
   const int R = int(x.rows()), C = c.d_model, V = c.vocab;
   const std::int64_t RC = std::int64_t(R) * C;
   const S eps = S(c.norm_eps);
-  a.resize(c, x.B, x.T, past + x.T);
+  a.resize(c, x, past + x.T);
   if (m.precision == Precision::bf16) round_gemm_weights(a.wgemm, m);
   else a.wgemm.clear();  // marks the activations as fp32 ones (model_backward checks)
   const Ctx<S> ctx = context(a, m);
@@ -524,7 +543,7 @@ S model_forward(Acts<S>& a, const ModelView<S>& m, const BatchView& x, int past)
   // 2.-7. the blocks
   for (int l = 0; l < c.n_layers; ++l) {
     auto& b = a.blocks[std::size_t(l)];
-    block_forward(b, h, m, ctx, lay.blocks[std::size_t(l)], x.B, x.T, past + x.T);
+    block_forward(b, h, m, ctx, lay.blocks[std::size_t(l)], x, past);
     h = b.x2.data();
   }
   // 8. xf = final_norm(x) ; xr = xf [* d_model^-1/2 when tied] ; logits = xr W^T (W = lm_head or tok_emb) ;
@@ -552,7 +571,7 @@ S model_forward(Acts<S>& a, const ModelView<S>& m, const BatchView& x, int past)
 template <class S>
 void model_backward(S* G, GradScratch<S>& g, const Acts<S>& a, const ModelView<S>& m, const BatchView& x,
                     S loss_scale) {
-  if (a.B != x.B || a.T != x.T || a.Tk != x.T || !x.targets)
+  if (a.B != x.B || a.T != x.T || a.Tk != x.T || a.R != x.rows() || !x.targets)
     throw InvariantError("model_backward: needs the activations of model_forward on the same batch (no cache)");
   const ModelConfig& c = m.cfg;
   const Layout& lay = m.lay;
@@ -585,7 +604,7 @@ void model_backward(S* G, GradScratch<S>& g, const Acts<S>& a, const ModelView<S
   // 7.-2. the blocks, last first
   for (int l = c.n_layers - 1; l >= 0; --l) {
     const S* in = l == 0 ? a.x0.data() : a.blocks[std::size_t(l - 1)].x2.data();
-    block_backward(G, g, a.blocks[std::size_t(l)], in, m, ctx, lay.blocks[std::size_t(l)], x.B, x.T);
+    block_backward(G, g, a.blocks[std::size_t(l)], in, m, ctx, lay.blocks[std::size_t(l)], x);
   }
   // 1. x0 = tok_emb[tok] + sum_lv pos_emb_lv[pos_lv]
   S* dwpe[kMaxPosLevels] = {G + lay.wpe[0], G + lay.wpe[1], G + lay.wpe[2]};

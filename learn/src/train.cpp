@@ -201,8 +201,13 @@ std::vector<Example> Trainer::batch_examples(std::int64_t t) {
   // Abacus: one offset beta per batch (McLeish et al., Sec. 3.1), from (seed, step) alone.
   Rng batch_rng(mix(tc_.seed, std::uint64_t(t), 0xABAC05));
   const Offsets abacus{mc_.pos_mode == PosMode::abacus ? abacus_offset(mc_, batch_rng) : 1, 1, 1};
+  std::vector<std::int64_t> picks(static_cast<std::size_t>(B));
+  {
+    const std::lock_guard<std::mutex> lock(perm_mutex_);
+    for (int b = 0; b < B; ++b) picks[std::size_t(b)] = sample_index((t - 1) * B + b);
+  }
   for (int b = 0; b < B; ++b) {
-    const Problem& p = data_[std::size_t(sample_index((t - 1) * B + b))];
+    const Problem& p = data_[std::size_t(picks[std::size_t(b)])];
     if (mc_.pos_mode == PosMode::abacus) {
       exs.push_back(make_example(*task_, p, mc_, abacus));
       continue;
@@ -220,9 +225,22 @@ StepStats Trainer::step() {
   return finish_steps().back();
 }
 
+PackedBatch Trainer::batch_for_step(std::int64_t t) {
+  if (ahead_.valid()) {
+    if (ahead_t_ == t) return ahead_.get();  // waits for the worker; rethrows what it threw
+    ahead_.wait();  // another step's (a checkpoint was loaded since): dropped unread
+    ahead_ = {};
+  }
+  return packed_batch(t);
+}
+
 StepStats Trainer::step_async() {
   const std::int64_t t = step_ + 1;
-  const PackedBatch pb = pack_batch(batch_examples(t), mc_);
+  const PackedBatch pb = batch_for_step(t);
+  if (t < tc_.steps) {  // the next step's batch, packed while this one computes
+    ahead_t_ = t + 1;
+    ahead_ = std::async(std::launch::async, [this, next = t + 1] { return packed_batch(next); });
+  }
   StepStats st;
   st.tokens = pb.real_tokens;
   st.targets = pb.counted_targets;

@@ -7,7 +7,8 @@
 //
 // Batch file (little endian): "MABATCH1", int32 n_steps, int32 levels, then per step: int64 step,
 // int32 B, int32 T, int64 counted_targets, int32 lengths[B], uint8 tokens[B T],
-// int32 pos[levels][B T], int32 targets[B T] (-1 = no loss; padding rows are token 0, IDs 0).
+// int32 pos[levels][B T], int32 targets[B T] (-1 = no loss; padding rows are token 0, IDs 0): the
+// packed (varlen) batch padded to its longest sequence, the layout the PyTorch twin computes on.
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -46,7 +47,7 @@ int main(int argc, char** argv) {
   cli::add_output(app, "--out", out, "batch file to write")->required();
   cli::add_output(app, "--reference", reference,
                   "also write the CPU forward of step k's batch under RUN/checkpoint.safetensors (at step k-1): "
-                  "safetensors with logits (B T, V) and loss_sum, counted_targets");
+                  "safetensors with logits (B T, V; padding rows 0) and loss_sum, counted_targets");
   app.footer(cli::exit_codes_footer(false));
   if (const int rc = cli::parse(app, argc, argv, std::cout, std::cerr); rc >= 0) return rc;
   return run_tool("dump_batches", std::cerr, [&] {
@@ -72,10 +73,12 @@ int main(int argc, char** argv) {
       put(bytes, std::int32_t(pb.B));
       put(bytes, std::int32_t(pb.T));
       put(bytes, std::int64_t(pb.counted_targets));
-      put_vec(bytes, pb.lengths);
-      put_vec(bytes, pb.tokens);
-      for (int lv = 0; lv < L; ++lv) put_vec(bytes, pb.pos[lv]);
-      put_vec(bytes, pb.targets);
+      std::vector<std::int32_t> lengths(std::size_t(pb.B));
+      for (int b = 0; b < pb.B; ++b) lengths[std::size_t(b)] = pb.length(b);
+      put_vec(bytes, lengths);
+      put_vec(bytes, padded_rows<std::uint8_t>(pb, pb.tokens.data(), 1, 0));
+      for (int lv = 0; lv < L; ++lv) put_vec(bytes, padded_rows<std::int32_t>(pb, pb.pos[lv].data(), 1, 0));
+      put_vec(bytes, padded_rows<std::int32_t>(pb, pb.targets.data(), 1, -1));
     }
     atomic_write(out, bytes);
     if (!reference.empty()) {
@@ -86,7 +89,8 @@ int main(int argc, char** argv) {
       Acts<float> a;
       const float loss = model_forward(a, tr.view(), batch_of(first));
       write_safetensors(reference,
-                        {make_tensor("logits", {first.rows(), mc.vocab}, a.logits),
+                        {make_tensor("logits", {std::int64_t(first.B) * first.T, mc.vocab},
+                                     padded_rows<float>(first, a.logits.data(), mc.vocab, 0.f)),
                          make_tensor("loss_sum", {1}, std::vector<float>{loss}),
                          make_tensor("counted_targets", {1}, std::vector<float>{float(first.counted_targets)})},
                         {{"step", std::to_string(from)}});

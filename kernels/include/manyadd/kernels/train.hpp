@@ -5,7 +5,7 @@
 // tests/test_cuda_train_kernels.cpp checks every one against its twin on random inputs.
 // Every launcher runs on the default stream and throws std::runtime_error on a CUDA error.
 // No kernel uses atomics: every reduction has a fixed order, so results are run-to-run identical.
-// Shape legend: R rows (B T), C width, V vocabulary, NH heads, HS d_head, D = NH HS, F d_ff.
+// Shape legend: R rows (the real tokens of a packed batch), C width, V vocabulary, NH heads, HS d_head, D = NH HS, F d_ff.
 //
 // Mixed precision (bf16 overloads): a bf16 buffer holds values rounded to nearest even (bf16.hpp); every
 // kernel widens its bf16 inputs to float exactly, computes in fp32 and rounds only where it writes a
@@ -27,11 +27,15 @@ constexpr int kMaxPosLevels = 3;
 // arrays of L device pointers (the CPU twin's signature). The arithmetic: kernels/src/embedding_rows.cuh.
 void embedding_forward(float* out, const std::uint8_t* tok, const std::int32_t* const* pos, int L, const float* wte,
                        const float* const* wpe, int R, int C);
-// dwte (V, C), dwpe[lv] (rows[lv], C) += scatter of dout (R, C). One thread per (table row, channel) sums
-// the rows that read it in row order, then adds that sum to the entry: bitwise the CPU twin's
-// (which adds row by row into the entry) when the gradients start at zero, as in training.
-void embedding_backward(float* dwte, float* const* dwpe, const float* dout, const std::uint8_t* tok,
-                        const std::int32_t* const* pos, int L, int R, int C, int V, const int* rows);
+// dwte (V, C), dwpe[lv] (rows[lv], C) += scatter of dout (R, C), through the readers of each table row:
+// readers and starts are host arrays of 1 + L device pointers, table k = 0 the token table, 1 + lv level
+// lv; readers[k] (R) the rows of dout grouped by the table row they read (increasing within a group),
+// starts[k] (table rows + 1) where each group starts (learn::PackedBatch::readers, reader_starts). One
+// thread per (table row, channel) sums its group's rows in row order, then adds that sum to the entry:
+// bitwise the CPU twin's (which adds row by row into the entry) when the gradients start at zero, as in
+// training.
+void embedding_backward(float* dwte, float* const* dwpe, const float* dout, const std::int32_t* const* readers,
+                        const std::int32_t* const* starts, int L, int C, int V, const int* rows);
 
 // out (n) = in rounded to bf16 (to nearest, ties to even: core's float_to_bf16, NaN aside), e.g. the
 // bf16 copies of the fp32 master weights; and the exact widening back.
@@ -77,26 +81,28 @@ void geglu_backward(float* dinp, const float* dout, const float* inp, int R, int
 void geglu_backward(bf16* dinp, const float* dout, const bf16* inp, int R, int F);
 void geglu_backward(bf16* dinp, const bf16* dout, const bf16* inp, int R, int F);
 
-// Causal attention over B sequences of T padded rows, flash style (no T x T matrix; one warp per row,
-// online softmax; kernels/src/attention_rows.cuh): q, k, v, out (R, D) fp32 or bf16 (all the same
-// type), fp32 math; lse (B, NH, T) fp32, the log-sum-exp of each query row's scaled scores, saved for
-// backward. Scores are scale q.k: 1 / sqrt(HS) (the default) or 1 (T5: unscaled). 1 <= HS <= 512.
-void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int B, int T, int NH,
-                       int HS, float scale);
-void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int B, int T, int NH,
-                       int HS, float scale);
-void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int B, int T, int NH,
-                       int HS);  // scale 1 / sqrt(HS)
+// Causal attention over B sequences of different lengths packed without padding (varlen, as
+// FlashAttention's cu_seqlens): offsets (B + 1, device memory) with offsets[0] = 0, offsets[B] = R and
+// every sequence >= 1 row; sequence b is rows [offsets[b], offsets[b + 1]) and attends only to its own
+// rows, causally. Flash style (no T x T matrix; one warp per (sequence, head, row), online softmax;
+// kernels/src/attention_rows.cuh): q, k, v, out (R, D) fp32 or bf16 (all the same type), fp32 math;
+// lse (NH R) fp32, sequence b's (NH, T_b) block from NH offsets[b]: the log-sum-exp of each query row's
+// scaled scores, saved for backward. Scores are scale q.k: 1 / sqrt(HS) or 1 (T5: unscaled).
+// 1 <= HS <= 512. A uniform batch (B sequences of T rows) is offsets b T.
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                       const std::int32_t* offsets, int B, int R, int NH, int HS, float scale);
+void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const std::int32_t* offsets,
+                       int B, int R, int NH, int HS, float scale);
 // Writes (not accumulates) dq, dk, dv (R, D), of the I/O type (bf16: they feed the q/k/v GEMMs), from
-// dout and the forward's lse; the probabilities are recomputed. scratch: (B, NH, T) floats, filled with
-// the row terms dsum_i = sum_j P_ij dP_ij (computed from P and dP, so the forward output is not needed).
+// dout and the forward's lse; the probabilities are recomputed. scratch: NH R floats (lse's layout),
+// filled with the row terms dsum_i = sum_j P_ij dP_ij (computed from P and dP, so the forward output is
+// not needed).
 void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout, const float* lse,
-                        const float* q, const float* k, const float* v, int B, int T, int NH, int HS, float scale);
+                        const float* q, const float* k, const float* v, const std::int32_t* offsets, int B, int R,
+                        int NH, int HS, float scale);
 void attention_backward(bf16* dq, bf16* dk, bf16* dv, float* scratch, const bf16* dout, const float* lse,
-                        const bf16* q, const bf16* k, const bf16* v, int B, int T, int NH, int HS, float scale);
-// The fp32 signature before the scale parameter: scale 1 / sqrt(HS); `out` is not read.
-void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout, const float* out,
-                        const float* lse, const float* q, const float* k, const float* v, int B, int T, int NH, int HS);
+                        const bf16* q, const bf16* k, const bf16* v, const std::int32_t* offsets, int B, int R, int NH,
+                        int HS, float scale);
 
 // The row kernels of the tensor-core attention (attention_gemm.hpp), on (B, NH, T, Tp) score matrices
 // (Tp >= T the row stride): P_ij = exp(scale S_ij - lse_i) (j <= i; 0 for i < j < T) rounded to bf16, and

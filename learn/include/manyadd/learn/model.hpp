@@ -148,31 +148,39 @@ struct ModelView {
   const S* at(std::int64_t offset) const { return params + offset; }
 };
 
-// The input rows of a forward: B sequences of T rows each, row-major (B, T), sequence b in rows
-// [b T, (b + 1) T). A single sequence is a batch of one; a packed batch (batch.hpp) pads its sequences
-// to a common T after their real tokens. Points into the caller's buffers.
+// The input rows of a forward: B sequences, row-major, in one of two layouts.
+//  * uniform (offsets null): T rows each, sequence b in rows [b T, (b + 1) T). A single sequence is a
+//    batch of one; a batch padded to a common T (padding after the real tokens) is one too.
+//  * varlen (offsets set, the packed batches of batch.hpp): sequence b in rows [offsets[b],
+//    offsets[b + 1]), of length 1..T (T = the longest), no padding: every row is a real token. Every
+//    row-wise pass runs on the R = offsets[B] rows, attention per sequence on its own rows.
+// Points into the caller's buffers.
 struct BatchView {
   int B = 0, T = 0;
-  const std::uint8_t* tokens = nullptr;              // (B, T)
-  const std::int32_t* pos[kMaxPosLevels] = {nullptr, nullptr, nullptr};  // (B, T) per position level in use
-  const std::int32_t* targets = nullptr;             // (B, T), -1 = no loss; nullptr: no loss pass (decoding)
-  std::int64_t rows() const { return std::int64_t(B) * T; }
+  const std::uint8_t* tokens = nullptr;              // (R)
+  const std::int32_t* pos[kMaxPosLevels] = {nullptr, nullptr, nullptr};  // (R) per position level in use
+  const std::int32_t* targets = nullptr;             // (R), -1 = no loss; nullptr: no loss pass (decoding)
+  const std::int32_t* offsets = nullptr;             // (B + 1) varlen; nullptr: uniform
+  std::int64_t rows() const { return offsets ? offsets[B] : std::int64_t(B) * T; }
+  std::int64_t begin(int b) const { return offsets ? offsets[b] : std::int64_t(b) * T; }  // first row of b
+  int length(int b) const { return offsets ? offsets[b + 1] - offsets[b] : T; }
 };
 // One sequence as a batch of one; throws InputError for an empty sequence or mismatched lengths.
 BatchView batch_of(const Example& ex);
 
-// Activations of a batch: every buffer forward writes and backward reads, R = B T rows. The keys and
-// values keep Tk >= T rows per sequence: Tk = T in training; when decoding (B = 1) they are the cache,
-// positions 0..Tk-1, of which the last T are the rows of the current call.
+// Activations of a batch: every buffer forward writes and backward reads, R = x.rows() rows. The keys
+// and values keep Tk >= T rows per sequence: Tk = T in training; when decoding (B = 1) they are the
+// cache, positions 0..Tk-1, of which the last T are the rows of the current call.
 template <class S>
 struct Acts {
   int B = 0, T = 0, Tk = 0;
+  std::int64_t R = 0;  // rows
   std::vector<S> x0;  // (R, C) embedding
   struct Block {
     std::vector<S> n1, r1;  // (R, C), (R) attn pre-norm out, its rstd
     std::vector<S> q;       // (R, NH*HS)
     std::vector<S> k, v;    // (B, Tk, NH*HS)
-    std::vector<S> att;     // (B, NH, T, Tk) post-softmax
+    std::vector<S> att;     // per sequence (NH, len, len + Tk - T) post-softmax, sequences in order
     std::vector<S> ao;      // (R, NH*HS) attention values
     std::vector<S> proj;    // (R, C) output projection
     std::vector<S> res1;    // (R, C) x + attn
@@ -190,8 +198,9 @@ struct Acts {
   std::vector<S> logits, probs; // (R, V)
   std::vector<S> wgemm;         // bf16: the parameters with every matrix-product weight rounded (per forward)
   std::vector<S> losses;        // (R)
-  // Keeps the first min(old, new) key/value rows of a batch of one (the cache grows in place).
-  void resize(const ModelConfig& c, int B, int T, int Tk);
+  // Sized for x with Tk key rows per sequence; keeps the first min(old, new) key/value rows of a batch
+  // of one (the cache grows in place).
+  void resize(const ModelConfig& c, const BatchView& x, int Tk);
 };
 
 // Scratch for backward (gradients w.r.t. activations), reused between calls.
@@ -205,11 +214,11 @@ struct GradScratch {
 
 // Forward of a batch: the numbered passes 1 (embedding), 2-7 per block (norm, q/k/v, attention, output
 // projection and residual, FFN, residual and norm), 8 (final norm, readout, loss), each layer on all
-// R rows at once except attention, which runs per sequence. Returns the sum of the losses at counted
+// R rows at once except attention, which runs per sequence (on its own rows: uniform or varlen). Returns the sum of the losses at counted
 // targets (0 when x.targets is null). Validates tokens and position IDs against the model (InputError).
 // past > 0 (decoding, B = 1): x holds positions past..past+T-1 of the sequence, and the keys/values of
 // positions 0..past-1 are already in a (from the earlier calls on the same Acts); the new rows attend
-// to all of them.
+// to all of them (uniform layout only).
 template <class S>
 S model_forward(Acts<S>& a, const ModelView<S>& m, const BatchView& x, int past = 0);
 // Backward of loss_scale * (sum of losses) of the last model_forward on x (past = 0); accumulates into

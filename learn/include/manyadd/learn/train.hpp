@@ -8,8 +8,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -69,6 +71,10 @@ class Trainer {
   // once; finish_steps returns the full StepStats (loss, grad_norm too) of every step launched so since
   // the last call, in step order, equal to what step() returns. run_training reads them once per log
   // line, evaluation or checkpoint, so a GPU runs the steps between without waiting for the host.
+  // The packing thread: each step hands the sampling and packing of the next step's batch to a host
+  // worker (std::async) before it launches its own on the device, so the next batch is ready when the
+  // device is; a batch is a function of its step alone (packed_batch), so the batches and their order
+  // are those of packing on the calling thread, whatever the timing.
   StepStats step_async();
   std::vector<StepStats> finish_steps();
   std::int64_t steps_done() const { return step_; }
@@ -90,6 +96,7 @@ class Trainer {
   void attach_device(std::shared_ptr<TrainDevice> dev);
   const TrainDevice& device() const { return *dev_; }
   // The examples of step t (1-based) in batch order, and the same packed: exactly what step t trains on.
+  // Safe to call while the packing thread works (the sampling order's cache is locked).
   std::vector<Example> batch_examples(std::int64_t t);
   PackedBatch packed_batch(std::int64_t t) { return pack_batch(batch_examples(t), mc_); }
   const ModelConfig& model_config() const { return mc_; }
@@ -132,9 +139,15 @@ class Trainer {
   std::int64_t step_ = 0;
   std::vector<StepStats> launched_;  // step_async's steps whose loss and grad_norm are not read yet
   std::map<std::string, std::string> run_state_;  // of the last checkpoint loaded
+  std::mutex perm_mutex_;  // perm_epoch_ and perm_: the packing thread and the caller both sample
   std::int64_t perm_epoch_ = -1;
   std::vector<std::int64_t> perm_;
-  std::int64_t sample_index(std::int64_t k);  // k-th sample of the run -> index into data_
+  std::int64_t sample_index(std::int64_t k);  // k-th sample of the run -> index into data_ (perm_mutex_ held)
+  // The batch of step ahead_t_ being packed by the packing thread (declared last: destroyed, i.e. waited
+  // for, before everything it reads).
+  std::int64_t ahead_t_ = 0;
+  std::future<PackedBatch> ahead_;
+  PackedBatch batch_for_step(std::int64_t t);  // the packed batch of step t: the worker's, or packed here
 };
 
 // Runs the whole loop: resumes if asked, reports progress (core/progress.hpp: steps, rate, ETA, the
