@@ -222,7 +222,9 @@ TEST(Certificate, UnpinnedHeadsUseTheRoundingModel) {
           EXPECT_EQ(e.lo, 0);
           EXPECT_GE(e.hi, prev.hi) << "widens with u";
           prev = e;
-          if (p == 0) EXPECT_LE(e.hi, 27);  // a convex combination (head_enclosure's real upper end is looser)
+          if (p == 0) {  // a convex combination (head_enclosure's real upper end is looser)
+            EXPECT_LE(e.hi, 27);
+          }
           // it holds every admissible count and matched sum (BOS has value 0)
           for (std::int64_t x = 1; x <= 6; ++x)
             for (std::int64_t vsum : {std::int64_t(0), sep ? 0 : 27 * (x - 1)})
