@@ -166,18 +166,23 @@ std::vector<TcRow> TcTwin::rows(const std::vector<std::int64_t>& rows) const {
           double bound = 0;
           for (int part = 0; part < 3; ++part)
             for (int k8 = 0; k8 < KS; ++k8) {
-              double sum = c, mx = std::abs(double(c));
+              double sum = c, mx = std::abs(double(c)), absum = mx;
+              int n = 0;  // nonzero products
               for (int e = 0; e < 8; ++e) {
                 const tc::Split &x = a[k8 * 8 + e], &y = b[k8 * 8 + e];
                 const double t = part == 0 ? double(x.lo) * double(y.hi) : part == 1 ? double(x.hi) * double(y.lo)
                                                                                       : double(x.hi) * double(y.hi);
                 sum += t;
                 mx = std::max(mx, std::abs(t));
+                absum += std::abs(t);
+                n += t != 0;
               }
               c = float(sum);
-              if (mx > 0) {
-                double sb = 9 * std::ldexp(1.0, std::ilogb(mx) - 23) + std::ldexp(1.0, std::ilogb(mx) - 40);
-                if (sum != 0) sb += 2 * std::ldexp(1.0, std::ilogb(sum) - 23);
+              if (n > 0) {
+                // n aligned inputs (< 1 ulp24 of their node's largest <= mx each), n node results
+                // rounded (each <= absum), the double sum's own error
+                const double sb = n * std::ldexp(1.0, std::ilogb(mx) - 23) + n * std::ldexp(1.0, std::ilogb(absum) - 23) +
+                                  std::ldexp(1.0, std::ilogb(mx) - 40);
                 bound += 2 * sb;
               }
             }

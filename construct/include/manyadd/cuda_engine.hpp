@@ -66,10 +66,15 @@ CudaForwardResult cuda_forward_cpu_twin(const ConstructedModel& model, const std
 // the per-lane key order, the tile max, the rescaling at every rise, the quad sums and the division.
 // Two operations are not specified bit for bit by the hardware's documentation; the twin carries an
 // interval [lo, hi] through the row that contains every result the device can produce:
-//  * an MMA step c' = c + sum of 8 products: the nominal value is RN(exact sum); the device's may
-//    differ by < (k + 1) 2^(e - 23) (k + 1 = 9 addends aligned to the largest, exponent e, each keeping
-//    at least the 24 bits float has) plus 2 ulp of the result (normalization, round-to-zero or
-//    nearest, and the twin's own rounding); doubled, for device addends one binade above the twin's.
+//  * an MMA step c' = c + sum of 8 products: the nominal value is RN(exact sum); under the MMA
+//    assumption of constructed_tc.hpp (any tree of fused sums, each keeping >= 24 bits of its inputs
+//    aligned to its largest and rounding its result by < 1 ulp) the device's differs from the exact
+//    sum, with n nonzero products, by < n 2^(e - 23) (e: the largest addend's exponent) +
+//    n 2^(e_a - 23) (e_a: the exponent of |c| + sum |products|, which bounds every partial result;
+//    no error when n = 0); doubled, because the
+//    interval is centred on the twin's own rounded chain and the device's addends may lie one binade
+//    above the twin's (the rounding model, kernel_rounding.hpp, bounds device against exact and needs
+//    neither).
 //  * exp2f: <= 2 ulp (documented); the nominal value is exp2 in double rounded to float
 //    (<= 0.5 ulp + 2^-29), the interval is 6 float steps either side (2.5 ulp, twice for a binade
 //    edge, rounded up); exp2f(0) = 1 and exp2f(-inf) = 0 exactly.

@@ -30,6 +30,17 @@ constexpr double kLog2e = 1.4426950408889634074;  // log2(e) rounded to double
 // the small products first, so that they are not lost against the large accumulator.
 enum class Part { lo_hi = 0, hi_lo = 1, hi_hi = 2 };
 
+// The MMA's accumulation, which NVIDIA does not document. The rounding model
+// (proofs-check/include/manyadd/kernel_rounding.hpp, step 1) and the twin (construct's tc_twin.cpp)
+// assume only this of a k8 step c' = c + sum of 8 tf32 products (each exact in float: 11 x 11
+// bits): it is some tree of fused sums, each aligning its inputs to the largest, keeping at least
+// float's 24 bits of every input from there (truncated or rounded) and rounding its result to float
+// (or wider) with an error below 1 ulp of float. With n nonzero products a tree has at most n
+// nonzero-input nodes and n aligned inputs that are not the largest of their node: a step errs by
+// < 2 n 2^-23 M (M bounding every input and partial result), whatever the grouping: one 9-input sum,
+// A100's measured two of c + 4 products (Fasi, Higham, Mikaitis, Pranesh 2021, "Numerical behavior
+// of NVIDIA tensor cores"), or eight of one product. A zero product and a sum of c with zeros are exact.
+
 MANYADD_HD inline std::uint32_t float_bits(float x) {
 #ifdef __CUDA_ARCH__
   return __float_as_uint(x);
