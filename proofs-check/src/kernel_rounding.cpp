@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "manyadd/kernels/constructed_tc.hpp"
+
 namespace manyadd {
 
 KernelRounding kernel_rounding(const ConstructedModel& M, int h, int D, double widen) {
@@ -55,6 +57,11 @@ KernelRounding kernel_rounding(const ConstructedModel& M, int h, int D, double w
   k.eps = std::exp2(-gap * (1 - r)) * (1 + e2) * (1 + 1e-15);
   // Step 3.
   k.rho = (e2 + r + 2 * k.eta2 * std::log(2.0) * r) * (1 + 1e-9);
+  // Step 5: the far-tile skip never drops a matched key.
+  k.skip = kernels::tc::tile_skip_threshold(H.lambda, P);
+  if (!(k.skip >= 2 * k.eta2 * (1 + std::ldexp(1.0, -23))))
+    throw InputError(fmt::format("kernel_rounding: the far-tile skip threshold {} is within twice the score bound {} (head {})",
+                                 k.skip, k.eta2, h + 1));
   return k;
 }
 

@@ -37,6 +37,10 @@ struct CudaOptions {
   CudaKernel kernel = CudaKernel::tensor_core;
   bool float64 = false;  // simt only: attention in float64 (the tensor-core kernel is float32)
   bool keep_head_outputs = false;
+  // tensor_core only: skip a row's key tiles that lie far below its running max (no exp2f, no
+  // additions; kernels' tc::tile_skip_threshold says when, kernel_rounding.hpp step 5 why the
+  // certificate's float32-cuda covers it). false: every tile of every row is summed.
+  bool skip_far_tiles = true;
 };
 
 // Forward pass of `model` on `tokens` (one teacher-forced sequence of `shape`, offsets s1, s2).
@@ -79,13 +83,15 @@ CudaForwardResult cuda_forward_cpu_twin(const ConstructedModel& model, const std
 //    (<= 0.5 ulp + 2^-29), the interval is 6 float steps either side (2.5 ulp, twice for a binade
 //    edge, rounded up); exp2f(0) = 1 and exp2f(-inf) = 0 exactly.
 // Every other operation is an IEEE float operation rounded to nearest on both sides and monotone in
-// each argument, so applying it to the ends of its arguments' intervals (rises: the hull of both
-// branches where the comparison is undecided) keeps the enclosure rigorous without widening.
+// each argument, so applying it to the ends of its arguments' intervals (rises and the far-tile
+// skip: the hull of both branches where the comparison is undecided) keeps the enclosure rigorous
+// without widening.
 struct TcRow {
   std::int64_t i = 0;
   std::array<float, 4> out{};        // nominal head outputs
   std::array<float, 4> lo{}, hi{};   // every output the device can give lies in [lo, hi]
   std::array<int, 4> rises{};        // nominal rises of the running max after the first tile
+  std::array<int, 4> skipped{};      // tiles skipped by the far-tile skip (nominal)
   std::array<double, 4> score_bound{};  // largest MMA bound of a score of the row (base-2 units)
 };
 
@@ -93,7 +99,7 @@ class TcTwin {
  public:
   // Builds the plan (throws InputError if the model is not the constructed one) and the IDs: O(N).
   TcTwin(const ConstructedModel& model, const std::vector<std::uint8_t>& tokens, const Shape& shape,
-         std::int64_t s1, std::int64_t s2);
+         std::int64_t s1, std::int64_t s2, bool skip_far_tiles = true);
   // The given query rows (each in [0, N)), in one pass over the keys up to the largest: O(max row * D)
   // time, O(rows) memory; the keys' k rows are rebuilt per tile, never stored.
   std::vector<TcRow> rows(const std::vector<std::int64_t>& rows) const;
@@ -108,7 +114,8 @@ class TcTwin {
 };
 
 // The plan of the constructed model: token embedding, the four position codes (POS_1, POS_1_NEXT,
-// POS_2, POS_2_NEXT), the nonzeros of Q, K, V; D = the widest head rounded up to a multiple of 8.
-kernels::QkvPlan qkv_plan(const ConstructedModel& model);
+// POS_2, POS_2_NEXT), the nonzeros of Q, K, V; D = the widest head rounded up to a multiple of 8;
+// each head's far-tile skip threshold (tc::tile_skip_threshold of its lambda and P), or none.
+kernels::QkvPlan qkv_plan(const ConstructedModel& model, bool skip_far_tiles = true);
 
 }  // namespace manyadd

@@ -42,6 +42,13 @@
 //     order, so head_box's argument holds with x + 2 matched-sized additions (each lane's first is
 //     exact; the two quad additions are charged as matched ones). fma rounds once: head_box's (1 + r)
 //     product factor over-covers it. out = acc / l: (1 +- r).
+//  5. The far-tile skip (constructed_tc.hpp, tc::tile_skip_threshold T, plan.skip): a row drops a
+//     tile when RN(m - tile max) > T. A tile holding a matched key has tile max >= top - eta2 and
+//     m <= top + eta2, so RN(m - tile max) <= RN(2 eta2) <= 2 eta2 (1 + 2^-23) <= T (checked): it is
+//     never dropped. The dropped keys are unmatched, and their weight 0 lies in step 2's [0, eps]; a
+//     dropped tile causes no rise (its max is below m) and no addition (step 4's error terms only
+//     shrink). So every enclosure above holds for the kernel with or without the skip: the certificate
+//     charges the dropped keys as unmatched keys of weight in [0, eps], which it already did.
 // Not covered here: the FFN and readout (the host's double arithmetic; the certificate's float64
 // rounding of them applies) and the q/k/v of a model other than the Theorem 4.1 construction.
 #pragma once
@@ -60,6 +67,7 @@ struct KernelRounding {
   double eps = 0;       // an unmatched key's weight bound (step 2)
   double rho = 0;       // relative error per rise of the running max (step 3)
   int D = 0;            // the kernel's padded q/k width (KS = D / 8 MMA k-steps)
+  double skip = 0;      // the far-tile skip threshold it was checked against (step 5)
 };
 
 // Head h of M, run by the kernel at padded width D (a multiple of 8 >= the head's P + 1).

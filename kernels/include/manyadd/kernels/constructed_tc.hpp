@@ -4,6 +4,8 @@
 // (construct/src/cuda_engine.cpp) compile the same lines. No CUDA header.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -58,6 +60,22 @@ MANYADD_HD inline float bits_float(std::uint32_t u) {
   std::memcpy(&x, &u, 4);
   return x;
 #endif
+}
+
+// The far-tile skip (issue 14, item 3). For one row, a 64-key tile whose computed scores all lie
+// more than `skip` below the row's running max m, RN(m - tile max) > skip, adds nothing to the row:
+// no exp2f, no additions (and no rise: its max is below m). skip = tile_skip_threshold(lambda, P) of
+// the head: at least 32, so every weight it drops is below 2^-32 of the running max, and at least
+// 2^-14 lambda P log2 e, more than twice the kernel's score bound, so a tile holding a key of the top
+// score (a matched key) is never skipped: the dropped keys are unmatched and their weight 0 lies in
+// the rounding model's [0, eps] (proofs-check/include/manyadd/kernel_rounding.hpp, step 5). At
+// lambda = 12 the unmatched scores lie 2 lambda log2 e = 34.6 below the top: every tile without a
+// matched key is skipped. Host only; rounded up to float.
+inline float tile_skip_threshold(double lambda, int P) {
+  const double t = std::max(32.0, std::ldexp(lambda * P * kLog2e, -14));
+  float f = float(t);
+  if (double(f) < t) f = std::nextafter(f, HUGE_VALF);
+  return f;
 }
 
 // x rounded to tf32 (1 + 10 fraction bits, float's exponent range), to nearest, ties to even, by
