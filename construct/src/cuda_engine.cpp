@@ -150,6 +150,7 @@ CudaForwardResult simt_forward(const ConstructedModel& M, const std::vector<std:
   return R;
 }
 
+#if MANYADD_WITH_CUDA  // the device path's only caller
 std::vector<std::int32_t> ids_of(const Shape& shape, std::int64_t s1, std::int64_t s2) {
   std::vector<std::int32_t> ids(2 * std::size_t(shape.N()));
   for_each_id(shape, s1, s2, [&](std::int64_t k, std::int64_t p1, std::int64_t p2) {
@@ -158,6 +159,7 @@ std::vector<std::int32_t> ids_of(const Shape& shape, std::int64_t s1, std::int64
   });
   return ids;
 }
+#endif
 
 CudaForwardResult tc_forward(const ConstructedModel& M, const std::vector<std::uint8_t>& tokens, const Shape& shape,
                              std::int64_t s1, std::int64_t s2, bool keep, bool skip, bool on_device) {
