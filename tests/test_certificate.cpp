@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "manyadd/certificate.hpp"
+#include "manyadd/closed_form.hpp"
 #include "manyadd/dense.hpp"
 #include "manyadd/structured.hpp"
 #include "manyadd/verify.hpp"
@@ -198,4 +199,68 @@ TEST(Certificate, SharedOffsetsGiveTheSameResults) {
     EXPECT_LE(shared.structure_passes(), 4);
     EXPECT_GE(pairs, 4);
   }
+}
+
+// Heads 1-2 where part 1 does not pin their matches down (the query of a most significant digit,
+// which predicts '>' or '$', and where they see separators only): parts 2-3 take their enclosure
+// from the precision's rounding model over every matched count the closed form allows, not an
+// exact bound. (Before, the '>'/'$' query used [0, 27] in every precision: a computed average of
+// values in [0, 27] is not within [0, 27] in floating point. The last block fails on that box.)
+TEST(Certificate, UnpinnedHeadsUseTheRoundingModel) {
+  // the closed form's families: one key each for heads 1-2 (5 families each), ranges for head 3
+  EXPECT_EQ(closed::max_matched_keys(0), 6);
+  EXPECT_EQ(closed::max_matched_keys(1), 6);
+  EXPECT_EQ(closed::max_matched_keys(2), -1);
+  EXPECT_EQ(head12_max_keys(), 6);
+  const auto M = build_model(3, 3, 7.0);
+  for (int p = 0; p < 4; ++p)
+    for (int h = 0; h < 2; ++h)
+      for (bool sep : {false, true}) {
+        ExactInterval prev{0, 0};
+        for (std::int64_t u : {0, 10, 1000, 2000000}) {
+          const ExactInterval e = unpinned_head_enclosure(M, h, p, u, sep);
+          EXPECT_EQ(e.lo, 0);
+          EXPECT_GE(e.hi, prev.hi) << "widens with u";
+          prev = e;
+          if (p == 0) {  // a convex combination (head_enclosure's real upper end is looser)
+            EXPECT_LE(e.hi, 27);
+          }
+          // it holds every admissible count and matched sum (BOS has value 0)
+          for (std::int64_t x = 1; x <= 6; ++x)
+            for (std::int64_t vsum : {std::int64_t(0), sep ? 0 : 27 * (x - 1)})
+              EXPECT_GE(e.hi, std::min<boost::multiprecision::mpq_rational>(head_enclosure(M, h, p, vsum, x, u, 27).hi, p == 0 ? 27 : 1e300))
+                  << "precision " << p << " x " << x << " u " << u;
+        }
+      }
+  // The dense float32 engine's head-1/2 outputs at every such query of a few shapes lie inside.
+  for (auto [n, m] : {std::pair{2, 3}, std::pair{3, 2}, std::pair{1, 5}}) {
+    const Shape s = Shape::make(n, m);
+    const Dims dm = dims_ours(s);
+    const auto Mf = build_model(dm.P1, dm.P2, default_lambda(s.N()));
+    Problem pr;
+    for (int k = 0; k < m; ++k) pr.operands.push_back(std::string(std::size_t(n), char('9' - k % 2)));
+    const auto seq = build_sequence(pr, s);
+    const auto R = dense_forward<float>(Mf, embed(Mf, seq, position_ids(s, 1, 1)));
+    int checked = 0;
+    for (std::int64_t j = s.eq_index(); j < s.N(); ++j) {
+      const std::int64_t rel = j - s.eq_index(), i = rel / (s.l + 1), t = rel % (s.l + 1);
+      const bool msd = t == s.l, sep = !msd && (i == 0 || t == 0);
+      if (!msd && !sep) continue;
+      for (int h = 0; h < 2; ++h) {
+        if (!msd && i > 0 && h == 0) continue;  // head 1 at a separator query is pinned (x = 3)
+        const double y = double(R.Y(h == 0 ? Layout::PRE_SUM : Layout::PRE_CARRY, j));
+        const ExactInterval e = unpinned_head_enclosure(Mf, h, 2, s.N(), !msd);
+        EXPECT_LE(e.lo.convert_to<double>(), y);
+        EXPECT_GE(e.hi.convert_to<double>(), y) << "n=" << n << " m=" << m << " row " << j << " head " << h + 1;
+        ++checked;
+      }
+    }
+    EXPECT_GT(checked, m);
+  }
+  // Where the rounding model is wide (float32 at lambda = 5e4: score errors ~0.2), the most
+  // significant digit's enclosure reaches above 27, so the box [0, 27] is not what it proves.
+  const auto W = build_model(2, 2, 5e4);
+  EXPECT_GT(unpinned_head_enclosure(W, 1, 2, 20, false).hi, 27);
+  EXPECT_GT(unpinned_head_enclosure(W, 1, 3, 20, false).hi, 27);
+  EXPECT_LE(unpinned_head_enclosure(W, 1, 0, 20, false).hi, 27);
 }

@@ -174,6 +174,37 @@ TEST(CudaEngineGpu, TensorCoreWithinTwinAndModel) {
   std::printf("[ twin ] %lld of %lld device outputs equal the twin's nominal bits\n", (long long)equal, (long long)total);
 }
 
+// The far-tile skip on the device (lambda = 14: every tile without a matched key dropped): every
+// output inside the twin's interval (the twin skips as the kernel does) and the model's box, and
+// the predictions those of the kernel without the skip and of the structured engine.
+TEST(CudaEngineGpu, FarTileSkipWithinTwinAndModel) {
+  REQUIRE_DEVICE();
+  std::uint64_t seed = 70;
+  for (auto [n, m] : {std::pair{8, 20}, std::pair{30, 6}, std::pair{12, 12}}) {
+    Case c = make_case(n, m, ++seed);
+    c.M = build_model(c.M.layout.P1, c.M.layout.P2, 14.0);
+    CudaOptions o, o_off;
+    o.keep_head_outputs = true;
+    o_off.skip_far_tiles = false;
+    const auto R = cuda_forward(c.M, c.seq, c.shape, c.s1, c.s2, o), Roff = cuda_forward(c.M, c.seq, c.shape, c.s1, c.s2, o_off);
+    const CompiledFFN F = CompiledFFN::build(c.M);
+    EXPECT_EQ(R.pred, structured_forward(c.M, F, c.seq, c.shape, c.s1, c.s2).pred);
+    EXPECT_EQ(R.pred, Roff.pred);
+    const int D = qkv_plan(c.M).D;
+    cases::for_each_twin_row(c, [&](const QueryMatch& q, const TcRow& tw, std::size_t r) {
+      for (int h = 0; h < 4; ++h) {
+        const double dev = R.heads[r][std::size_t(h)];
+        EXPECT_GE(dev, double(tw.lo[std::size_t(h)])) << "n=" << n << " m=" << m << " row " << q.j << " head " << h + 1;
+        EXPECT_LE(dev, double(tw.hi[std::size_t(h)])) << "n=" << n << " m=" << m << " row " << q.j << " head " << h + 1;
+        const HeadMatch& hm = q.h[std::size_t(h)];
+        const auto box = kernel_head_box(hm.vsum, hm.x, hm.u, h < 2 ? 27 : 1, kernel_rounding(c.M, h, D));
+        EXPECT_GE(dev, box.lo);
+        EXPECT_LE(dev, box.hi);
+      }
+    });
+  }
+}
+
 // Full size (N = 2,011,005): every prediction equals the structured engine's, and sampled rows lie
 // in the rounding model's box (the twin's own enclosure is too wide there: it bounds each rescale
 // separately, and head 3 rises up to x - 1 ~ 1000 times).

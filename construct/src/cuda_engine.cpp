@@ -150,6 +150,7 @@ CudaForwardResult simt_forward(const ConstructedModel& M, const std::vector<std:
   return R;
 }
 
+#if MANYADD_WITH_CUDA  // the device path's only caller
 std::vector<std::int32_t> ids_of(const Shape& shape, std::int64_t s1, std::int64_t s2) {
   std::vector<std::int32_t> ids(2 * std::size_t(shape.N()));
   for_each_id(shape, s1, s2, [&](std::int64_t k, std::int64_t p1, std::int64_t p2) {
@@ -158,9 +159,10 @@ std::vector<std::int32_t> ids_of(const Shape& shape, std::int64_t s1, std::int64
   });
   return ids;
 }
+#endif
 
 CudaForwardResult tc_forward(const ConstructedModel& M, const std::vector<std::uint8_t>& tokens, const Shape& shape,
-                             std::int64_t s1, std::int64_t s2, bool keep, bool on_device) {
+                             std::int64_t s1, std::int64_t s2, bool keep, bool skip, bool on_device) {
   check_tokens(tokens, shape);
   const CompiledFFN F = CompiledFFN::build(M);  // checks the model's structure
   const std::int64_t N = shape.N(), first = shape.eq_index();
@@ -168,7 +170,7 @@ CudaForwardResult tc_forward(const ConstructedModel& M, const std::vector<std::u
   CudaForwardResult R;
   if (on_device) {
 #if MANYADD_WITH_CUDA
-    const kernels::QkvPlan plan = qkv_plan(M);
+    const kernels::QkvPlan plan = qkv_plan(M, skip);
     const std::vector<std::int32_t> ids = ids_of(shape, s1, s2);
     const kernels::TcTimes T = kernels::constructed_attention_tc(plan, tokens.data(), ids.data(), N, first, out.data());
     R.kernel_seconds = T.attention_seconds;
@@ -177,7 +179,7 @@ CudaForwardResult tc_forward(const ConstructedModel& M, const std::vector<std::u
     throw InvariantError("tc_forward on a device in a build without CUDA (cuda_forward checks the device first)");
 #endif
   } else {
-    const TcTwin twin(M, tokens, shape, s1, s2);
+    const TcTwin twin(M, tokens, shape, s1, s2, skip);
     std::vector<std::int64_t> rows;
     for (std::int64_t i = first; i < N; ++i) rows.push_back(i);
     const std::vector<TcRow> rr = twin.rows(rows);
@@ -193,7 +195,7 @@ CudaForwardResult run(const ConstructedModel& M, const std::vector<std::uint8_t>
                       std::int64_t s1, std::int64_t s2, const CudaOptions& o, bool on_device) {
   if (o.kernel == CudaKernel::tensor_core) {
     if (o.float64) throw InputError("cuda_forward: the tensor-core kernel is float32 only (float64: the simt kernel)");
-    return tc_forward(M, tokens, shape, s1, s2, o.keep_head_outputs, on_device);
+    return tc_forward(M, tokens, shape, s1, s2, o.keep_head_outputs, o.skip_far_tiles, on_device);
   }
   return o.float64 ? simt_forward<double>(M, tokens, shape, s1, s2, o.keep_head_outputs, on_device)
                    : simt_forward<float>(M, tokens, shape, s1, s2, o.keep_head_outputs, on_device);

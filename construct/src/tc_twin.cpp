@@ -13,7 +13,7 @@
 
 namespace manyadd {
 
-kernels::QkvPlan qkv_plan(const ConstructedModel& M) {
+kernels::QkvPlan qkv_plan(const ConstructedModel& M, bool skip_far_tiles) {
   CompiledFFN::build(M);  // throws InputError unless the heads have the Theorem 4.1 structure
   const Layout& L = M.layout;
   kernels::QkvPlan P;
@@ -50,6 +50,9 @@ kernels::QkvPlan qkv_plan(const ConstructedModel& M) {
   for (const Head& h : M.heads)
     for (int r = 0; r < P.D; ++r) add_row(&h.K, r);
   for (const Head& h : M.heads) add_row(&h.V, 0);
+  if (skip_far_tiles)
+    for (int h = 0; h < 4; ++h)
+      P.skip[std::size_t(h)] = kernels::tc::tile_skip_threshold(M.heads[std::size_t(h)].lambda, int(M.heads[std::size_t(h)].Q.rows()) - 1);
   P.check();
   return P;
 }
@@ -90,7 +93,7 @@ struct Lane {
 struct RowHead {
   F3 m{-kInf, -kInf, -kInf};
   Lane lane[4];
-  int tiles = 0, rises = 0;
+  int tiles = 0, rises = 0, skipped = 0;
   double bound = 0;
 };
 
@@ -104,8 +107,8 @@ void corners(float alo, float ahi, float blo, float bhi, Op op, float& lo, float
 }  // namespace
 
 TcTwin::TcTwin(const ConstructedModel& model, const std::vector<std::uint8_t>& tokens, const Shape& shape,
-               std::int64_t s1, std::int64_t s2)
-    : plan_(qkv_plan(model)), tokens_(tokens), N_(shape.N()) {
+               std::int64_t s1, std::int64_t s2, bool skip_far_tiles)
+    : plan_(qkv_plan(model, skip_far_tiles)), tokens_(tokens), N_(shape.N()) {
   if (std::int64_t(tokens.size()) != N_) throw InputError("TcTwin: token count differs from the shape's N");
   for (std::uint8_t t : tokens)
     if (t >= kVocab) throw InputError("TcTwin: a token outside the vocabulary");
@@ -166,18 +169,23 @@ std::vector<TcRow> TcTwin::rows(const std::vector<std::int64_t>& rows) const {
           double bound = 0;
           for (int part = 0; part < 3; ++part)
             for (int k8 = 0; k8 < KS; ++k8) {
-              double sum = c, mx = std::abs(double(c));
+              double sum = c, mx = std::abs(double(c)), absum = mx;
+              int n = 0;  // nonzero products
               for (int e = 0; e < 8; ++e) {
                 const tc::Split &x = a[k8 * 8 + e], &y = b[k8 * 8 + e];
                 const double t = part == 0 ? double(x.lo) * double(y.hi) : part == 1 ? double(x.hi) * double(y.lo)
                                                                                       : double(x.hi) * double(y.hi);
                 sum += t;
                 mx = std::max(mx, std::abs(t));
+                absum += std::abs(t);
+                n += t != 0;
               }
               c = float(sum);
-              if (mx > 0) {
-                double sb = 9 * std::ldexp(1.0, std::ilogb(mx) - 23) + std::ldexp(1.0, std::ilogb(mx) - 40);
-                if (sum != 0) sb += 2 * std::ldexp(1.0, std::ilogb(sum) - 23);
+              if (n > 0) {
+                // n aligned inputs (< 1 ulp24 of their node's largest <= mx each), n node results
+                // rounded (each <= absum), the double sum's own error
+                const double sb = n * std::ldexp(1.0, std::ilogb(mx) - 23) + n * std::ldexp(1.0, std::ilogb(absum) - 23) +
+                                  std::ldexp(1.0, std::ilogb(mx) - 40);
                 bound += 2 * sb;
               }
             }
@@ -212,6 +220,13 @@ std::vector<TcRow> TcTwin::rows(const std::vector<std::int64_t>& rows) const {
         }
         R.m = {std::max(R.m.n, mt.n), std::max(R.m.lo, mt.lo), std::max(R.m.hi, mt.hi)};
         ++R.tiles;
+        // The far-tile skip: RN(m - mt) > skip, the nominal branch; the device's difference lies in
+        // [RN(m.lo - mt.hi), RN(m.hi - mt.lo)] (float subtraction is monotone), so the interval takes
+        // both branches' hull where that range straddles the threshold.
+        const float skip = plan_.skip[std::size_t(h)];
+        const bool skip_n = R.m.n - mt.n > skip, skip_sure = R.m.lo - mt.hi > skip, skip_maybe = R.m.hi - mt.lo > skip;
+        R.skipped += skip_n;
+        if (skip_sure) continue;  // implies skip_n
         // Lane t's keys nb * 8 + 2t + e in order: p = exp2(s - m), l += p, acc = fma(p, v, acc).
         const F3 mu = R.m.n == -kInf ? F3{0, 0, 0} : R.m;
         for (int t = 0; t < 4; ++t) {
@@ -222,9 +237,17 @@ std::vector<TcRow> TcTwin::rows(const std::vector<std::int64_t>& rows) const {
               const F3& x = s[std::size_t(kk)];
               const float v = vs[std::size_t(kk) * 4 + std::size_t(h)];
               const float p = exp2_nom(x.n - mu.n), plo = exp2_lo(x.lo - mu.hi), phi = exp2_hi(x.hi - mu.lo);
-              L.l = {L.l.n + p, L.l.lo + plo, L.l.hi + phi};
-              L.acc = {std::fma(p, v, L.acc.n), std::fma(v >= 0 ? plo : phi, v, L.acc.lo),
-                       std::fma(v >= 0 ? phi : plo, v, L.acc.hi)};
+              const Lane add{{L.l.n + p, L.l.lo + plo, L.l.hi + phi},
+                             {std::fma(p, v, L.acc.n), std::fma(v >= 0 ? plo : phi, v, L.acc.lo),
+                              std::fma(v >= 0 ? phi : plo, v, L.acc.hi)}};
+              if (!skip_maybe) {
+                L = add;
+                continue;
+              }
+              // the device may skip or add: the nominal branch's value, both branches' hull
+              const Lane keep = L;
+              L.l = {skip_n ? keep.l.n : add.l.n, std::min(keep.l.lo, add.l.lo), std::max(keep.l.hi, add.l.hi)};
+              L.acc = {skip_n ? keep.acc.n : add.acc.n, std::min(keep.acc.lo, add.acc.lo), std::max(keep.acc.hi, add.acc.hi)};
             }
         }
       }
@@ -245,6 +268,7 @@ std::vector<TcRow> TcTwin::rows(const std::vector<std::int64_t>& rows) const {
       out[r].out[std::size_t(h)] = A / L;
       corners(Alo, Ahi, Llo, Lhi, [](float x, float y) { return x / y; }, out[r].lo[std::size_t(h)], out[r].hi[std::size_t(h)]);
       out[r].rises[std::size_t(h)] = R.rises;
+      out[r].skipped[std::size_t(h)] = R.skipped;
       out[r].score_bound[std::size_t(h)] = R.bound;
     }
   }

@@ -141,7 +141,8 @@ double constructed_attention(const double* q, const double* k, const double* v, 
 //    tc::Part. Then per row: tile max over the 64 keys (quad shuffles; max is exact), and if it is
 //    above the running max m, l and acc of every lane are rescaled by exp2f(m - m_tile) (once per
 //    rise); p = exp2f(s - m), l += p, acc = fma(p, v, acc) per lane over its 16 keys in the order of
-//    constructed_tc.hpp; at the end the quad's partials are summed (l0 + l1) + (l2 + l3) and
+//    constructed_tc.hpp (none when the tile lies more than plan.skip below the running max:
+//    tc::tile_skip_threshold); at the end the quad's partials are summed (l0 + l1) + (l2 + l3) and
 //    out = acc / l. Every fp32 operation outside the MMA is an explicit _rn intrinsic, so nvcc cannot
 //    contract it differently from the twin. Key tiles past a row (j0 > i) are skipped by the twin
 //    and are exact no-ops here (max -inf: no rise; p = +0; l + 0 = l; fma(+0, v, acc) = acc).
@@ -173,13 +174,19 @@ __device__ inline void mma_tf32(float (&c)[4], const std::uint32_t (&a)[4], std:
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Per head, the far-tile skip thresholds of the plan (by value: 16 bytes of kernel parameters).
+struct TileSkip {
+  float t[4];
+};
+
 template <int D>
 __global__ void __launch_bounds__(32 * tc::kWarps) tc_attention(const float* __restrict__ q, const float* __restrict__ k,
                                                                  const float* __restrict__ v, float* __restrict__ out,
-                                                                 long long N, long long first, int nblocks) {
+                                                                 long long N, long long first, int nblocks, TileSkip skip) {
   constexpr int KS = D / 8, LD = D + 4, BN = tc::kTileKeys, NT = 32 * tc::kWarps;
   __shared__ float khi[BN * LD], klo[BN * LD], vs[BN];
   const int h = blockIdx.y;
+  const float skip_h = skip.t[h];
   const long long r0 = first + (long long)(nblocks - 1 - (int)blockIdx.x) * tc::kBlockRows;  // heaviest blocks first
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const long long w0 = r0 + 16LL * warp;
@@ -247,6 +254,9 @@ __global__ void __launch_bounds__(32 * tc::kWarps) tc_attention(const float* __r
           acc[r] = __fmul_rn(acc[r], sc);
           m[r] = mt;
         }
+        // the far-tile skip (constructed_tc.hpp): quad-uniform (m, mt are the quad's); a fully masked
+        // tile (mt = -inf) is skipped too, exactly (its p would all be +0); NaN (rows past N) is not
+        if (__fsub_rn(m[r], mt) > skip_h) continue;
         const float mu = m[r] == -INFINITY ? 0.f : m[r];  // rows past N only
 #pragma unroll
         for (int nb = 0; nb < 8; ++nb)
@@ -306,10 +316,11 @@ TcTimes constructed_attention_tc(const QkvPlan& plan, const std::uint8_t* tokens
   const int nblocks = int((N - first + tc::kBlockRows - 1) / tc::kBlockRows);
   const dim3 grid(unsigned(nblocks), 4);
   const long long n = N, f = first;
+  const TileSkip sk{{plan.skip[0], plan.skip[1], plan.skip[2], plan.skip[3]}};
   timer.start();
   switch (D) {
 #define MANYADD_TC_CASE(W) \
-  case W: tc_attention<W><<<grid, 32 * tc::kWarps>>>(dq.get(), dk.get(), dv.get(), dout.get(), n, f, nblocks); break;
+  case W: tc_attention<W><<<grid, 32 * tc::kWarps>>>(dq.get(), dk.get(), dv.get(), dout.get(), n, f, nblocks, sk); break;
     MANYADD_TC_CASE(8)
     MANYADD_TC_CASE(16)
     MANYADD_TC_CASE(24)

@@ -19,6 +19,8 @@ void QkvPlan::check() const {
     bad("row_start does not span the nonzeros");
   for (std::size_t o = 0; o + 1 < row_start.size(); ++o)
     if (row_start[o + 1] < row_start[o]) bad("row_start decreases");
+  for (float t : skip)
+    if (!(t >= 0)) bad("a far-tile skip threshold is negative or NaN");
   for (std::int32_t c : nz_col)
     if (c < 0 || c >= d) bad("a nonzero's column is outside [0, d)");
   for (const tc::PlanCode& pc : codes)

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <mpfr.h>
 
+#include "manyadd/closed_form.hpp"
 #include "manyadd/core/parallel.hpp"
 #include "manyadd/cuda_engine.hpp"
 #include "manyadd/kernel_rounding.hpp"
@@ -60,6 +61,19 @@ struct ClassKey {
 struct ClassInfo {
   std::int64_t u3 = 0, u4 = 0, first = -1, count = 0;
 };
+// The most keys (BOS included) head 1 or 2 matches at any query: part 3 needs it where the
+// certificate does not pin these heads down (their enclosure grows with the matched count in
+// floating point): at the most significant digit, and where they see separators only. From the
+// closed form's families (closed::max_matched_keys: 6); the structure pass checks it per shape.
+std::int64_t head12_keys() {
+  static const std::int64_t x = [] {
+    const std::int64_t a = closed::max_matched_keys(0), b = closed::max_matched_keys(1);
+    if (a < 1 || b < 1) throw std::logic_error("certificate: a head-1/2 family spans several blocks");
+    return std::max(a, b);
+  }();
+  return x;
+}
+
 struct Structure {
   std::map<ClassKey, ClassInfo> classes;  // filled from `fast` at the end
   std::int64_t u1 = 0, u2 = 0;  // worst unmatched counts of heads 1-2 over all response positions
@@ -82,12 +96,24 @@ Structure analyze(const Shape& s, std::int64_t s1, std::int64_t s2, int P1, int 
     st.u2 = std::max(st.u2, h2.u);
     int kind;
     std::string bad;
+    const std::int64_t X12 = head12_keys();
+    auto too_many = [&](const char* where) {
+      for (int h = 0; h < 2; ++h)
+        if (q.h[std::size_t(h)].x > X12)
+          return fmt::format("head {} matches {} keys {}; part 3 bounds its output for at most {}", h + 1, q.h[std::size_t(h)].x,
+                             where, X12);
+      return std::string();
+    };
     if (t == s.l) {
-      kind = kM;  // predicts '>' or '$': heads 1-2 only need their outputs in [0, 27], always true
+      // predicts '>' or '$': heads 1-2 only need their outputs in the enclosure of an average of
+      // values in [0, 27] over at most X12 matched keys (digit_tables)
+      kind = kM;
+      bad = too_many("at a most significant digit");
     } else if (i == 0) {
       kind = kZ;
       if (!h1.only_separators) bad = "head 1 matches a digit key where B_0 (all zeros) is predicted";
       else if (!h2.only_separators) bad = "head 2 matches a digit key where B_0 (all zeros) is predicted";
+      else bad = too_many("where B_0 is predicted");
     } else {
       kind = t >= 2 ? kD2 : t == 1 ? kD1 : kD0;
       if (!(h1.x == 3 && h1.pairs == 1 && h1.pair_t == t + 1 && h1.pair_j == i - 1))
@@ -98,6 +124,8 @@ Structure analyze(const Shape& s, std::int64_t s1, std::int64_t s2, int P1, int 
                           h2.x - 1);
       else if (t == 0 && !h2.only_separators)
         bad = "head 2 matches a digit key at a separator query";
+      else if (t == 0)
+        bad = too_many("at a separator query");
     }
     if (!bad.empty()) {
       if (!st.failure) st.failure = CertFailure{q.j, "structure", bad};
@@ -376,7 +404,27 @@ template <class T>
 struct DigitTables {
   std::array<std::array<std::array<T, kVocab>, kVocab>, kKinds> A;
   std::array<std::array<std::array<std::array<int, 3>, kVocab>, kVocab>, kKinds> Acfg{};
+  T ysum = T(0), ycarry = T(0);  // the largest upper ends of the head-1 / head-2 enclosures the tables use
 };
+
+// The enclosure of a head-1/2 output where part 1 bounds only the matched count: at most X keys,
+// BOS included; BOS's value is 3 NUM('$') = 0 and every head matches it at every query; the others
+// have value 0 (separators: zero = true) or values in [0, vmax] (the most significant digit's
+// query); u unmatched keys with values in [0, vmax]. Every computed weight and value is >= 0 and
+// every operation rounds to nearest, so the computed output is >= 0. Upper end: the hull over
+// x in [1, X] of head_box at the largest matched sum vmax (x - 1) (head_box's upper end rises with
+// vsum), i.e. the same rounding model as every other head output of the precision; in real
+// arithmetic also <= vmax (a convex combination of values in [0, vmax]).
+template <class T>
+Box<T> bounded_match_box(std::int64_t X, bool zero, std::int64_t u, int vmax, const FpModel& fp) {
+  Box<T> b{T(0), T(0)};
+  for (std::int64_t x = 1; x <= X; ++x) {
+    const Box<T> c = head_box<T>(zero ? 0 : vmax * (x - 1), x, u, vmax, fp);
+    if (c.hi > b.hi) b.hi = c.hi;
+  }
+  if (fp.exact && b.hi > T(vmax)) b.hi = T(vmax);
+  return b;
+}
 
 template <class T>
 DigitTables<T> digit_tables(const ExactFFN<T>& E, const std::array<FpModel, 4>& fp, std::int64_t u1, std::int64_t u2) {
@@ -388,7 +436,13 @@ DigitTables<T> digit_tables(const ExactFFN<T>& E, const std::array<FpModel, 4>& 
     for (auto& r : a) r.fill(big);
   std::vector<PLTable<T>> tables;
   for (const auto& g : E.groups) tables.push_back(g.digit_side ? pl_table(g.units, E.b1, E.C) : PLTable<T>{});
-  const Box<T> sep1 = head_box<T>(0, 1, u1, 27, fp[0]), sep2 = head_box<T>(0, 1, u2, 27, fp[1]);
+  // Heads 1-2 where they match separators only (B_0's digits, head 2 at a separator query) or are
+  // not pinned down (the most significant digit): at most head12_keys() keys (part 1 checks it).
+  const std::int64_t X12 = head12_keys();
+  const Box<T> sep1 = bounded_match_box<T>(X12, true, u1, 27, fp[0]), sep2 = bounded_match_box<T>(X12, true, u2, 27, fp[1]);
+  const Box<T> msd1 = bounded_match_box<T>(X12, false, u1, 27, fp[0]), msd2 = bounded_match_box<T>(X12, false, u2, 27, fp[1]);
+  D.ysum = std::max(sep1.hi, msd1.hi);
+  D.ycarry = std::max(sep2.hi, msd2.hi);
   for (int kind = 0; kind < kKinds; ++kind) {
     struct Cfg {
       int S, S2, c, numv, e;
@@ -396,7 +450,7 @@ DigitTables<T> digit_tables(const ExactFFN<T>& E, const std::array<FpModel, 4>& 
     };
     std::vector<Cfg> cfgs;
     if (kind == kM) {
-      for (int numv = 0; numv <= 9; ++numv) cfgs.push_back({-1, -1, -1, numv, -1, {T(0), T(27)}, {T(0), T(27)}});
+      for (int numv = 0; numv <= 9; ++numv) cfgs.push_back({-1, -1, -1, numv, -1, msd1, msd2});
     } else if (kind == kZ) {
       cfgs.push_back({0, 0, 0, 0, 0, sep1, sep2});
     } else {
@@ -409,6 +463,8 @@ DigitTables<T> digit_tables(const ExactFFN<T>& E, const std::array<FpModel, 4>& 
             const Box<T> ps = head_box<T>(3 * S, 3, u1, 27, fp[0]);
             const Box<T> pc = kind == kD0 ? sep2 : head_box<T>(3 * S2, 3, u2, 27, fp[1]);
             cfgs.push_back({S, S2, c, numv, e, ps, pc});
+            D.ysum = std::max(D.ysum, ps.hi);
+            D.ycarry = std::max(D.ycarry, pc.hi);
           }
     }
     for (const auto& cf : cfgs) {
@@ -452,17 +508,110 @@ DigitTables<T> digit_tables(const ExactFFN<T>& E, const std::array<FpModel, 4>& 
   return D;
 }
 
-// The minimum margin over all classes for one precision.
+double gamma(int n, double r) { return n * r / (1 - n * r); }
+
+// The dense engine's floating-point model for head h at scale lambda (derivation in certify()).
+FpModel fp_model_at(const ConstructedModel& M, int h, double r, double lambda) {
+  FpModel f;
+  f.exact = false;
+  f.r = r;
+  const Head& H = M.heads[std::size_t(h)];
+  const int dqk = int(H.Q.rows());
+  const double P = dqk - 1;
+  const double eta = (gamma(dqk, r) + 4 * r) * lambda * P * (1 + 1e-12);
+  f.wlo = exp_lower(-2 * eta * (1 + r)) * (1 - 2 * r) * (1 - 1e-15);
+  f.whi = (1 + 2 * r) * (1 + 1e-15);
+  f.eps = exp_upper(-(2 * lambda - 2 * eta) * (1 - r)) * (1 + 2 * r) * (1 + 1e-15);
+  return f;
+}
+FpModel fp_model(const ConstructedModel& M, int h, double r) { return fp_model_at(M, h, r, M.heads[std::size_t(h)].lambda); }
+
+// The FFN + readout's rounding, bounded from the ranges of its inputs: |NUM| <= 9 and FULL_ONES = 1
+// (the token embedding, exact) and the head outputs, whose enclosures' upper ends bound them (every
+// lower end is >= 0: weights and values are >= 0, every operation rounds to nearest). Each class
+// is charged with its own enclosures' ends (FfnInputs), so the bound holds wherever they do, at
+// every N, with no assumed constant. |W| are the magnitudes of the weights the program runs
+// (float-cast in float32).
+struct FfnInputs {
+  double sum = 0, carry = 0, arrow = 0, eos = 0;  // upper ends of PRE_SUM, PRE_CARRY, PRE_ARROW, PRE_EOS
+};
+class FfnRounding {
+ public:
+  FfnRounding() = default;  // real arithmetic: no rounding
+  // program: 0 the dense engine in precision r (float32: its float-cast weights), 1 CompiledFFN in
+  // double (the structured and CUDA engines' host side)
+  FfnRounding(const ConstructedModel& M, double r, int program) : r_(r), compiled_(program == 1), d_(M.d()), H_(int(M.W1.rows())) {
+    const bool f32 = !compiled_ && r == 0x1p-24;
+    auto a = [&](const auto& W) -> Eigen::MatrixXd {
+      return f32 ? Eigen::MatrixXd(W.template cast<float>().template cast<double>().cwiseAbs()) : Eigen::MatrixXd(W.cwiseAbs());
+    };
+    W1_ = a(M.W1), b1_ = a(M.b1), W2_ = a(M.W2), b2_ = a(M.b2), Wout_ = a(M.Wout);
+    A_ = Wout_ * W2_;  // >= |C| = |Wout W2|
+    c0_ = Wout_ * b2_;
+  }
+  bool none() const { return r_ == 0; }
+  // Bound of the rounding error of one logit (see certify()).
+  double operator()(const FfnInputs& y) const {
+    if (none()) return 0;
+    Eigen::VectorXd ymax = Eigen::VectorXd::Zero(d_);
+    ymax(Layout::NUM) = 9;
+    ymax(Layout::FULL_ONES) = 1;
+    ymax(Layout::PRE_SUM) = y.sum;
+    ymax(Layout::PRE_CARRY) = y.carry;
+    ymax(Layout::PRE_ARROW) = y.arrow;
+    ymax(Layout::PRE_EOS) = y.eos;
+    const Eigen::VectorXd hmax = W1_ * ymax + b1_;  // |pre-activation| of each hidden unit
+    const double r = r_;
+    const int d = d_, H = H_;
+    if (!compiled_) {
+      // the dense engine: Eigen dot products, gamma_n of the summed magnitudes at each stage
+      const Eigen::VectorXd dpre = gamma(d + 1, r) * hmax;  // the pre-activation's rounding
+      const Eigen::VectorXd x1max = W2_ * hmax + b2_;       // |X1| (Y's dims read by Wout are 0)
+      const Eigen::VectorXd dx1 = W2_ * dpre + gamma(H + 2, r) * (W2_ * (hmax + dpre) + b2_);
+      const Eigen::VectorXd dlog = Wout_ * dx1 + gamma(d, r) * (Wout_ * (x1max + dx1));
+      return dlog.maxCoeff() * (1 + 1e-12);
+    }
+    // CompiledFFN (construct/src/structured.cpp): C = Wout W2 and c0 = Wout b2 are products computed
+    // once (|error| <= gamma_d |Wout| |W2|, resp. |Wout| |b2|); a hidden unit's pre-activation sums
+    // the 7 products w_c y_c and b1 in order (gamma_8 of the summed magnitudes; relu is
+    // 1-Lipschitz); a logit sums c0 and up to H products C h in order (gamma_{H+1}). The inputs
+    // y = tok_emb + U o are exact (U's one entry 1 writes into a dimension the token leaves 0).
+    const Eigen::VectorXd dh = gamma(8, r) * hmax;
+    const Eigen::MatrixXd dC = gamma(d, r) * A_;
+    const Eigen::VectorXd dc0 = gamma(d, r) * c0_;
+    const Eigen::VectorXd hf = hmax + dh;  // >= |h computed|
+    const Eigen::VectorXd dlog = dc0 + dC * hf + A_ * dh + gamma(H + 1, r) * (c0_ + dc0 + (A_ + dC) * hf);
+    return dlog.maxCoeff() * (1 + 1e-12);
+  }
+
+ private:
+  double r_ = 0;
+  bool compiled_ = false;
+  int d_ = 0, H_ = 0;
+  Eigen::MatrixXd W1_, W2_, Wout_, A_;
+  Eigen::VectorXd b1_, b2_, c0_;
+};
+
+// v rounded up to a double (>= v).
+double up(double v) { return v; }
+double up(const Rational& v) {
+  double d = v.convert_to<double>();
+  if (Rational(d) < v) d = std::nextafter(d, std::numeric_limits<double>::infinity());
+  return d;
+}
+
+// The minimum margin over all classes for one precision; in floating point (err) less twice the
+// FFN + readout's logit error, bounded per class from its enclosures' upper ends.
 template <class T>
 T class_margins(const Structure& st, const ExactFFN<T>& E, const std::array<FpModel, 4>& fp, const DigitTables<T>& D,
-                Worst& worst, std::vector<std::int64_t>* risky, bool hull_only = false) {
+                Worst& worst, std::vector<std::int64_t>* risky, bool hull_only = false, const FfnRounding* err = nullptr) {
   const T big = big_value<T>();
   const auto& A = D.A;
   const auto& Acfg = D.Acfg;
   // Per class: the arrow/EOS side with the class's head-3/4 boxes. Classes of one (kind, expected
   // token) are first merged into the hull of their boxes (sound: the hull contains every box); only
   // when a merged class fails are its classes checked one by one, to locate the failure.
-  auto eval_class = [&](int kind, int expect, const Box<T>& pa, const Box<T>& pe, int& arge, int& argk) {
+  auto eval_exact = [&](int kind, int expect, const Box<T>& pa, const Box<T>& pe, int& arge, int& argk) {
     std::array<Box<T>, 7> y;
     for (auto& b : y) b = {T(0), T(0)};
     y[Layout::FULL_ONES] = {T(1), T(1)};
@@ -510,6 +659,12 @@ T class_margins(const Structure& st, const ExactFFN<T>& E, const std::array<FpMo
         }
       }
     return cls;
+  };
+  auto eval_class = [&](int kind, int expect, const Box<T>& pa, const Box<T>& pe, int& arge, int& argk) {
+    const T cls = eval_exact(kind, expect, pa, pe, arge, argk);
+    if (!err || err->none() || cls == big) return cls;
+    const double e = (*err)(FfnInputs{up(D.ysum), up(D.ycarry), up(pa.hi), up(pe.hi)});
+    return std::isfinite(e) ? T(cls - T(2 * e)) : T(-big);
   };
   struct Merged {
     std::int64_t x3lo, x3hi, u3lo, u3hi, x4lo, x4hi, u4lo, u4hi;
@@ -595,66 +750,6 @@ T class_margins(const Structure& st, const ExactFFN<T>& E, const std::array<FpMo
   return best;
 }
 
-double gamma(int n, double r) { return n * r / (1 - n * r); }
-
-// The dense engine's floating-point model for head h at scale lambda (derivation in certify()).
-FpModel fp_model_at(const ConstructedModel& M, int h, double r, double lambda) {
-  FpModel f;
-  f.exact = false;
-  f.r = r;
-  const Head& H = M.heads[std::size_t(h)];
-  const int dqk = int(H.Q.rows());
-  const double P = dqk - 1;
-  const double eta = (gamma(dqk, r) + 4 * r) * lambda * P * (1 + 1e-12);
-  f.wlo = exp_lower(-2 * eta * (1 + r)) * (1 - 2 * r) * (1 - 1e-15);
-  f.whi = (1 + 2 * r) * (1 + 1e-15);
-  f.eps = exp_upper(-(2 * lambda - 2 * eta) * (1 - r)) * (1 + 2 * r) * (1 + 1e-15);
-  return f;
-}
-FpModel fp_model(const ConstructedModel& M, int h, double r) { return fp_model_at(M, h, r, M.heads[std::size_t(h)].lambda); }
-
-// The largest |pre-activation| of each hidden unit: inputs bounded by |NUM| <= 9, FULL_ONES = 1,
-// |PRE_SUM|, |PRE_CARRY| <= 27, |PRE_ARROW|, |PRE_EOS| <= 1 (a little margin each: a head output is
-// a computed weighted average of values in [0, 27] resp. [0, 1], within a relative few r x of it in
-// every precision's program, the CUDA kernel's included).
-Eigen::VectorXd hidden_max(const ConstructedModel& M) {
-  Eigen::VectorXd ymax = Eigen::VectorXd::Zero(M.d());
-  ymax(Layout::NUM) = 9;
-  ymax(Layout::FULL_ONES) = 1;
-  ymax(Layout::PRE_SUM) = ymax(Layout::PRE_CARRY) = 27.01;
-  ymax(Layout::PRE_ARROW) = ymax(Layout::PRE_EOS) = 1.01;
-  return M.W1.cwiseAbs() * ymax + M.b1.cwiseAbs();
-}
-
-// Bound of the rounding error of one logit in the FFN + readout of precision r (see certify()).
-double ffn_logit_error(const ConstructedModel& M, double r) {
-  const int d = M.d(), H = int(M.W1.rows());
-  const Eigen::VectorXd hmax = hidden_max(M);                                   // |pre-activation|
-  const Eigen::VectorXd dpre = gamma(d + 1, r) * hmax;                          // its rounding error
-  const Eigen::VectorXd x1max = M.W2.cwiseAbs() * hmax + M.b2.cwiseAbs();      // |X1| (Y's dims read by Wout are 0)
-  const Eigen::VectorXd dx1 = M.W2.cwiseAbs() * dpre + gamma(H + 2, r) * (M.W2.cwiseAbs() * (hmax + dpre) + M.b2.cwiseAbs());
-  const Eigen::VectorXd dlog = M.Wout.cwiseAbs() * dx1 + gamma(d, r) * (M.Wout.cwiseAbs() * (x1max + dx1));
-  return dlog.maxCoeff() * (1 + 1e-12);
-}
-
-// The same bound for the FFN + readout as CompiledFFN runs them in double (the structured and CUDA
-// engines' host side, construct/src/structured.cpp): C = Wout W2 and c0 = Wout b2 are products
-// computed once (|error| <= gamma_d |Wout| |W2|, resp. |Wout| |b2|); a hidden unit's
-// pre-activation sums the 7 products w_c y_c and b1 in order (gamma_8 of the summed magnitudes;
-// relu is 1-Lipschitz); a logit sums c0 and up to H products C h in order (gamma_{H+1}). The inputs
-// y = tok_emb + U o are exact (U's one entry 1 writes into a dimension the token leaves 0).
-double compiled_ffn_logit_error(const ConstructedModel& M, double r) {
-  const int d = M.d(), H = int(M.W1.rows());
-  const Eigen::VectorXd hmax = hidden_max(M);                                   // |pre-activation|
-  const Eigen::VectorXd dh = gamma(8, r) * hmax;                                // its rounding error
-  const Eigen::MatrixXd A = M.Wout.cwiseAbs() * M.W2.cwiseAbs();                // >= |C|
-  const Eigen::MatrixXd dC = gamma(d, r) * A;                                   // |C computed - C|
-  const Eigen::VectorXd c0 = M.Wout.cwiseAbs() * M.b2.cwiseAbs(), dc0 = gamma(d, r) * c0;
-  const Eigen::VectorXd hf = hmax + dh;                                         // >= |h computed|
-  const Eigen::VectorXd dlog = dc0 + dC * hf + A * dh + gamma(H + 1, r) * (c0 + dc0 + (A + dC) * hf);
-  return dlog.maxCoeff() * (1 + 1e-12);
-}
-
 }  // namespace
 
 // Digit tables depend on the feed-forward weights, the head-1/2 enclosure models and the bound on
@@ -707,7 +802,7 @@ struct Certifier::Impl {
   std::array<FpModel, 4> real{};
   // float64, float32 (the dense engine), float32-cuda (the tensor-core kernel, CertOptions::kernel)
   std::array<std::array<FpModel, 4>, 3> fpm{};
-  std::array<double, 3> logit_err{};
+  std::array<FfnRounding, 3> ffn_err{};  // float64, float32, float32-cuda
   std::shared_ptr<const DigitTables<Rational>> Dreal;
   std::array<std::shared_ptr<const DigitTables<Rational>>, 3> Dfp;
   std::mutex memo_mu;
@@ -739,22 +834,22 @@ struct Certifier::Impl {
   //  * the sums z, acc in index order: see head_box. out = fl(acc / z): factor (1 +- r).
   //  * U (one entry 1) writes into an empty dimension: exact.
   //  * FFN and readout: Eigen dot products with the standard bound gamma_n sum |terms|, inputs
-  //    bounded by |NUM| <= 9, |PRE_SUM|, |PRE_CARRY| <= 27, |PRE_ARROW|, |PRE_EOS| <= 1; the margin
-  //    loses at most twice the resulting logit error (ffn_logit_error). The exact part of part 3
-  //    uses the precision's own (cast) weights.
+  //    bounded by |NUM| <= 9 and by each class's own head enclosures (FfnRounding); the class's
+  //    margin loses at most twice the resulting logit error. The exact part
+  //    of part 3 uses the precision's own (cast) weights.
     // The three tables are independent: the real one on one thread, the two floating-point ones on
     // another.
     if (opt.floating_point) {
       for (int p = 0; p < 2; ++p) {
         const double r = p == 0 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
         for (int h = 0; h < 4; ++h) fpm[std::size_t(p)][std::size_t(h)] = fp_model(M, h, r);
-        logit_err[std::size_t(p)] = ffn_logit_error(M, r);
+        ffn_err[std::size_t(p)] = FfnRounding(M, r, 0);
       }
     }
   // float32-cuda: the tensor-core kernel (kernels/src/constructed_attention.cu) for the attention,
   // its rounding model per head at the plan's padded width (kernel_rounding.hpp, which states the
   // MMA assumption), then the FFN + readout on the host in double (CompiledFFN, construct's
-  // cuda_engine.cpp: finish()), bounded by compiled_ffn_logit_error; the exact part uses the double
+  // cuda_engine.cpp: finish()), bounded by FfnRounding's CompiledFFN bound; the exact part uses the double
   // weights.
     if (opt.floating_point && opt.kernel) {
       const int D = qkv_plan(M).D;
@@ -764,7 +859,7 @@ struct Certifier::Impl {
         f.kernel = true;
         f.kr = opt.kernel_model ? (*opt.kernel_model)[std::size_t(h)] : kernel_rounding(M, h, D);
       }
-      logit_err[2] = compiled_ffn_logit_error(M, std::ldexp(1.0, -53));
+      ffn_err[2] = FfnRounding(M, std::ldexp(1.0, -53), 1);
     }
     const int parts = opt.floating_point ? 2 : 1;
     parallel_for(parts, parts, [&](int, std::int64_t part) {
@@ -845,8 +940,8 @@ struct Certifier::Impl {
     if (opt.floating_point) {
       for (int p = 0; p < (opt.kernel ? 3 : 2); ++p) {
         Worst wf;
-        const Rational mf = class_margins<Rational>(st, p == 1 ? E32 : Eq, fpm[std::size_t(p)], *Dfp[std::size_t(p)], wf, nullptr) -
-                            Rational(2 * logit_err[std::size_t(p)]);
+        const Rational mf = class_margins<Rational>(st, p == 1 ? E32 : Eq, fpm[std::size_t(p)], *Dfp[std::size_t(p)], wf, nullptr,
+                                                    false, &ffn_err[std::size_t(p)]);
         const bool ok = !st.failure && mf > 0;
         fp_ok = fp_ok && ok;
         const char* name = p == 0 ? "float64" : p == 1 ? "float32" : "float32-cuda";
@@ -926,7 +1021,7 @@ struct ClassCertifier::Impl {
   std::array<ExactFFN<Rational>, 3> E;  // real, float64 (the double weights), float32 (cast weights)
   std::array<ExactFFN<double>, 3> Ed;
   std::array<std::array<FpModel, 4>, 3> fpm{};
-  std::array<double, 3> logit_err{};
+  std::array<FfnRounding, 3> ffn_err{};  // none in real arithmetic
   mutable std::array<std::shared_ptr<const DigitTables<Rational>>, 3> D;  // built by the first check()
   mutable std::once_flag exact_once;
   mutable std::mutex memo_mu;
@@ -943,7 +1038,7 @@ struct ClassCertifier::Impl {
     for (int h = 0; h < 4; ++h) fpm[0][std::size_t(h)].eps = exp_neg2_upper(M.heads[std::size_t(h)].lambda);
     for (int p = 1; p < 3; ++p) {
       for (int h = 0; h < 4; ++h) fpm[std::size_t(p)][std::size_t(h)] = fp_model(M, h, kRoundoff[p]);
-      logit_err[std::size_t(p)] = ffn_logit_error(M, kRoundoff[p]);
+      ffn_err[std::size_t(p)] = FfnRounding(M, kRoundoff[p], 0);
     }
   }
   // The exact tables at the model's lambda, built once (holds() needs only the double ones).
@@ -972,9 +1067,8 @@ struct ClassCertifier::Impl {
     return st;
   }
   Rational margin(const Structure& st, int p, Worst& w) const {
-    Rational r = class_margins<Rational>(st, E[std::size_t(p)], fpm[std::size_t(p)], *D[std::size_t(p)], w, nullptr, true);
-    if (p > 0) r -= Rational(2 * logit_err[std::size_t(p)]);
-    return r;
+    return class_margins<Rational>(st, E[std::size_t(p)], fpm[std::size_t(p)], *D[std::size_t(p)], w, nullptr, true,
+                                   &ffn_err[std::size_t(p)]);
   }
   // The smallest failing x3 of [lo, hi] (a progression of step g.x3_step), or -1 when none is
   // found within `budget` hull evaluations (a hull may fail where no single class does).
@@ -1063,8 +1157,7 @@ bool ClassCertifier::holds(const std::vector<ClassGroup>& gs, double lambda, int
   const auto T = I.tables_at(lambda, p);
   auto margin = [&](const Structure& st) {
     Worst w;
-    double m = class_margins<double>(st, I.Ed[std::size_t(p)], fm, *T, w, nullptr, true);
-    return p > 0 ? m - 2 * I.logit_err[std::size_t(p)] : m;
+    return class_margins<double>(st, I.Ed[std::size_t(p)], fm, *T, w, nullptr, true, &I.ffn_err[std::size_t(p)]);
   };
   Structure st;  // merged as in check()
   st.u1 = st.u2 = I.ubound;
@@ -1107,13 +1200,12 @@ double ClassCertifier::box_margin_at(const ClassBox& b, double lambda, int p) co
   const auto fm = I.models_at(lambda, p);
   const auto T = I.tables_at(lambda, p);
   Worst w;
-  const double m = class_margins<double>(box_structure(b, I.ubound), I.Ed[std::size_t(p)], fm, *T, w, nullptr, true);
-  return p > 0 ? m - 2 * I.logit_err[std::size_t(p)] : m;
+  return class_margins<double>(box_structure(b, I.ubound), I.Ed[std::size_t(p)], fm, *T, w, nullptr, true, &I.ffn_err[std::size_t(p)]);
 }
 
-ExactInterval head_enclosure(const ConstructedModel& M, int head, int precision, std::int64_t vsum, std::int64_t x,
-                             std::int64_t u, int vmax, std::int64_t x_hi) {
-  if (head < 0 || head > 3 || precision < 0 || precision > 3) throw InputError("head_enclosure: head 0..3, precision 0..3");
+namespace {
+// Head `head`'s model in `precision` (0 real, 1 float64, 2 float32, 3 float32-cuda), as part 3 builds it.
+FpModel enclosure_model(const ConstructedModel& M, int head, int precision) {
   FpModel f;
   if (precision == 0) {
     f = FpModel{true, 0, 1, 1, exp_neg2_upper(M.heads[std::size_t(head)].lambda)};
@@ -1124,8 +1216,24 @@ ExactInterval head_enclosure(const ConstructedModel& M, int head, int precision,
   } else {
     f = fp_model(M, head, kRoundoff[precision]);
   }
-  const Box<Rational> b = head_box_range<Rational>(vsum, x, std::max(x, x_hi), u, vmax, f);
+  return f;
+}
+}  // namespace
+
+ExactInterval head_enclosure(const ConstructedModel& M, int head, int precision, std::int64_t vsum, std::int64_t x,
+                             std::int64_t u, int vmax, std::int64_t x_hi) {
+  if (head < 0 || head > 3 || precision < 0 || precision > 3) throw InputError("head_enclosure: head 0..3, precision 0..3");
+  const Box<Rational> b = head_box_range<Rational>(vsum, x, std::max(x, x_hi), u, vmax, enclosure_model(M, head, precision));
   return {b.lo, b.hi};
 }
+
+ExactInterval unpinned_head_enclosure(const ConstructedModel& M, int head, int precision, std::int64_t u, bool separators_only) {
+  if (head < 0 || head > 1 || precision < 0 || precision > 3 || u < 0)
+    throw InputError("unpinned_head_enclosure: head 0..1, precision 0..3, u >= 0");
+  const Box<Rational> b = bounded_match_box<Rational>(head12_keys(), separators_only, u, 27, enclosure_model(M, head, precision));
+  return {b.lo, b.hi};
+}
+
+std::int64_t head12_max_keys() { return head12_keys(); }
 
 }  // namespace manyadd

@@ -187,6 +187,16 @@ std::array<std::int64_t, 4> matched_counts(const Values& v, const std::vector<Fa
   return x;
 }
 
+std::int64_t max_matched_keys(int head, const std::vector<Family>& fams) {
+  std::int64_t x = 1;
+  for (const Family& f : fams) {
+    if (f.head != head) continue;
+    if ((f.hi - f.lo).c != Lin{}.c) return -1;  // a range of blocks: no bound from the list alone
+    ++x;  // one block: one digit of significance `sig`, or its one separator
+  }
+  return x;
+}
+
 std::vector<std::int64_t> matched_keys(const Values& v, int head, const std::vector<Family>& fams) {
   std::vector<std::int64_t> out;
   for (const Family& f : fams) {

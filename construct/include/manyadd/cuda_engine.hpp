@@ -37,6 +37,10 @@ struct CudaOptions {
   CudaKernel kernel = CudaKernel::tensor_core;
   bool float64 = false;  // simt only: attention in float64 (the tensor-core kernel is float32)
   bool keep_head_outputs = false;
+  // tensor_core only: skip a row's key tiles that lie far below its running max (no exp2f, no
+  // additions; kernels' tc::tile_skip_threshold says when, kernel_rounding.hpp step 5 why the
+  // certificate's float32-cuda covers it). false: every tile of every row is summed.
+  bool skip_far_tiles = true;
 };
 
 // Forward pass of `model` on `tokens` (one teacher-forced sequence of `shape`, offsets s1, s2).
@@ -66,21 +70,28 @@ CudaForwardResult cuda_forward_cpu_twin(const ConstructedModel& model, const std
 // the per-lane key order, the tile max, the rescaling at every rise, the quad sums and the division.
 // Two operations are not specified bit for bit by the hardware's documentation; the twin carries an
 // interval [lo, hi] through the row that contains every result the device can produce:
-//  * an MMA step c' = c + sum of 8 products: the nominal value is RN(exact sum); the device's may
-//    differ by < (k + 1) 2^(e - 23) (k + 1 = 9 addends aligned to the largest, exponent e, each keeping
-//    at least the 24 bits float has) plus 2 ulp of the result (normalization, round-to-zero or
-//    nearest, and the twin's own rounding); doubled, for device addends one binade above the twin's.
+//  * an MMA step c' = c + sum of 8 products: the nominal value is RN(exact sum); under the MMA
+//    assumption of constructed_tc.hpp (any tree of fused sums, each keeping >= 24 bits of its inputs
+//    aligned to its largest and rounding its result by < 1 ulp) the device's differs from the exact
+//    sum, with n nonzero products, by < n 2^(e - 23) (e: the largest addend's exponent) +
+//    n 2^(e_a - 23) (e_a: the exponent of |c| + sum |products|, which bounds every partial result;
+//    no error when n = 0); doubled, because the
+//    interval is centred on the twin's own rounded chain and the device's addends may lie one binade
+//    above the twin's (the rounding model, kernel_rounding.hpp, bounds device against exact and needs
+//    neither).
 //  * exp2f: <= 2 ulp (documented); the nominal value is exp2 in double rounded to float
 //    (<= 0.5 ulp + 2^-29), the interval is 6 float steps either side (2.5 ulp, twice for a binade
 //    edge, rounded up); exp2f(0) = 1 and exp2f(-inf) = 0 exactly.
 // Every other operation is an IEEE float operation rounded to nearest on both sides and monotone in
-// each argument, so applying it to the ends of its arguments' intervals (rises: the hull of both
-// branches where the comparison is undecided) keeps the enclosure rigorous without widening.
+// each argument, so applying it to the ends of its arguments' intervals (rises and the far-tile
+// skip: the hull of both branches where the comparison is undecided) keeps the enclosure rigorous
+// without widening.
 struct TcRow {
   std::int64_t i = 0;
   std::array<float, 4> out{};        // nominal head outputs
   std::array<float, 4> lo{}, hi{};   // every output the device can give lies in [lo, hi]
   std::array<int, 4> rises{};        // nominal rises of the running max after the first tile
+  std::array<int, 4> skipped{};      // tiles skipped by the far-tile skip (nominal)
   std::array<double, 4> score_bound{};  // largest MMA bound of a score of the row (base-2 units)
 };
 
@@ -88,7 +99,7 @@ class TcTwin {
  public:
   // Builds the plan (throws InputError if the model is not the constructed one) and the IDs: O(N).
   TcTwin(const ConstructedModel& model, const std::vector<std::uint8_t>& tokens, const Shape& shape,
-         std::int64_t s1, std::int64_t s2);
+         std::int64_t s1, std::int64_t s2, bool skip_far_tiles = true);
   // The given query rows (each in [0, N)), in one pass over the keys up to the largest: O(max row * D)
   // time, O(rows) memory; the keys' k rows are rebuilt per tile, never stored.
   std::vector<TcRow> rows(const std::vector<std::int64_t>& rows) const;
@@ -103,7 +114,8 @@ class TcTwin {
 };
 
 // The plan of the constructed model: token embedding, the four position codes (POS_1, POS_1_NEXT,
-// POS_2, POS_2_NEXT), the nonzeros of Q, K, V; D = the widest head rounded up to a multiple of 8.
-kernels::QkvPlan qkv_plan(const ConstructedModel& model);
+// POS_2, POS_2_NEXT), the nonzeros of Q, K, V; D = the widest head rounded up to a multiple of 8;
+// each head's far-tile skip threshold (tc::tile_skip_threshold of its lambda and P), or none.
+kernels::QkvPlan qkv_plan(const ConstructedModel& model, bool skip_far_tiles = true);
 
 }  // namespace manyadd

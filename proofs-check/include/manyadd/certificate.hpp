@@ -182,4 +182,15 @@ struct ExactInterval {
 ExactInterval head_enclosure(const ConstructedModel& M, int head, int precision, std::int64_t vsum, std::int64_t x,
                              std::int64_t u, int vmax, std::int64_t x_hi = 0);
 
+// The enclosure parts 2-3 use for head 1 or 2 (head 0 or 1) where part 1 bounds only its matched
+// count, by head12_max_keys() keys (BOS, value 0, included): at the query of a most significant
+// digit (the '>' / '$' prediction; the other keys' values in [0, 27]) or where the head matches
+// separators only (separators_only: B_0's digits, head 2 at a separator). Floating point: the hull
+// of head_enclosure over those counts and sums, so a computed average may exceed 27 by the
+// rounding the precision's model allows; real arithmetic: within [0, 27].
+ExactInterval unpinned_head_enclosure(const ConstructedModel& M, int head, int precision, std::int64_t u, bool separators_only);
+// The most keys head 1 or 2 matches at any query, BOS included (closed::max_matched_keys); part 1
+// of the per-shape certificate fails where a query exceeds it.
+std::int64_t head12_max_keys();
+
 }  // namespace manyadd

@@ -85,6 +85,12 @@ const std::vector<Family>& families();
 std::int64_t family_count(const Family& f, const Values& v);
 // Matched keys per head at the query in v, BOS included: x_h = 1 + sum of its families' counts.
 std::array<std::int64_t, 4> matched_counts(const Values& v, const std::vector<Family>& fams = families());
+// An upper bound of head h's matched keys at any query of any shape, BOS included: 1 + the number of
+// its families, when every one of them is a single block (lo = hi as linear forms) of one
+// significance or one separator, so that it holds at most one key; -1 when some family may hold more.
+// (Heads 1-2: 6. The certificate needs it where it does not pin these heads' matches down: at the
+// most significant digit and where they see only separators.)
+std::int64_t max_matched_keys(int head, const std::vector<Family>& fams = families());
 // The matched keys (excluding BOS) of head h at the query in v, as 0-based token indices.
 std::vector<std::int64_t> matched_keys(const Values& v, int head, const std::vector<Family>& fams = families());
 

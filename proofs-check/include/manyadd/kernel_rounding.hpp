@@ -5,12 +5,28 @@
 // Derivation (each step is a line of kernel_rounding.cpp):
 //  1. Scores, base 2 (log2 e folded into q). q = fl32(fl64(w x) fl64(log2 e)), k = fl32(w x): relative
 //     2^-24 + 4 2^-53 and 2^-24 + 2 2^-53 against the exact sqrt(lambda) entries. 3xTF32 drops
-//     q_lo k_lo and the split's residuals: <= 3.01 2^-22 |q k| per product. MMA: 3 KS steps of 8
-//     products (KS = D / 8); a step errs by < 9 2^(e - 23) (addends aligned to the largest, exponent
-//     e, keeping >= 24 bits) + 2 2^(e_res - 23) (normalization), doubled as in the twin: 22 2^-23 of
-//     the largest partial sum. The q_hi k_hi steps see partial sums <= S = sum |q k| = lambda P log2 e
-//     (every key: P dims of +-lambda, or BOS's one lambda P); the small steps <= 2^-10 S. So
-//     |computed - exact| <= eta2 = S (2^-23 + 6 2^-53 + 3.01 2^-22 + 22 KS 2^-23 + 44 KS 2^-33).
+//     q_lo k_lo and the split's residuals: <= 3.01 2^-22 |q k| per product. The layout (checked
+//     against model.cpp's make_head): dims 0..P-1 hold the position codes (a product of +-lambda
+//     log2 e with every key but BOS, 0 with BOS), dim P FULL_ONES x IS_BOS (lambda P log2 e with BOS,
+//     0 otherwise), dims above P are zero; so every score has S = sum |q k| = lambda P log2 e.
+//     MMA: 3 KS k8 steps (KS = D / 8), the small products first (q_lo k_hi, q_hi k_lo), then
+//     q_hi k_hi. The MMA assumption (constructed_tc.hpp): a step is any tree of fused sums, each
+//     keeping >= 24 bits of every input aligned to its largest input (exponent e: error < 2^(e - 23)
+//     per input but the largest) and rounding its result with error < 1 ulp of float. With n nonzero
+//     products in the step the tree has at most n nodes with a nonzero input besides c and n
+//     inputs that are not their node's largest, so the step errs by < 2 n 2^-23 M, M a bound of every
+//     input and partial result of the step; n = 0 (c plus zeros) is exact. Every partial result is a
+//     partial sum of the score's terms plus the errors so far, so for a q_hi k_hi step
+//     M <= (1 + 2^-9) B + 2^-9 S, B = the sum of |q k| over the dims up to the step's last (tf32
+//     parts: |hi| <= (1 + 2^-11) |x|, |lo| <= 2^-11 (1 + 2^-11) |x|; all small products <= 2^-10
+//     (1 + 2^-10) S; the errors so far < 2^-16 S), and for a small step M <= 2^-10 S (1 + 2^-8).
+//     eta2 = S (2^-23 + 6 2^-53 + 3.01 2^-22) + the larger over the two key kinds (BOS, the others)
+//     of sum over steps with n > 0 of 2 n 2^-23 (M_hi + 2 M_lo): |computed - exact| <= eta2.
+//     No factor 2: this bounds the device's score against the exact one directly. The twin doubles
+//     its own step bound because its interval is centred on its own rounded chain and takes exponents
+//     from its own addends (the device's may lie one binade above); neither applies here, where M is
+//     a bound of magnitudes, not of exponents. (Until this derivation the model charged
+//     22 2^-23 S per step, a 9-input sum's bound doubled as in the twin, for every step, zero or not.)
 //  2. Weights p = exp2f(RN(s - m)) with m the running max: a matched key (exact score = the top)
 //     has s - m in [-2 eta2, 0] (m <= top + eta2), so p in [2^(-2 eta2 (1 + r)) (1 - 2^-22), 1 + 2^-22]
 //     (exp2f: 2 ulp <= 2^-22 relative); an unmatched key (exact <= top - 2 lambda log2 e)
@@ -26,6 +42,13 @@
 //     order, so head_box's argument holds with x + 2 matched-sized additions (each lane's first is
 //     exact; the two quad additions are charged as matched ones). fma rounds once: head_box's (1 + r)
 //     product factor over-covers it. out = acc / l: (1 +- r).
+//  5. The far-tile skip (constructed_tc.hpp, tc::tile_skip_threshold T, plan.skip): a row drops a
+//     tile when RN(m - tile max) > T. A tile holding a matched key has tile max >= top - eta2 and
+//     m <= top + eta2, so RN(m - tile max) <= RN(2 eta2) <= 2 eta2 (1 + 2^-23) <= T (checked): it is
+//     never dropped. The dropped keys are unmatched, and their weight 0 lies in step 2's [0, eps]; a
+//     dropped tile causes no rise (its max is below m) and no addition (step 4's error terms only
+//     shrink). So every enclosure above holds for the kernel with or without the skip: the certificate
+//     charges the dropped keys as unmatched keys of weight in [0, eps], which it already did.
 // Not covered here: the FFN and readout (the host's double arithmetic; the certificate's float64
 // rounding of them applies) and the q/k/v of a model other than the Theorem 4.1 construction.
 #pragma once
@@ -44,6 +67,7 @@ struct KernelRounding {
   double eps = 0;       // an unmatched key's weight bound (step 2)
   double rho = 0;       // relative error per rise of the running max (step 3)
   int D = 0;            // the kernel's padded q/k width (KS = D / 8 MMA k-steps)
+  double skip = 0;      // the far-tile skip threshold it was checked against (step 5)
 };
 
 // Head h of M, run by the kernel at padded width D (a multiple of 8 >= the head's P + 1).

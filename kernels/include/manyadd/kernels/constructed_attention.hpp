@@ -4,7 +4,9 @@
 // from tokens and IDs) and the first kernel (one query row per thread on the FP32/FP64 units; q/k/v
 // from the host), kept for comparison. construct/'s CUDA engine (cuda_engine.hpp) calls both.
 #pragma once
+#include <array>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "manyadd/kernels/constructed_tc.hpp"
@@ -32,6 +34,9 @@ struct QkvPlan {
   std::vector<std::int32_t> row_start;  // (8 D + 5)
   std::vector<std::int32_t> nz_col;
   std::vector<double> nz_w;
+  // per head, the far-tile skip threshold (tc::tile_skip_threshold; +inf: no tile is skipped)
+  std::array<float, 4> skip{std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity()};
   tc::PlanView view() const {
     return {d, D, vocab, int(codes.size()), emb.data(), codes.data(), col_code.data(), row_start.data(), nz_col.data(),
             nz_w.data()};
@@ -47,7 +52,8 @@ struct TcTimes {
 // tokens (N) in [0, vocab), ids (N, 2) the two integer IDs per token; out (4, N - first) the head
 // outputs of rows first..N-1. Scores: q.k from the 3xTF32 split (q_hi k_hi + q_hi k_lo + q_lo k_hi,
 // fp32 MMA accumulation, order in constructed_tc.hpp), base 2 (log2 e folded into q); softmax online
-// per 64-key tile in float32 with exp2f; out = acc / l. Validates the plan and the inputs first
+// per 64-key tile in float32 with exp2f, a tile far below a row's running max skipped for that row
+// (plan.skip, constructed_tc.hpp); out = acc / l. Validates the plan and the inputs first
 // (std::invalid_argument), then allocates 4 N (2 D + 1) floats on the device.
 TcTimes constructed_attention_tc(const QkvPlan& plan, const std::uint8_t* tokens, const std::int32_t* ids,
                                  std::int64_t N, std::int64_t first, float* out);

@@ -4,6 +4,8 @@
 // (construct/src/cuda_engine.cpp) compile the same lines. No CUDA header.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -30,6 +32,17 @@ constexpr double kLog2e = 1.4426950408889634074;  // log2(e) rounded to double
 // the small products first, so that they are not lost against the large accumulator.
 enum class Part { lo_hi = 0, hi_lo = 1, hi_hi = 2 };
 
+// The MMA's accumulation, which NVIDIA does not document. The rounding model
+// (proofs-check/include/manyadd/kernel_rounding.hpp, step 1) and the twin (construct's tc_twin.cpp)
+// assume only this of a k8 step c' = c + sum of 8 tf32 products (each exact in float: 11 x 11
+// bits): it is some tree of fused sums, each aligning its inputs to the largest, keeping at least
+// float's 24 bits of every input from there (truncated or rounded) and rounding its result to float
+// (or wider) with an error below 1 ulp of float. With n nonzero products a tree has at most n
+// nonzero-input nodes and n aligned inputs that are not the largest of their node: a step errs by
+// < 2 n 2^-23 M (M bounding every input and partial result), whatever the grouping: one 9-input sum,
+// A100's measured two of c + 4 products (Fasi, Higham, Mikaitis, Pranesh 2021, "Numerical behavior
+// of NVIDIA tensor cores"), or eight of one product. A zero product and a sum of c with zeros are exact.
+
 MANYADD_HD inline std::uint32_t float_bits(float x) {
 #ifdef __CUDA_ARCH__
   return __float_as_uint(x);
@@ -47,6 +60,22 @@ MANYADD_HD inline float bits_float(std::uint32_t u) {
   std::memcpy(&x, &u, 4);
   return x;
 #endif
+}
+
+// The far-tile skip (issue 14, item 3). For one row, a 64-key tile whose computed scores all lie
+// more than `skip` below the row's running max m, RN(m - tile max) > skip, adds nothing to the row:
+// no exp2f, no additions (and no rise: its max is below m). skip = tile_skip_threshold(lambda, P) of
+// the head: at least 32, so every weight it drops is below 2^-32 of the running max, and at least
+// 2^-14 lambda P log2 e, more than twice the kernel's score bound, so a tile holding a key of the top
+// score (a matched key) is never skipped: the dropped keys are unmatched and their weight 0 lies in
+// the rounding model's [0, eps] (proofs-check/include/manyadd/kernel_rounding.hpp, step 5). At
+// lambda = 12 the unmatched scores lie 2 lambda log2 e = 34.6 below the top: every tile without a
+// matched key is skipped. Host only; rounded up to float.
+inline float tile_skip_threshold(double lambda, int P) {
+  const double t = std::max(32.0, std::ldexp(lambda * P * kLog2e, -14));
+  float f = float(t);
+  if (double(f) < t) f = std::nextafter(f, HUGE_VALF);
+  return f;
 }
 
 // x rounded to tf32 (1 + 10 fraction bits, float's exponent range), to nearest, ties to even, by
