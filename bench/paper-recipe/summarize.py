@@ -35,7 +35,17 @@ PAPER = {
     "fig12-d256": "Figure 12 (median of 8): no numbers in the text, compare the heatmaps",
     "fig12-d512": "Figure 12 (median of 8): the strongest width; no numbers in the text, compare the heatmaps",
     "fig3-parity": "Figure 3 (answer token, teacher-forced): near-perfect up to 100 bits, trained on 1-20 (Sec. 3.2)",
-    "fig3-parity-noscratch": "not in Figure 3 (its no-scratchpad curves are NoPE, RoPE, FIRE: fail beyond ~35 bits)",
+    "fig3-parity-noscratch": "not in Figure 3 (its no-scratchpad curves, NoPE, RoPE, FIRE, drop to 50% just past "
+                             "the training lengths; with the scratchpad NoPE and FIRE hold up to ~35 bits, Sec. 3.2)",
+    # The reduced CPU studies (bench/results/parity, bench/results/multiplication): the same figures'
+    # claims, for models far smaller than the paper's.
+    "cpu-parity": "Figure 3, scratchpad + coupling (6L8H in the paper; this is a reduced model): near-perfect "
+                  "up to 100 bits (Sec. 3.2)",
+    "cpu-parity-nope": "Figure 3, NoPE + scratchpad (6L8H in the paper; reduced here): strong up to ~35 bits",
+    "cpu-parity-noscratch": "not in Figure 3 (coupled parity without scratchpad; its no-scratchpad curves, NoPE, "
+                            "RoPE, FIRE, drop to 50% just past the training lengths, Sec. 3.2)",
+    "cpu-parity-noscratch-nope": "Figure 3, NoPE without scratchpad (reduced here): ~50% just past the training "
+                                 "lengths (Sec. 3.2)",
     "fig9-multiplication": "Figure 9 (median of 4): >= 78.55% on every cell up to 20 x 15 digits, trained on 10 x 10 "
                            "(Sec. 5.3)",
     "fig9-multiplication-noscratch": "Figure 9, coupling without scratchpad: fails even in distribution (Sec. 5.3)",
