@@ -253,7 +253,7 @@ class Tasks(unittest.TestCase):
         path = self.out("attention.safetensors")
         safetensors.write(path, {"layers.0.head.0": a0, "layers.0.head.1": a1}, meta)
         rows = figures.parity_intended_attention(*figures.read_attention(path))
-        self.assertEqual([r["head"] for r in rows], ["layers.0.head.0", "layers.0.head.1"])
+        self.assertEqual([r["head"] for r in rows], ["layers.0.head.0", "layers.0.head.1", "layers.0.best_head"])
         chance = (1 / 5 + 1 / 6 + 1 / 7) / 3
         self.assertAlmostEqual(rows[0]["x_k"], 0.75, places=6)
         self.assertAlmostEqual(rows[0]["self"], 0.25, places=6)
@@ -261,6 +261,10 @@ class Tasks(unittest.TestCase):
         self.assertAlmostEqual(rows[1]["x_k"], chance, places=6)
         self.assertAlmostEqual(rows[1]["self"], chance, places=6)
         self.assertAlmostEqual(rows[1]["chance_one_key"], chance, places=6)
+        # per row the head with the most weight on x_k (0.75 > 1 / (r + 1)) and on the row itself (0.25 > 1/5)
+        self.assertAlmostEqual(rows[2]["x_k"], 0.75, places=6)
+        self.assertAlmostEqual(rows[2]["self"], 0.25, places=6)
+        self.assertEqual(rows[2]["top_is_x_k"], 1.0)
         table = self.out("intended.csv")
         self.run_cmd("attention", path, "--table", table, "-o", self.out("att.png"))
         with open(table) as f:

@@ -536,7 +536,9 @@ def parity_intended_attention(maps, meta):
     $ x_1..x_n = y_1..y_n, T = 2n + 2; row n + k predicts y_k, '=' for k = 1), per head, over those n rows:
     the mean attention on x_k, on the row itself and on BOS; the share of rows whose most attended key is
     x_k / the row itself; and chance, the mean weight of one key under uniform attention over the causal
-    prefix (1 / (r + 1) for row r). Returns [dict] in head order."""
+    prefix (1 / (r + 1) for row r). Returns [dict] in head order, then per layer a row "layers.L.best_head":
+    per row the largest weight any of the layer's heads puts on x_k (and on the row itself), averaged,
+    and the share of rows where some head's most attended key is x_k (heads may share the rows out)."""
     if meta.get("task") != "parity":
         raise InputError("the intended keys are defined for task parity (the maps are of task %s)"
                          % meta.get("task", "addition"))
@@ -545,11 +547,11 @@ def parity_intended_attention(maps, meta):
     except (TypeError, ValueError):
         raise InputError("the maps' metadata has no query length n") from None
     out = []
+    rows = [(n + k, k) for k in range(1, n + 1)]  # (row predicting y_k, its coupled key x_k)
     for name in _sorted_heads(list(maps)):
         a = maps[name]
         if a.shape[0] != 2 * n + 2:
             raise InputError("head %s: %d rows, a parity cell of %d bits has %d" % (name, a.shape[0], n, 2 * n + 2))
-        rows = [(n + k, k) for k in range(1, n + 1)]
         x_k = sum(float(a[r][k]) for r, k in rows) / n
         own = sum(float(a[r][r]) for r, _ in rows) / n
         bos = sum(float(a[r][0]) for r, _ in rows) / n
@@ -560,8 +562,29 @@ def parity_intended_attention(maps, meta):
         out.append({"head": name, "x_k": x_k, "self": own, "bos": bos, "intended": x_k + own,
                     "top_is_x_k": sum(top(r) == k for r, k in rows) / n,
                     "top_is_self": sum(top(r) == r for r, _ in rows) / n,
-                    "chance_one_key": sum(1.0 / (r + 1) for r, _ in rows) / n})
-    return out
+                    "chance_one_key": sum(1.0 / (r + 1) for r, _ in rows) / n,
+                    "_tops": [top(r) for r, _ in rows]})
+    layers = []
+    for name in _sorted_heads(list(maps)):
+        layer = name.split(".head.")[0]
+        if layer not in layers:
+            layers.append(layer)
+    best = []
+    for layer in layers:
+        names = [h for h in _sorted_heads(list(maps)) if h.split(".head.")[0] == layer]
+        tops = [o["_tops"] for o in out if o["head"] in names]
+        bx = sum(max(float(maps[h][r][k]) for h in names) for r, k in rows) / n
+        bs = sum(max(float(maps[h][r][r]) for h in names) for r, _ in rows) / n
+        best.append({"head": layer + ".best_head", "x_k": bx, "self": bs,
+                     "bos": sum(max(float(maps[h][r][0]) for h in names) for r, _ in rows) / n,
+                     "intended": sum(max(float(maps[h][r][k]) + float(maps[h][r][r]) for h in names)
+                                     for r, k in rows) / n,
+                     "top_is_x_k": sum(any(t[i] == k for t in tops) for i, (r, k) in enumerate(rows)) / n,
+                     "top_is_self": sum(any(t[i] == r for t in tops) for i, (r, _) in enumerate(rows)) / n,
+                     "chance_one_key": out[0]["chance_one_key"]})
+    for o in out:
+        del o["_tops"]
+    return out + best
 
 
 def intended_table(rows, meta):
