@@ -63,7 +63,8 @@ CMAP_ATTENTION = "magma"  # bright = attended, as the paper's Figure 7
 NA_COLOUR = "#bdbdbd"
 
 # The tasks of learn/ (learn/README.md, "Tasks") and what their grids' axes are: evaluate's n is the y
-# axis (rows, top to bottom), its m the x axis; a training set covers m from the last entry on.
+# axis (rows, top to bottom), its m the x axis (labels x, y, the cell's name); a training set's m starts
+# at the last entry (addition: 2 operands).
 TASKS = ("addition", "addition-noscratch", "addition-2op", "parity", "parity-noscratch", "multiplication",
          "multiplication-noscratch")
 _TA = ("Number of Operands", "Length of Each Operand", "TA(n, m)", 2)
@@ -219,7 +220,8 @@ def _task(csv_path, model=None, task=None):
                 j = json.load(f)
         except (OSError, ValueError):
             continue
-        t = (j.get("train") or {}).get("task", "addition") if isinstance(j, dict) else None
+        tr = j.get("train") if isinstance(j, dict) else None
+        t = tr.get("task", "addition") if isinstance(tr, dict) else None
         if isinstance(t, str) and t in TASKS:
             return t
     return None
