@@ -35,7 +35,22 @@ PAPER = {
     "fig12-d256": "Figure 12 (median of 8): no numbers in the text, compare the heatmaps",
     "fig12-d512": "Figure 12 (median of 8): the strongest width; no numbers in the text, compare the heatmaps",
     "fig3-parity": "Figure 3 (answer token, teacher-forced): near-perfect up to 100 bits, trained on 1-20 (Sec. 3.2)",
-    "fig3-parity-noscratch": "not in Figure 3 (its no-scratchpad curves are NoPE, RoPE, FIRE: fail beyond ~35 bits)",
+    "fig3-parity-noscratch": "not in Figure 3 (its no-scratchpad curves, NoPE, RoPE, FIRE, drop to 50% just past "
+                             "the training lengths; with the scratchpad NoPE and FIRE hold up to ~35 bits, Sec. 3.2)",
+    # The reduced CPU studies (bench/results/parity, bench/results/multiplication): the same figures'
+    # claims, for models far smaller than the paper's.
+    "cpu-parity": "Figure 3, scratchpad + coupling (6L8H in the paper; this is a reduced model): near-perfect "
+                  "up to 100 bits (Sec. 3.2)",
+    "cpu-parity-nope": "Figure 3, NoPE + scratchpad (6L8H in the paper; reduced here): strong up to ~35 bits",
+    "cpu-parity-noscratch": "not in Figure 3 (coupled parity without scratchpad; its no-scratchpad curves, NoPE, "
+                            "RoPE, FIRE, drop to 50% just past the training lengths, Sec. 3.2)",
+    "cpu-parity-noscratch-nope": "Figure 3, NoPE without scratchpad (reduced here): ~50% just past the training "
+                                 "lengths (Sec. 3.2)",
+    "cpu-mul-sm44": "Figure 9, scratchpad + tri-level coupling (6L8H on SM(10, 10) in the paper; reduced here: "
+                    "SM(4, 4)): >= 78.55% on every cell up to 20 x 15 digits, i.e. 2 x and 1.5 x the training "
+                    "lengths (8 x 6 for SM(4, 4)) (Sec. 1, Figure 9)",
+    "cpu-mul-sm44-noscratch": "Figure 9, coupling without scratchpad (reduced here): fails even in distribution, "
+                              "weak generalization when one operand is short (Sec. 5.3)",
     "fig9-multiplication": "Figure 9 (median of 4): >= 78.55% on every cell up to 20 x 15 digits, trained on 10 x 10 "
                            "(Sec. 5.3)",
     "fig9-multiplication-noscratch": "Figure 9, coupling without scratchpad: fails even in distribution (Sec. 5.3)",
@@ -91,10 +106,17 @@ def metrics(grid, thr):
             "longest_operand_at_m2": longest, "most_operands_at_n1": most}
 
 
-def task_metrics(grid, task, thr):
+def reach(tc):
+    """Figure 9's claim reaches twice the training length of A and 1.5 times that of B (SM(10, 10) to
+    20 x 15 digits); for another training set SM(n, m), the same ratios: (2 n, floor(1.5 m))."""
+    n, m = ((tc or {}).get("train_n"), (tc or {}).get("train_m"))
+    return (20, 15) if not isinstance(n, int) or not isinstance(m, int) else (2 * n, (3 * m) // 2)
+
+
+def task_metrics(grid, task, thr, within=(20, 15)):
     """The other tasks' comparison with their figure: parity, the longest query length n such that every
-    evaluated length up to it is >= thr; multiplication, the worst cell with n <= 20, m <= 15 (Figure 9's
-    claim); and, for both, cells >= thr and the worst cell."""
+    evaluated length up to it is >= thr; multiplication, the worst cell with n <= within[0], m <= within[1]
+    (Figure 9's claim: 20 x 15, see reach()); and, for both, cells >= thr and the worst cell."""
     vals = [a for a in grid.values() if a is not None]
     out = {"cells_at_threshold": sum(a >= thr for a in vals), "cells": len(vals), "worst_cell": min(vals)}
     if task.startswith("parity"):
@@ -105,24 +127,25 @@ def task_metrics(grid, task, thr):
             longest = n
         out["longest_query_at_threshold"] = longest
     elif task.startswith("multiplication"):
-        inner = [a for (n, m), a in grid.items() if n <= 20 and m <= 15]
-        out["worst_cell_up_to_20x15"] = None if not inner or None in inner else min(inner)
+        inner = [a for (n, m), a in grid.items() if n <= within[0] and m <= within[1]]
+        out["reach"] = list(within)
+        out["worst_cell_in_reach"] = None if not inner or None in inner else min(inner)
     return out
 
 
-def task_line(name, runs, task, med, thr):
+def task_line(name, runs, task, med, thr, within=(20, 15)):
     pct = int(round(100 * thr))
     parts = []
     for col, what in (("accuracy", "whole response"), ("answer_accuracy", "answer tokens")):
         if med.get(col) is None:
             continue
-        mm = task_metrics(med[col], task, thr)
+        mm = task_metrics(med[col], task, thr, within)
         words = "%s: %d/%d cells >= %d%%, worst %.1f%%" % (what, mm["cells_at_threshold"], mm["cells"], pct,
                                                           100 * mm["worst_cell"])
         if "longest_query_at_threshold" in mm:
             words += ", every length up to %d bits >= %d%%" % (mm["longest_query_at_threshold"], pct)
-        if mm.get("worst_cell_up_to_20x15") is not None:
-            words += ", worst cell up to 20 x 15 digits %.1f%%" % (100 * mm["worst_cell_up_to_20x15"])
+        if mm.get("worst_cell_in_reach") is not None:
+            words += ", worst cell up to %d x %d digits %.1f%%" % (within[0], within[1], 100 * mm["worst_cell_in_reach"])
         parts.append(words)
     return "%s (%s), median of %d runs (%s): %s | paper: %s" % (
         name, task, len(runs), " ".join(r for r, _, _ in runs), "; ".join(parts),
@@ -182,13 +205,14 @@ def main():
             fmt_v(meds[c][(n, m)]) for c in cols)) for n, m in cells]
         with open(csv, "w") as f:
             f.write("\n".join(rows) + "\n")
-        line = task_line(name, runs, task, meds, a.threshold)
+        within = reach(tc)
+        line = task_line(name, runs, task, meds, a.threshold, within)
         with open(os.path.join(d, "summary.json"), "w") as f:
             json.dump({"config": name, "task": task, "threshold": a.threshold,
-                       "median": {c: task_metrics(meds[c], task, a.threshold) for c in cols},
+                       "median": {c: task_metrics(meds[c], task, a.threshold, within) for c in cols},
                        "runs": {r: dict(seed=i["seed"], data_seed=i["data_seed"], gpu=i.get("gpu"),
                                         **{c: task_metrics(read_grid(os.path.join(d, r, "grid.csv"), c), task,
-                                                           a.threshold) for c in cols}) for r, i, _ in runs},
+                                                           a.threshold, within) for c in cols}) for r, i, _ in runs},
                        "png": "none (the runs' grid_rows/*.png are evaluate's)", "line": line}, f, indent=2)
             f.write("\n")
         with open(os.path.join(d, "summary.txt"), "w") as f:

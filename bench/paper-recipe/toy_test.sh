@@ -105,6 +105,8 @@ for c in fig3-parity:10:2:2 fig9-multiplication:2:2:4; do
   grep -q "answer tokens" "$dir/$name.sum" || fail "$name summary: $(cat "$dir/$name.sum")"
   grep -q "| paper: Figure" "$dir/$name.sum" || fail "$name summary: $(cat "$dir/$name.sum")"
 done
+# Figure 9's reach scales with the training set: SM(2, 2) reaches 4 x 3 digits (SM(10, 10): 20 x 15).
+grep -q "worst cell up to 4 x 3 digits" "$dir/fig9-multiplication.sum" || fail "reach: $(cat "$dir/fig9-multiplication.sum")"
 head -1 "$dir/tasks/fig3-parity/s0_d0/grid.csv" | grep -qx "n,samples,exact,accuracy,answer_exact,answer_accuracy" \
   || fail "parity's grid has one axis"
 # Bad usage: exit 2.

@@ -38,3 +38,20 @@ check_task parity parity digits 0101
 check_task multiplication multiplication coupled3 '37*92'
 check_task abacus addition-2op abacus '573+82' --abacus-k 4
 check_task multiplication_noscratch multiplication-noscratch digits '37*92' --attn-scale none --tie-readout true
+# Bad usage and input: exit 2 with a message (the usage names every task's problem notation).
+py="${PYTHON:-python3}"
+expect2() {  # WHAT PATTERN ARGS...
+  what="$1"; pattern="$2"; shift 2
+  rc=0; "$py" "$here/reference_forward.py" "$@" > /dev/null 2> "$dir/err" || rc=$?
+  [ "$rc" -eq 2 ] || { echo "FAIL: $what: exit $rc, not 2"; exit 1; }
+  grep -q -- "$pattern" "$dir/err" || { echo "FAIL: $what: no '$pattern' in: $(cat "$dir/err")"; exit 1; }
+}
+expect2 "no arguments" "--problem 37\*925"
+expect2 "no arguments" "--problem 0101"
+expect2 "a missing model" "cannot read" "$dir/no_such_model" "$dir/parity.json"
+expect2 "a missing problem" "cannot read" "$dir/parity" "$dir/no_such.json"
+echo '{"tokens": "$0101="' > "$dir/broken.json"
+expect2 "malformed JSON" "not valid JSON" "$dir/parity" "$dir/broken.json"
+echo '{"tokens": "$0101=0110"}' > "$dir/short.json"
+expect2 "a JSON without the logits" "lacks pos1, logits_from_eq" "$dir/parity" "$dir/short.json"
+echo "bad input: exit 2 with a message"

@@ -5,9 +5,17 @@ python/manyadd/safetensors.py in its standard-library mode), to show the exporte
 self-describing and to cross-check the C++ forward.
 
 usage: reference_forward.py MODEL_DIR PROBLEM_JSON
-  PROBLEM_JSON is what `evaluate --model MODEL_DIR --problem P --json FILE` writes: the tokens, the
-  position IDs and the C++ logits from the '=' position on. Exits 0 if every logit agrees within
-  1e-4 x the largest |logit| and the argmax predictions are equal, 1 otherwise.
+  PROBLEM_JSON is what `evaluate --model MODEL_DIR --problem P --json FILE` writes for a problem P in
+  the notation of the model's task (config.json's train.task; learn/README.md, Tasks), e.g.
+      addition (and addition-noscratch)   --problem 57+48+96
+      addition-2op                        --problem 573+82
+      parity, parity-noscratch            --problem 0101
+      multiplication(-noscratch)          --problem 37*925
+  It holds the tokens, every position-ID level the task has (pos1, pos2, pos3; empty where unused) and
+  the C++ logits from the first '=' on (the response: multiplication's second '=' is a response token).
+  The task itself does not enter: the forward reads tokens and IDs as given. Exits 0 if every logit
+  agrees within 1e-4 x the largest |logit| and the argmax predictions are equal, 1 otherwise, 2 on bad
+  usage or input (a missing or malformed file).
 
 The architecture (see config.json "architecture"): x = tok_emb[tok] + sum_lv pos_emb.lv[pos_lv] (up to
 three levels: pos_mode coupled3, multiplication; abacus: one table at the IDs evaluate computed);
@@ -108,16 +116,42 @@ def forward(cfg, W, tokens, pos):
     return linear(xf, W["lm_head.weight"])
 
 
+def read_inputs(model_dir, pj):
+    """config.json's model section, the weights and the problem JSON; ValueError naming what is wrong."""
+    def load(path):
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except OSError as e:
+            raise ValueError("cannot read %s: %s" % (path, e.strerror or e)) from None
+        except ValueError as e:
+            raise ValueError("%s is not valid JSON: %s" % (path, e)) from None
+    cfg = load(os.path.join(model_dir, "config.json"))
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("model"), dict):
+        raise ValueError("%s/config.json has no model section (not a `train` output)" % model_dir)
+    W = load_weights(os.path.join(model_dir, "model.safetensors"))  # InputError (a ValueError) names the problem
+    prob = load(pj)
+    missing = [k for k in ("tokens", "pos1", "logits_from_eq") if not isinstance(prob, dict) or k not in prob]
+    if missing:
+        raise ValueError("%s lacks %s: write it with `evaluate --model MODEL_DIR --problem P --json FILE`"
+                         % (pj, ", ".join(missing)))
+    bad = sorted(set(prob["tokens"]) - set(VOCAB))
+    if bad or "=" not in prob["tokens"]:
+        raise ValueError("%s: tokens %r are not a sequence of the vocabulary %s with a '='" % (pj, prob["tokens"], VOCAB))
+    return cfg["model"], W, prob
+
+
 def main():
     if len(sys.argv) != 3:
         print(__doc__, file=sys.stderr)
         return 2
-    model_dir, pj = sys.argv[1], sys.argv[2]
-    cfg = json.load(open(model_dir + "/config.json"))["model"]
-    W = load_weights(model_dir + "/model.safetensors")
-    prob = json.load(open(pj))
+    try:
+        cfg, W, prob = read_inputs(sys.argv[1], sys.argv[2])
+    except ValueError as e:
+        print("reference_forward.py: %s" % e, file=sys.stderr)
+        return 2
     tokens = [VOCAB.index(c) for c in prob["tokens"]]
-    logits = forward(cfg, W, tokens, [prob["pos1"], prob["pos2"], prob.get("pos3", [])])
+    logits = forward(cfg, W, tokens, [prob["pos1"], prob.get("pos2", []), prob.get("pos3", [])])
     eq = tokens.index(VOCAB.index("="))
     ref = prob["logits_from_eq"]
     # fp32 (C++) against double (here): each logit comes out of ~10 chained fp32 reductions of length
@@ -127,7 +161,8 @@ def main():
     scale = max(1.0, max(abs(v) for r in ref for v in r))
     worst = max(abs(a - b) for r1, r2 in zip(logits[eq:], ref) for a, b in zip(r1, r2)) / scale
     pred = "".join(VOCAB[max(range(len(r)), key=r.__getitem__)] for r in logits[eq:])
-    print("python reference: predictions %s, max |logit diff| / max |logit| vs C++ %.2e" % (pred, worst))
+    print("python reference (%s %s): predictions %s, max |logit diff| / max |logit| vs C++ %.2e" % (
+        prob.get("task", "addition"), prob.get("problem", "?"), pred, worst))
     # Argmax must agree wherever the top two logits are clearly apart (a near-tie may flip between fp32
     # and double legitimately).
     def clear(r):

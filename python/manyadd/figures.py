@@ -1,24 +1,38 @@
 """Figures with matplotlib from the files the tools write (the C++ tools also draw quick-look PNGs with a
 bitmap font; these are the figures to read and to publish).
 
-    python3 -m manyadd.figures grid RUN/grid.csv -o grid.png [--train 10 10 | --model DIR]
+    python3 -m manyadd.figures grid RUN/grid.csv -o grid.png [--train 10 10 | --model DIR] [--task T]
+    python3 -m manyadd.figures lengths --curve LABEL RUN... [--curve LABEL RUN...] -o fig3.png [--table T.csv]
     python3 -m manyadd.figures alignment OUT/grid_alignment.csv -o alignment.png [--train 10 10]
     python3 -m manyadd.figures attention OUT/attention.safetensors -o attention.png [--rows response]
     python3 -m manyadd.figures compare OUT/compare_TA11x11 -o side_by_side.png [--rows response]
     python3 -m manyadd.figures loss RUN [RUN2 ...] -o loss.png [--label A --label B]
 
 grid       an accuracy grid CSV of `evaluate` (n,m,samples,exact,accuracy; NA where the position IDs do
-           not fit) in the paper's layout (Figure 1): x = number of operands, y = length of each operand
-           (top to bottom), exact-match accuracy in % with a colour bar, ticks 2, 5, 10, ... / 1, 5, 10, ...,
-           the training region boxed in red, NA cells grey. The training region comes from --train N M,
-           else --model DIR's config.json, else the `evaluate --json` report beside the CSV (same stem),
-           else a config.json beside it; without any, no box (said on stderr).
+           not fit) in the paper's layout (Figures 1, 9): x = evaluate's m, y = its n (top to bottom), in
+           the task's words (addition: number of operands, length of each operand, TA(n, m);
+           multiplication: lengths of B and A, TM(i, j)), exact-match accuracy in % with a colour bar,
+           ticks 2, 5, 10, ... / 1, 5, 10, ..., the training region boxed in red, NA cells grey. The task
+           comes from --task, else the report or config.json below, else addition. A one-axis grid
+           (parity: no m column) is drawn as `lengths` draws one run: accuracy against the query length.
+           The training region comes from --train N M (parity: --train N), else --model DIR's
+           config.json, else the `evaluate --json` report beside the CSV (same stem), else a config.json
+           beside it; without any, no box (said on stderr).
+lengths    Figure 3's layout for parity: accuracy (%) against the query length, one panel per metric (the
+           answer token, Figure 3's, and the whole response), one line per --curve LABEL PATH... over its
+           seeds (PATH: a one-axis grid CSV, a run directory holding grid.csv, or run_config.py's
+           configuration directory: every run in it): the median and a band from the smallest to the
+           largest seed (--band ci95: the mean and its 95% Student-t interval, Figure 3's band), the
+           training lengths shaded grey (--train N, else the first run's config.json), chance (50%)
+           dotted. --table writes the plotted numbers as CSV.
 alignment  `compare_attention --grid`'s grid_alignment.csv: accuracy, the best matching's mean share, and
            for each constructed head the share of the learned head matched at the reference cell
            (--reference N M, default 11 11), same layout.
 attention  `dump_attention`'s attention.safetensors (or its directory): one panel per layer and head, row =
            query, column = key, token tick labels (every token up to 48 tokens, else the separators
-           '$ + = >'), a colour bar (square-root scale by default: --gamma 1 for linear).
+           '$ + = >'), a colour bar (square-root scale by default: --gamma 1 for linear). For a parity
+           model (task parity) it also prints, per head, the attention from the rows that predict y_k on
+           the intended keys x_k and y_(k-1) against chance (parity_intended_attention; --table CSV).
 compare    a `compare_attention` output directory (compare.json, constructed/, learned/): one row per
            matched pair, constructed | learned, with the pair's share and JS divergence in the titles.
 loss       train's log.csv (or run directories holding it): loss (log scale), learning rate, and, where an
@@ -26,8 +40,8 @@ loss       train's log.csv (or run directories holding it): loss (log scale), le
 
 Every command writes a PNG (-o, default beside the input) at --dpi (default 150). Exit codes: 0 done,
 2 bad usage or input (a missing or malformed file), as the project's tools.
-The functions (plot_grid, plot_alignment, plot_attention, plot_compare, plot_loss) return a matplotlib
-Figure for notebooks.
+The functions (plot_grid, plot_lengths, plot_alignment, plot_attention, plot_compare, plot_loss) return a
+matplotlib Figure for notebooks; length_curve and parity_intended_attention return the numbers.
 """
 import argparse
 import csv
@@ -39,13 +53,33 @@ import sys
 from . import safetensors
 from .files import InputError, check_output_path
 
-__all__ = ["read_grid_csv", "read_attention", "plot_grid", "plot_alignment", "plot_attention", "plot_compare",
-           "plot_loss", "main"]
+__all__ = ["read_grid_csv", "read_lengths_csv", "read_attention", "grid_files", "length_curve", "length_table",
+           "parity_intended_attention", "plot_grid", "plot_lengths", "plot_alignment", "plot_attention",
+           "plot_compare", "plot_loss", "main"]
 
 CMAP_ACCURACY = "Blues"   # the paper's heatmaps: generalization in blue
 CMAP_SHARE = "viridis"
 CMAP_ATTENTION = "magma"  # bright = attended, as the paper's Figure 7
 NA_COLOUR = "#bdbdbd"
+
+# The tasks of learn/ (learn/README.md, "Tasks") and what their grids' axes are: evaluate's n is the y
+# axis (rows, top to bottom), its m the x axis (labels x, y, the cell's name); a training set's m starts
+# at the last entry (addition: 2 operands).
+TASKS = ("addition", "addition-noscratch", "addition-2op", "parity", "parity-noscratch", "multiplication",
+         "multiplication-noscratch")
+_TA = ("Number of Operands", "Length of Each Operand", "TA(n, m)", 2)
+_TM = ("Length of the Second Operand B (j digits)", "Length of the First Operand A (i digits)", "TM(i, j)", 1)
+GRID_AXES = {
+    "addition": _TA,
+    "addition-noscratch": _TA,
+    "addition-2op": ("Digits of the Second Operand (m)", "Digits of the First Operand (n)", "(n, m)-digit sums", 1),
+    "multiplication": _TM,             # Figure 9: "each axis represents the length of each operand"
+    "multiplication-noscratch": _TM,
+}
+ONE_AXIS_TASKS = ("parity", "parity-noscratch")  # Figure 3: accuracy against the query length
+LENGTH_AXIS = "Query Length (bits)"
+METRIC_NAMES = {"answer_accuracy": "answer token, teacher-forced (Figure 3's metric)",
+                "accuracy": "whole response (every scratchpad token and EOS), teacher-forced"}
 
 
 def _plt():
@@ -103,6 +137,27 @@ def read_grid_csv(path, column="accuracy"):
     return [[cells.get((n, m), math.nan) for m in ms] for n in ns], ns, ms
 
 
+def _grid_has_m(path):
+    rows = _read_csv(path)
+    return "m" in rows[0]
+
+
+def read_lengths_csv(path, column="accuracy"):
+    """A one-axis grid CSV of `evaluate` (parity: columns n and `column`, no m) -> {n: value}; NA is NaN."""
+    rows = _read_csv(path)
+    if "m" in rows[0]:
+        raise InputError("%s has an m column: a two-axis grid (draw it with `grid`)" % path)
+    out = {}
+    for r in rows:
+        n = _num(path, r, "n", True)
+        if isinstance(n, float):
+            raise InputError("%s: a row without n" % path)
+        if n in out:
+            raise InputError("%s: length %d appears twice" % (path, n))
+        out[n] = _num(path, r, column)
+    return out
+
+
 def read_attention(path):
     """dump_attention's attention.safetensors (or its directory) -> ({name: (T, T) array}, metadata)."""
     if os.path.isdir(path):
@@ -147,6 +202,31 @@ def _train_region(csv_path, train=None, model=None):
     return None, None
 
 
+def _task(csv_path, model=None, task=None):
+    """The task a grid CSV belongs to: --task, else the `evaluate --json` report beside it, else --model's or
+    a neighbouring config.json's train.task (addition when a config.json has none: every model written
+    before tasks existed); None when nothing says."""
+    if task:
+        if task not in TASKS:
+            raise InputError("unknown task %r (one of %s)" % (task, ", ".join(TASKS)))
+        return task
+    t = _report(csv_path).get("task")
+    if isinstance(t, str) and t in TASKS:
+        return t
+    for c in ([os.path.join(model, "config.json")] if model else []) + \
+            [os.path.join(os.path.dirname(csv_path) or ".", "config.json")]:
+        try:
+            with open(c) as f:
+                j = json.load(f)
+        except (OSError, ValueError):
+            continue
+        tr = j.get("train") if isinstance(j, dict) else None
+        t = tr.get("task", "addition") if isinstance(tr, dict) else None
+        if isinstance(t, str) and t in TASKS:
+            return t
+    return None
+
+
 # ---- drawing helpers -------------------------------------------------------------------------------
 
 def _colormap(name):
@@ -160,9 +240,10 @@ def _ticks(values, step=5):
     return t
 
 
-def _heatmap(ax, values, ns, ms, cmap, vmin, vmax, train=None, title=None):
+def _heatmap(ax, values, ns, ms, cmap, vmin, vmax, train=None, title=None, task="addition"):
     import numpy as np
     from matplotlib.patches import Rectangle
+    xlabel, ylabel, _, m_first = GRID_AXES[task]
     a = np.ma.masked_invalid(np.array(values, dtype=float))
     cm = _colormap(cmap)
     cm.set_bad(NA_COLOUR)
@@ -170,12 +251,12 @@ def _heatmap(ax, values, ns, ms, cmap, vmin, vmax, train=None, title=None):
                    extent=(ms[0] - 0.5, ms[-1] + 0.5, ns[-1] + 0.5, ns[0] - 0.5))
     ax.set_xticks(_ticks(ms))
     ax.set_yticks(_ticks(ns))
-    ax.set_xlabel("Number of Operands")
-    ax.set_ylabel("Length of Each Operand")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.tick_params(top=False, labeltop=False)
     if train:
         tn, tm = train
-        x0, x1 = max(ms[0], 2) - 0.5, min(tm, ms[-1]) + 0.5
+        x0, x1 = max(ms[0], m_first) - 0.5, min(tm, ms[-1]) + 0.5
         y0, y1 = max(ns[0], 1) - 0.5, min(tn, ns[-1]) + 0.5
         if x1 > x0 and y1 > y0:
             ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor="red", linewidth=2))
@@ -184,8 +265,19 @@ def _heatmap(ax, values, ns, ms, cmap, vmin, vmax, train=None, title=None):
     return im
 
 
-def plot_grid(csv_path, train=None, model=None, title=None, column="accuracy", cmap=CMAP_ACCURACY):
-    """Exact-match accuracy grid of `evaluate` (see the module doc)."""
+def plot_grid(csv_path, train=None, model=None, title=None, column="accuracy", cmap=CMAP_ACCURACY, task=None):
+    """Exact-match accuracy grid of `evaluate` (see the module doc). The axes are the task's (--task, else
+    the report or config.json beside the CSV, else addition's); a one-axis grid (parity) is drawn as
+    accuracy against the query length, both metrics (plot_lengths)."""
+    if not _grid_has_m(csv_path):
+        t = _task(csv_path, model, task)
+        if t is not None and t not in ONE_AXIS_TASKS:
+            raise InputError("%s has no m column, but task %s has a two-axis grid" % (csv_path, t))
+        region, _ = _train_region(csv_path, (train[0], 1) if train else None, model)
+        return plot_lengths([(t or "parity", [csv_path])], train_n=region[0] if region else None, title=title)
+    t = _task(csv_path, model, task) or "addition"
+    if t in ONE_AXIS_TASKS:
+        raise InputError("%s has an m column, but task %s has one axis (query lengths)" % (csv_path, t))
     plt = _plt()
     values, ns, ms = read_grid_csv(csv_path, column)
     region, source = _train_region(csv_path, train, model)
@@ -194,7 +286,8 @@ def plot_grid(csv_path, train=None, model=None, title=None, column="accuracy", c
               file=sys.stderr)
     if title is None and column == "accuracy":
         samples = {r.get("samples") for r in _read_csv(csv_path) if r.get("samples") not in (None, "0")}
-        title = "exact match on TA(n, m)" + (", %s samples per cell" % samples.pop() if len(samples) == 1 else "")
+        title = "exact match on %s%s" % (GRID_AXES[t][2], ", %s samples per cell" % samples.pop() if len(samples) == 1
+                                          else "")
         name = model or _report(csv_path).get("model")
         if isinstance(name, str):
             title = "%s\n%s" % (os.path.basename(os.path.normpath(name)), title)
@@ -202,7 +295,7 @@ def plot_grid(csv_path, train=None, model=None, title=None, column="accuracy", c
     w = 1.6 + 0.19 * len(ms)
     fig, ax = plt.subplots(figsize=(min(max(w, 5.5), 12), min(max(0.19 * len(ns) + 1.6, 4.0), 10)),
                            constrained_layout=True)
-    im = _heatmap(ax, pct, ns, ms, cmap, 0, 100, region, None)
+    im = _heatmap(ax, pct, ns, ms, cmap, 0, 100, region, None, t)
     if title:
         ax.set_title(title, fontsize=10)
     if len(ns) * len(ms) <= 150:  # small grids: the value in every cell
@@ -218,6 +311,127 @@ def plot_grid(csv_path, train=None, model=None, title=None, column="accuracy", c
     cb.set_label("exact-match accuracy (%)")
     cb.set_ticks([0, 20, 40, 60, 80, 100])
     return fig
+
+
+# ---- accuracy against the query length (parity, Figure 3) -----------------------------------------
+
+# Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom; beyond, the normal's 1.96.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+BANDS = ("range", "ci95")
+
+
+def grid_files(path):
+    """The grid CSVs a path stands for: a CSV; a run directory (its grid.csv); or a directory of run
+    directories (run_config.py's ROOT/<config name>: every */grid.csv, sorted)."""
+    if os.path.isfile(path):
+        return [path]
+    if not os.path.isdir(path):
+        raise InputError("cannot read %s: no such file or directory" % path)
+    if os.path.isfile(os.path.join(path, "grid.csv")):
+        return [os.path.join(path, "grid.csv")]
+    runs = sorted(os.path.join(path, d, "grid.csv") for d in os.listdir(path)
+                  if os.path.isfile(os.path.join(path, d, "grid.csv")))
+    if not runs:
+        raise InputError("%s holds no grid.csv, nor run directories with one" % path)
+    return runs
+
+
+def length_curve(paths, column="answer_accuracy", band="range"):
+    """One curve over seeds: [(n, runs, center, lo, hi)] per query length, from one-axis grid CSVs (one per
+    seed). band "range": center the median, [lo, hi] the smallest and largest seed; "ci95": center the mean,
+    [lo, hi] its 95% Student-t interval over the seeds (Figure 3's "95% confidence intervals"), clipped to
+    [0, 1]. Lengths must be the same in every file; NaN (NA) cells are left out of their length's statistics."""
+    if band not in BANDS:
+        raise InputError("band %r: one of %s" % (band, ", ".join(BANDS)))
+    grids = [(p, read_lengths_csv(p, column)) for p in paths]
+    if not grids:
+        raise InputError("a curve without grid files")
+    ns = sorted(grids[0][1])
+    for p, g in grids[1:]:
+        if sorted(g) != ns:
+            raise InputError("%s has other query lengths than %s" % (p, grids[0][0]))
+    out = []
+    for n in ns:
+        v = sorted(g[n] for _, g in grids if g[n] == g[n])
+        k = len(v)
+        if not k:
+            out.append((n, 0, math.nan, math.nan, math.nan))
+        elif band == "range":
+            med = v[k // 2] if k % 2 else 0.5 * (v[k // 2 - 1] + v[k // 2])
+            out.append((n, k, med, v[0], v[-1]))
+        else:
+            mean = sum(v) / k
+            half = 0.0 if k == 1 else (_T975[k - 2] if k - 1 <= len(_T975) else 1.96) * math.sqrt(
+                sum((x - mean) ** 2 for x in v) / (k - 1) / k)
+            out.append((n, k, mean, max(0.0, mean - half), min(1.0, mean + half)))
+    return out
+
+
+def plot_lengths(curves, metrics=("answer_accuracy", "accuracy"), train_n=None, band="range", title=None):
+    """Figure 3's layout: accuracy (%) against the query length, one panel per metric, one line per curve
+    (label, [grid CSVs or run directories: one per seed]) with its band over the seeds (length_curve), the
+    training lengths 1..train_n shaded grey, chance (a fair coin, 50%) dotted on the answer-token panel."""
+    plt = _plt()
+    if not curves:
+        raise InputError("no curve to draw")
+    for m in metrics:
+        if m not in METRIC_NAMES:
+            raise InputError("metric %r: one of %s" % (m, ", ".join(METRIC_NAMES)))
+    data = [(label, [length_curve([f for p in paths for f in grid_files(p)], m, band) for m in metrics])
+            for label, paths in curves]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(6.0 * len(metrics), 4.4), squeeze=False,
+                             constrained_layout=True)
+    centre = "median" if band == "range" else "mean"
+    spread = "band: smallest to largest seed" if band == "range" else "band: 95% t-interval of the mean over seeds"
+    for j, (ax, m) in enumerate(zip(axes[0], metrics)):
+        ns_all = [r[0] for _, cs in data for r in cs[j]]
+        if train_n:
+            ax.axvspan(min(ns_all + [0]) - 2.5, train_n + 0.5, color="#e0e0e0", zorder=0,
+                       label="training lengths 1-%d" % train_n)
+        if m == "answer_accuracy":
+            ax.axhline(50, color="grey", ls=":", lw=1, label="chance (a fair coin)")
+        for label, cs in data:
+            rows = [r for r in cs[j] if r[1] > 0]
+            k = max((r[1] for r in rows), default=0)
+            x = [r[0] for r in rows]
+            line, = ax.plot(x, [100 * r[2] for r in rows], marker="o", ms=3,
+                            label="%s (%s of %d)" % (label, centre, k) if k > 1 else label)
+            if k > 1:
+                ax.fill_between(x, [100 * r[3] for r in rows], [100 * r[4] for r in rows], color=line.get_color(),
+                                alpha=0.2, lw=0)
+        ax.set_xlabel(LENGTH_AXIS)
+        ax.set_ylabel("accuracy (%)")
+        ax.set_ylim(-2, 102)
+        ax.set_xlim(0, max(ns_all) + 3)
+        ax.set_xticks([t for t in range(0, max(ns_all) + 1, 10 if max(ns_all) > 40 else 5)])
+        ax.set_title(METRIC_NAMES[m], fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, loc="lower left")
+    samples = set()
+    for _, paths in curves:
+        for p in paths:
+            for f in grid_files(p):
+                samples |= {r.get("samples") for r in _read_csv(f) if r.get("samples") not in (None, "", "0")}
+    fig.suptitle(title or "accuracy against the query length%s; %s" % (
+        ", %s samples per length" % samples.pop() if len(samples) == 1 else "", spread), fontsize=10)
+    return fig
+
+
+def length_table(curves, metrics=("answer_accuracy", "accuracy"), band="range"):
+    """plot_lengths' numbers as CSV text: curve,n,runs, then per metric its centre, lo and hi."""
+    head = ["curve", "n", "runs"] + ["%s_%s" % (m, w) for m in metrics for w in
+                                     (("median" if band == "range" else "mean"), "lo", "hi")]
+    lines = [",".join(head)]
+    for label, paths in curves:
+        files = [f for p in paths for f in grid_files(p)]
+        cs = [length_curve(files, m, band) for m in metrics]
+        for i, r in enumerate(cs[0]):
+            vals = []
+            for c in cs:
+                vals += ["NA" if v != v else "%.4f" % v for v in c[i][2:]]
+            lines.append(",".join(['"%s"' % label.replace('"', "'"), str(r[0]), str(r[1])] + vals))
+    return "\n".join(lines) + "\n"
 
 
 _HEADS = ("digit_sum", "carry", "arrow", "eos")
@@ -307,10 +521,92 @@ def _sorted_heads(names):
     return sorted(names, key=key)
 
 
+def _cell_name(meta):
+    """dump_attention's cell in its task's words."""
+    task = meta.get("task", "addition")
+    n, m = meta.get("n", "?"), meta.get("m", "?")
+    if task in ONE_AXIS_TASKS:
+        return "%s queries of %s bits" % (task, n)
+    name = GRID_AXES.get(task, _TA)[2]
+    return name.replace("(n, m)", "(%s, %s)" % (n, m)).replace("(i, j)", "(%s, %s)" % (n, m))
+
+
+def parity_intended_attention(maps, meta):
+    """What the parity method intends (paper, Sec. 3.1): y_k = x_k XOR y_(k-1), so the row that predicts y_k
+    should read the query bit x_k (coupled to y_k: the same position ID) and the previous scratchpad bit
+    y_(k-1), the row itself. For dump_attention's maps of a `parity` model on a cell of n bits (sequence
+    $ x_1..x_n = y_1..y_n, T = 2n + 2; row n + k predicts y_k, '=' for k = 1), per head, over those n rows:
+    the mean attention on x_k, on the row itself and on BOS; the share of rows whose most attended key is
+    x_k / the row itself; and chance, the mean weight of one key under uniform attention over the causal
+    prefix (1 / (r + 1) for row r). Returns [dict] in head order, then per layer a row "layers.L.best_head":
+    per row the largest weight any of the layer's heads puts on x_k (and on the row itself), averaged,
+    and the share of rows where some head's most attended key is x_k (heads may share the rows out)."""
+    if meta.get("task") != "parity":
+        raise InputError("the intended keys are defined for task parity (the maps are of task %s)"
+                         % meta.get("task", "addition"))
+    try:
+        n = int(meta.get("n"))
+    except (TypeError, ValueError):
+        raise InputError("the maps' metadata has no query length n") from None
+    out = []
+    rows = [(n + k, k) for k in range(1, n + 1)]  # (row predicting y_k, its coupled key x_k)
+    for name in _sorted_heads(list(maps)):
+        a = maps[name]
+        if a.shape[0] != 2 * n + 2:
+            raise InputError("head %s: %d rows, a parity cell of %d bits has %d" % (name, a.shape[0], n, 2 * n + 2))
+        x_k = sum(float(a[r][k]) for r, k in rows) / n
+        own = sum(float(a[r][r]) for r, _ in rows) / n
+        bos = sum(float(a[r][0]) for r, _ in rows) / n
+
+        def top(r):
+            v = [float(a[r][j]) for j in range(r + 1)]
+            return v.index(max(v))
+        out.append({"head": name, "x_k": x_k, "self": own, "bos": bos, "intended": x_k + own,
+                    "top_is_x_k": sum(top(r) == k for r, k in rows) / n,
+                    "top_is_self": sum(top(r) == r for r, _ in rows) / n,
+                    "chance_one_key": sum(1.0 / (r + 1) for r, _ in rows) / n,
+                    "_tops": [top(r) for r, _ in rows]})
+    layers = []
+    for name in _sorted_heads(list(maps)):
+        layer = name.split(".head.")[0]
+        if layer not in layers:
+            layers.append(layer)
+    best = []
+    for layer in layers:
+        names = [h for h in _sorted_heads(list(maps)) if h.split(".head.")[0] == layer]
+        tops = [o["_tops"] for o in out if o["head"] in names]
+        bx = sum(max(float(maps[h][r][k]) for h in names) for r, k in rows) / n
+        bs = sum(max(float(maps[h][r][r]) for h in names) for r, _ in rows) / n
+        best.append({"head": layer + ".best_head", "x_k": bx, "self": bs,
+                     "bos": sum(max(float(maps[h][r][0]) for h in names) for r, _ in rows) / n,
+                     "intended": sum(max(float(maps[h][r][k]) + float(maps[h][r][r]) for h in names)
+                                     for r, k in rows) / n,
+                     "top_is_x_k": sum(any(t[i] == k for t in tops) for i, (r, k) in enumerate(rows)) / n,
+                     "top_is_self": sum(any(t[i] == r for t in tops) for i, (r, _) in enumerate(rows)) / n,
+                     "chance_one_key": out[0]["chance_one_key"]})
+    for o in out:
+        del o["_tops"]
+    return out + best
+
+
+def intended_table(rows, meta):
+    """parity_intended_attention's rows as CSV text (the cell and samples in every row)."""
+    cols = ("x_k", "self", "bos", "intended", "top_is_x_k", "top_is_self", "chance_one_key")
+    lines = ["head,n,samples," + ",".join(cols)]
+    for r in rows:
+        lines.append("%s,%s,%s,%s" % (r["head"], meta.get("n", "?"), meta.get("samples", "?"),
+                                     ",".join("%.4f" % r[c] for c in cols)))
+    return "\n".join(lines) + "\n"
+
+
 def plot_attention(path, rows="all", gamma=0.5, heads=None, title=None):
-    """dump_attention's maps, one panel per head (see the module doc)."""
+    """dump_attention's maps, one panel per head (see the module doc); for a parity model, each panel's
+    title carries its attention on the intended keys (parity_intended_attention)."""
     plt = _plt()
     maps, meta = read_attention(path)
+    intended = {}
+    if meta.get("task") == "parity":
+        intended = {r["head"]: r for r in parity_intended_attention(maps, meta)}
     tokens = meta.get("example_tokens", "")
     names = _sorted_heads(heads or list(maps))
     for n in names:
@@ -338,12 +634,17 @@ def plot_attention(path, rows="all", gamma=0.5, heads=None, title=None):
             if constructed:
                 k = int(n.rsplit(".", 1)[1])
                 t = "constructed head %d (%s)" % (k + 1, _HEADS[k] if k < 4 else "?")
+            if n in intended:
+                r = intended[n]
+                t = "%s: x_k %.2f, self %.2f\n(y_k's rows; one key by chance %.3f)" % (
+                    n, r["x_k"], r["self"], r["chance_one_key"])
             im = _attention_panel(ax, maps[n], tokens, rows, gamma, t)
     _colorbar(fig, im, axes, gamma)
     what = "constructed model" if constructed else meta.get("model", "")
-    fig.suptitle(title or "attention of %s on TA(%s, %s), mean over %s samples, offsets (%s, %s)\ntick labels: the "
-                 "first sample's tokens" % (what, meta.get("n", "?"), meta.get("m", "?"), meta.get("samples", "?"),
-                                      meta.get("s1", "?"), meta.get("s2", "?")))
+    levels = {"addition": 2, "multiplication": 3}.get(meta.get("task", "addition"), 1)  # the task's ID levels
+    offsets = ", ".join(meta.get(k, "?") for k in ("s1", "s2", "s3")[:levels])
+    fig.suptitle(title or "attention of %s on %s, mean over %s samples, offsets (%s)\ntick labels: the first sample's "
+                 "tokens" % (what, _cell_name(meta), meta.get("samples", "?"), offsets))
     return fig
 
 
@@ -474,9 +775,23 @@ def main(argv=None):
         p.add_argument("--title")
     g = sub.add_parser("grid", help="accuracy grid CSV of evaluate")
     g.add_argument("csv")
-    g.add_argument("--train", type=int, nargs=2, metavar=("N", "M"), help="training region: operand length, count")
-    g.add_argument("--model", help="model directory whose config.json gives the training region")
+    g.add_argument("--train", type=int, nargs="+", metavar="N",
+                   help="training region: N M (operand length and count; multiplication: digits of A and B), or "
+                        "parity's longest training query N")
+    g.add_argument("--model", help="model directory whose config.json gives the training region (and the task)")
+    g.add_argument("--task", choices=TASKS, help="the grid's task, for its axes (default: the report or config.json "
+                                                 "beside the CSV, else addition)")
     common(g, "the CSV with .png")
+    ln = sub.add_parser("lengths", help="accuracy against the query length over seeds (parity, Figure 3)")
+    ln.add_argument("--curve", nargs="+", action="append", required=True, metavar=("LABEL", "PATH"),
+                    help="a label, then one-axis grid CSVs, run directories or run_config.py's configuration "
+                         "directories (every run in it); repeat for each curve")
+    ln.add_argument("--metric", choices=("both",) + tuple(METRIC_NAMES), default="both")
+    ln.add_argument("--band", choices=BANDS, default="range",
+                    help="range: median and smallest..largest seed (default); ci95: mean and its 95%% t-interval")
+    ln.add_argument("--train", type=int, metavar="N", help="longest training query (default: a run's config.json)")
+    ln.add_argument("--table", help="also write the curves' numbers (CSV) here")
+    common(ln, "lengths.png beside the first path")
     a = sub.add_parser("alignment", help="grid_alignment.csv of compare_attention --grid")
     a.add_argument("csv")
     a.add_argument("--train", type=int, nargs=2, metavar=("N", "M"))
@@ -488,6 +803,7 @@ def main(argv=None):
     t.add_argument("--rows", choices=("all", "response"), default="all")
     t.add_argument("--gamma", type=float, default=0.5, help="colour scale exponent (1 = linear)")
     t.add_argument("--heads", nargs="+", help="heads to draw (default all), e.g. layers.0.head.1")
+    t.add_argument("--table", help="parity: also write each head's attention on the intended keys (CSV) here")
     common(t, "attention.png beside the file")
     c = sub.add_parser("compare", help="a compare_attention output directory")
     c.add_argument("dir")
@@ -507,7 +823,38 @@ def main(argv=None):
         if args.cmd == "grid":
             out = args.out or os.path.splitext(args.csv)[0] + ".png"
             check_output_path(out)
-            fig = plot_grid(args.csv, args.train, args.model, args.title)
+            if args.train is not None and len(args.train) not in (1, 2):
+                raise InputError("--train takes N M (a two-axis grid) or N (parity's query lengths)")
+            if args.train is not None and min(args.train) < 1:
+                raise InputError("--train values must be >= 1")
+            if args.train is not None and len(args.train) == 1 and _grid_has_m(args.csv):
+                raise InputError("--train N alone is for a one-axis grid (parity); this grid needs N M")
+            train = args.train if args.train is None or len(args.train) == 2 else [args.train[0], 1]
+            fig = plot_grid(args.csv, train, args.model, args.title, task=args.task)
+        elif args.cmd == "lengths":
+            curves = []
+            for c in args.curve:
+                if len(c) < 2:
+                    raise InputError("--curve %s: a label and at least one path" % c[0])
+                curves.append((c[0], c[1:]))
+            first = curves[0][1][0]
+            out = args.out or os.path.join(first if os.path.isdir(first) else os.path.dirname(first) or ".",
+                                           "lengths.png")
+            check_output_path(out)
+            if args.table:
+                check_output_path(args.table)
+            if args.train is not None and args.train < 1:
+                raise InputError("--train must be >= 1")
+            train_n = args.train
+            if train_n is None:
+                region, _ = _train_region(grid_files(first)[0])
+                train_n = region[0] if region else None
+            metrics = ("answer_accuracy", "accuracy") if args.metric == "both" else (args.metric,)
+            fig = plot_lengths(curves, metrics, train_n, args.band, args.title)
+            if args.table:
+                from .files import atomic_write
+                atomic_write(args.table, length_table(curves, metrics, args.band))
+                print("figures: wrote %s" % args.table)
         elif args.cmd == "alignment":
             out = args.out or os.path.splitext(args.csv)[0] + ".png"
             check_output_path(out)
@@ -516,7 +863,22 @@ def main(argv=None):
             base = args.path if os.path.isdir(args.path) else os.path.dirname(args.path) or "."
             out = args.out or os.path.join(base, "attention.png")
             check_output_path(out)
+            maps, meta = read_attention(args.path)
+            text = None
+            if meta.get("task") == "parity":
+                text = intended_table(parity_intended_attention(maps, meta), meta)
+            elif args.table:
+                raise InputError("--table: the intended keys are defined for task parity (these maps: %s)"
+                                 % meta.get("task", "addition"))
+            if args.table:
+                check_output_path(args.table)
             fig = plot_attention(args.path, args.rows, args.gamma, args.heads, args.title)
+            if text is not None:
+                print(text, end="")
+                if args.table:
+                    from .files import atomic_write
+                    atomic_write(args.table, text)
+                    print("figures: wrote %s" % args.table)
         elif args.cmd == "compare":
             out = args.out or os.path.join(args.dir, "side_by_side_mpl.png")
             check_output_path(out)
