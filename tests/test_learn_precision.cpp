@@ -10,12 +10,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <random>
 
 #include "learn_fixtures.hpp"
+#include "manyadd/core/safetensors.hpp"
 #include "manyadd/learn/batch.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/io.hpp"
+#include "manyadd/learn/layers.hpp"
 #include "manyadd/learn/train.hpp"
 
 using namespace manyadd;
@@ -213,6 +217,34 @@ TEST(Bf16, OneStepAgreesWithFp32WithinTheDerivedBound) {
     EXPECT_GT(worst, 0.0);
     EXPECT_GT(worst_other, gtol) << "the bound cannot tell another batch's gradient from rounding";
   }
+}
+
+// layers.hpp's round_to_bf16 (learn's bf16 attention rounds with it, in float and in double): on floats
+// bitwise core's float_to_bf16 (round to nearest even) on random values of every magnitude, ties, the
+// largest finite values (overflow to infinity), subnormals, zeros, infinities; on doubles, the same
+// value for every float input, ties to even at double precision, and a double just above a float tie
+// rounds up where the float rounding of that double would have tied to even (no double rounding).
+TEST(Bf16, RoundToBf16IsCoresRoundingInFloatAndExactInDouble) {
+  std::mt19937 g(7);
+  std::vector<float> xs = {0.f, -0.f, 1.f, 1.00390625f, 1.01171875f, 3.3895314e38f, -3.3895314e38f, 3.4028235e38f,
+                           1e-40f, -1e-42f, 1.1754944e-38f, INFINITY, -INFINITY};
+  for (int i = 0; i < 100000; ++i) {
+    const std::uint32_t b = std::uint32_t(g());
+    float x;
+    std::memcpy(&x, &b, 4);
+    if (std::isfinite(x)) xs.push_back(x);
+  }
+  for (float x : xs) {
+    const float want = bf16_to_float(float_to_bf16(x));
+    const float got = round_to_bf16(x);
+    ASSERT_EQ(std::memcmp(&got, &want, 4), 0) << x;
+    ASSERT_EQ(round_to_bf16(double(x)), double(want)) << x;
+  }
+  EXPECT_EQ(round_to_bf16(1.0 + 0x1p-8), 1.0);                        // a tie: to even
+  EXPECT_EQ(round_to_bf16(1.0 + 3 * 0x1p-8), 1.0 + 4 * 0x1p-8);       // a tie: to even (up)
+  EXPECT_EQ(round_to_bf16(1.0 + 0x1p-8 + 0x1p-40), 1.0 + 0x1p-7);     // above the tie (a float would tie)
+  EXPECT_EQ(round_to_bf16(0x1p-133 * 0.75), 0x1p-133);                // subnormal spacing 2^-133
+  EXPECT_EQ(round_to_bf16(0x1p200), INFINITY);                        // beyond bf16's range
 }
 
 // The precision belongs to the device and to the run.
