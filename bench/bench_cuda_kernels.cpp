@@ -4,10 +4,16 @@
 // (2) causal attention at the paper's training shape, T = 250 (SA(10, 10) sequences are <= 252 tokens),
 // batch B = 400, for the (heads, d_head) of the paper's configurations, forward and backward: the
 // CUDA-core flash kernels (train.hpp attention_forward/backward: bf16 and fp32 I/O) and the tensor-core
-// path (attention_gemm.hpp: batched GEMMs + row kernels). Device time by CUDA events (manual time).
-// attnFLOP/s counts the same FLOPs for both, the flash kernels' executed ones: forward 4 HS per causal
-// (query, key) pair, backward 16 HS (pass 1: q.k, dout.v, a and b; pass 2: k.q, v.dout, dk and dv),
-// B NH T (T + 1) / 2 pairs; compare the ms. Prints "skipped" and exits 0 without a device (or CUDA).
+// path (attention_gemm.hpp: batched GEMMs + row kernels), and the fused tensor-core flash kernels
+// (flash_tc.hpp: forward; dq, then dk/dv), also on a varlen batch. Device time by CUDA events (manual time).
+// attnFLOP/s counts the same FLOPs for all, the CUDA-core flash kernels' executed ones: forward 4 HS per
+// causal (query, key) pair, backward 16 HS (pass 1: q.k, dout.v, a and b; pass 2: k.q, v.dout, dk and dv),
+// sum_b NH T_b (T_b + 1) / 2 pairs; compare the ms. The tensor-core flash benchmark also prints
+// "peak%": its own MMA work per causal pair (forward 2 products, 4 HS FLOPs; backward 7 products, 14 HS:
+// q k^T and dout v^T in both backward kernels, dS k, bf16(P)^T dout, dS^T q), i.e. the attention FLOPs
+// it must execute, over the time, as a percentage of the H100/H200 dense bf16 tensor-core peak, 989
+// TFLOP/s (the masked parts of diagonal tiles are not counted). Prints "skipped" and exits 0 without a
+// device (or CUDA).
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -21,6 +27,7 @@
 #if MANYADD_WITH_CUDA
 #include "manyadd/kernels/attention_gemm.hpp"
 #include "manyadd/kernels/blas.hpp"
+#include "manyadd/kernels/flash_tc.hpp"
 #include "manyadd/kernels/train.hpp"
 #endif
 
@@ -167,6 +174,46 @@ void BM_AttentionGemm(benchmark::State& st) {
   st.counters["attnFLOP/s"] = benchmark::Counter((backward ? 16.0 : 4.0) * HS * pairs * double(st.iterations()),
                                                  benchmark::Counter::kIsRate);
 }
+
+// The fused tensor-core flash kernels. range(0) NH, range(1) HS, range(2) 0 forward / 1 backward, range(3)
+// 0: B = 400 sequences of T = 250 (the shape of the benchmarks above), 1: varlen, 400 sequences of lengths
+// 2 + (37 b mod 251) (2 .. 252, mean 127: SA(10, 10) batches of 400 hold 48,147 rows, mean 120, longest 252).
+void BM_AttentionFlashTc(benchmark::State& st) {
+  const int NH = int(st.range(0)), HS = int(st.range(1)), B = 400;
+  const bool backward = st.range(2) != 0, varlen = st.range(3) != 0;
+  std::vector<std::int32_t> hoff(1, 0);
+  double pairs = 0;
+  for (int b = 0; b < B; ++b) {
+    const int T = varlen ? 2 + (37 * b) % 251 : 250;
+    hoff.push_back(hoff.back() + T);
+    pairs += double(NH) * T * (T + 1) / 2;
+  }
+  const int R = hoff.back();
+  const std::size_t n = std::size_t(R) * NH * HS, nl = std::size_t(R) * NH;
+  kernels::DeviceBuffer<std::int32_t> off(hoff.size());
+  off.upload(hoff.data(), hoff.size());
+  auto x = device_values<bf16>(n, 3);
+  kernels::DeviceBuffer<bf16> out(n), dq(n), dk(n), dv(n);
+  kernels::DeviceBuffer<float> lse(nl), dsum(nl);
+  const float scale = 1.f;
+  kernels::DeviceTimer timer;
+  auto fwd = [&] { kernels::flash::attention_forward(out, lse, x, x, x, off, B, R, NH, HS, scale); };
+  auto bwd = [&] { kernels::flash::attention_backward(dq, dk, dv, dsum, x, out, lse, x, x, x, off, B, R, NH, HS, scale); };
+  fwd();  // lse and out for the backward; warm-up (and the shared-memory opt-in)
+  if (backward) bwd();
+  for (auto _ : st) {
+    timer.start();
+    backward ? bwd() : fwd();
+    st.SetIterationTime(timer.stop_seconds());
+  }
+  const double it = double(st.iterations());
+  st.SetLabel(std::string("tensor-core flash bf16") + (backward ? " backward" : " forward") + (varlen ? " varlen" : "") +
+              " NH " + std::to_string(NH) + " HS " + std::to_string(HS));
+  st.counters["attnFLOP/s"] = benchmark::Counter((backward ? 16.0 : 4.0) * HS * pairs * it, benchmark::Counter::kIsRate);
+  // the MMA work per pair over the time, against 989 TFLOP/s, in percent (kIsRate divides by the time)
+  st.counters["peak%"] =
+      benchmark::Counter((backward ? 14.0 : 4.0) * HS * pairs * it * 100.0 / 989e12, benchmark::Counter::kIsRate);
+}
 #endif
 
 }  // namespace
@@ -186,6 +233,13 @@ BENCHMARK(BM_AttentionGemm)
     ->ArgsProduct({{4}, {16, 32, 64, 128, 256}, {0, 1}})
     ->ArgsProduct({{8}, {128}, {0, 1}})
     ->ArgsProduct({{2}, {512}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+// The paper's (NH, HS) as above, uniform and varlen.
+BENCHMARK(BM_AttentionFlashTc)
+    ->ArgsProduct({{4}, {16, 32, 64, 128, 256}, {0, 1}, {0, 1}})
+    ->ArgsProduct({{8}, {128}, {0, 1}, {0, 1}})
+    ->ArgsProduct({{2}, {512}, {0, 1}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 #endif

@@ -359,8 +359,8 @@ TEST(CudaTrainGpu, DeterministicAndResumeIsBitIdentical) {
 //    Bf16.PerSequenceAndPackedDevicesAgree, the same situation on two CPU devices);
 //  * per tensor, relative L2: a flip fraction f perturbs a rounding point's values by sqrt(f) 2u in
 //    relative L2, at most u (the bf16 rounding itself) while f <= 25%; so the difference stays within
-//    test_learn_precision's bound on the whole bf16-vs-fp32 difference, 2 (P_f + P_b) u (P_f = 10 L + 2
-//    forward and P_b = 1 + 5 L backward rounding points, gains <= 2), plus the fp32 order term;
+//    test_learn_precision's bound on the whole bf16-vs-fp32 difference, 2 (P_f + P_b) u (P_f = 11 L + 2
+//    forward and P_b = 1 + 6 L backward rounding points, gains <= 2), plus the fp32 order term;
 //  * control: over the whole gradient the twins are much closer than bf16 is to fp32 (~sqrt(f) of it):
 //    at most half of |G_bf16 - G_fp32| on the CPU. A device that skipped a rounding point (computed it
 //    in fp32) or rounded elsewhere differs from the twin by a full rounding's effect and fails this.
@@ -384,7 +384,7 @@ TEST(CudaTrainGpu, Bf16GradientMatchesPackedCpuTwin) {
     const double lc = cpu16->gradient(pb, scale, gc), lg = gpu->gradient(pb, scale, gg);
     cpu32->gradient(pb, scale, g32);
     EXPECT_NEAR(lg, lc, 2 * kU * lc);
-    const int L = mc.n_layers, Pf = 10 * L + 2, Pb = 1 + 5 * L;
+    const int L = mc.n_layers, Pf = 11 * L + 2, Pb = 1 + 6 * L;
     const double bound = 2 * (Pf + Pb) * kU;
     double nc = 0, ng = 0, dtwin = 0, dprec = 0, worst = 0;
     for (const auto& ts : lay.tensors) {
@@ -407,6 +407,52 @@ TEST(CudaTrainGpu, Bf16GradientMatchesPackedCpuTwin) {
     std::printf("[ bf16 GPU vs bf16 CPU, %s ] loss %.2e relative (bound %.2e), worst gradient tensor %.2e (bound "
                 "%.2e), whole gradient %.2e of the bf16-vs-fp32 difference (bound 0.5)\n",
                 describe(mc).c_str(), std::abs(lg - lc) / lc, 2 * kU, worst, bound, std::sqrt(dtwin / dprec));
+  }
+}
+
+// One whole bf16 step (forward, backward with the tensor-core attention, gradient norm, clipping, AdamW)
+// on the GPU against PackedCpuDevice in bf16, from the same state (10 bf16 steps on the GPU: nonzero
+// moments). Loss and gradient norm within 2u (Bf16GradientMatchesPackedCpuTwin's argument: the twins
+// differ by fp32 order and the flips it causes). The weights after the step: AdamW maps the gradient
+// entry by entry through the same moments, so the twins' weights differ as their gradients do; the
+// control is the fp32 step from the same state (the bf16-vs-fp32 difference of one step), and the GPU's
+// weights must be at most half as far from its bf16 twin's, in L2 (a skipped or moved rounding point
+// differs by a whole rounding's effect and fails this, as in the gradient test).
+TEST(CudaTrainGpu, Bf16StepMatchesPackedCpuTwin) {
+  REQUIRE_DEVICE();
+  constexpr double kU = 1.0 / 256;
+  for (const auto& mc : {with_options(model(1, 4, 256)), with_options(model(2, 2, 128))}) {
+    SCOPED_TRACE(describe(mc));
+    TrainConfig tc = train_cfg();
+    tc.precision = "bf16";
+    Trainer warm(mc, tc);
+    warm.attach_device(make_cuda_device(mc, Precision::bf16));
+    for (int s = 0; s < 10; ++s) warm.step();
+    const std::string dir = scratch("step16");
+    warm.save(dir);
+    TrainConfig t32 = tc;
+    t32.precision = "fp32";
+    Trainer cpu(mc, tc), gpu(mc, tc), c32(mc, t32);
+    cpu.load_checkpoint(dir), gpu.load_checkpoint(dir), c32.load_checkpoint(dir, true);
+    cpu.attach_device(make_packed_cpu_device(mc, Precision::bf16));
+    gpu.attach_device(make_cuda_device(mc, Precision::bf16));
+    c32.attach_device(make_packed_cpu_device(mc));
+    const StepStats a = cpu.step(), b = gpu.step();
+    c32.step();
+    EXPECT_NEAR(b.loss, a.loss, 2 * kU * a.loss);
+    EXPECT_NEAR(b.grad_norm, a.grad_norm, 2 * kU * a.grad_norm);
+    double dtwin = 0, dprec = 0;
+    for (std::size_t i = 0; i < cpu.params().size(); ++i) {
+      const double c = cpu.params()[i], g = gpu.params()[i], f = c32.params()[i];
+      dtwin += (g - c) * (g - c), dprec += (f - c) * (f - c);
+    }
+    EXPECT_GT(dprec, 0.0);
+    EXPECT_LE(std::sqrt(dtwin), 0.5 * std::sqrt(dprec)) << "the GPU step is not closer to its bf16 twin than fp32 is";
+    std::printf("[ bf16 GPU step vs bf16 CPU step, %s ] loss %.2e, gradient norm %.2e relative; weights %.2e of the "
+                "bf16-vs-fp32 step difference (bound 0.5)\n",
+                describe(mc).c_str(), std::abs(b.loss - a.loss) / a.loss,
+                std::abs(b.grad_norm - a.grad_norm) / a.grad_norm, std::sqrt(dtwin / dprec));
+    std::filesystem::remove_all(dir);
   }
 }
 

@@ -48,11 +48,13 @@
 #include "cuda_train_test_util.hpp"
 #include "attention_gemm_steps.hpp"  // kernels/src: the tensor-core attention's steps, replayed below
 #include "embedding_rows.cuh"  // kernels/src: the embedding kernels' arithmetic, replayed below
+#include "flash_tc.cuh"  // kernels/src: the tensor-core flash attention's arithmetic, replayed below
 #include "manyadd/core/safetensors.hpp"
 #include "manyadd/kernels/attention_gemm.hpp"
 #include "manyadd/kernels/bf16.hpp"
 #include "manyadd/kernels/blas.hpp"
 #include "manyadd/kernels/device.hpp"
+#include "manyadd/kernels/flash_tc.hpp"
 #include "manyadd/kernels/train.hpp"
 #include "manyadd/learn/batch.hpp"
 #include "manyadd/learn/layers.hpp"
@@ -64,6 +66,7 @@ namespace K = manyadd::kernels::train;
 namespace AR = manyadd::kernels::attention_rows;
 namespace AG = manyadd::kernels::attention_gemm_steps;
 namespace ER = manyadd::kernels::embedding_rows;
+namespace FTC = manyadd::kernels::flash_tc;
 using kernels::bf16;
 
 namespace {
@@ -719,6 +722,286 @@ void check_attention(const AttIn& in, const AttOut& o, bool bf16_out, Check& ck,
   ck.all("attention dv", o.dv, dv, tdv, bf16_out);
 }
 
+// ---- the tensor-core flash attention (flash_tc.cuh: forward, dq by query blocks, dk/dv by key blocks) -------
+// The host executors of flash_tc.cuh: one thread plays every warp of a CTA and every lane of a warp. The
+// warp policy emulates the PTX instructions from their documented fragment layouts (PTX ISA, "Matrix
+// fragments for mma.m16n8k16" and "ldmatrix"): an A register holds two bf16 of row g (+ 8) and columns
+// 2t, 2t + 1 (+ 8), lower column in the low half (g = lane / 4, t = lane % 4); a B register rows (k) 2t,
+// 2t + 1 (+ 8) of column g; C/D rows g (+ 8), columns 2t, 2t + 1; ldmatrix .x4: lanes 8m .. 8m + 7 give the
+// row addresses of matrix m, lane T receives its row T / 4, elements 2 (T % 4) and + 1 (.trans: rows
+// 2 (T % 4) and + 1 of column T / 4). The MMA's nominal value is the exact sum rounded once (the device's
+// internal order is not documented; the bounds of check_flash cover any order). The copies are done at
+// once (the device's cp.async only later): a phase that read a tile after the fill of the next block was
+// issued would read the next block here and fail the checks.
+struct FlashHostWarp {
+  static constexpr int kLanes = 32;
+  bool trans_fault = false;  // the control's layout bug: ldmatrix .trans reads without transposing
+  int lane(int l) const { return l; }
+  template <int H>
+  void mma(float (&d)[32][4], const FTC::u32 (&a)[32][4], const FTC::u32 (&b)[32][4]) const {
+    float A[16][16], Bm[16][8], Cm[16][8];
+    auto lo = [](FTC::u32 x) { return bf16_to_float(std::uint16_t(x & 0xffffu)); };
+    auto hi = [](FTC::u32 x) { return bf16_to_float(std::uint16_t(x >> 16)); };
+    for (int T = 0; T < 32; ++T) {
+      const int g = T / 4, t = T % 4;
+      for (int q = 0; q < 4; ++q) {  // a_q: rows g + 8 (q % 2), columns 2t + 8 (q / 2)
+        A[g + 8 * (q % 2)][2 * t + 8 * (q / 2)] = lo(a[T][q]);
+        A[g + 8 * (q % 2)][2 * t + 8 * (q / 2) + 1] = hi(a[T][q]);
+      }
+      for (int q = 0; q < 2; ++q) {  // b_q: rows 2t + 8 q, + 1 of column g
+        Bm[2 * t + 8 * q][g] = lo(b[T][2 * H + q]);
+        Bm[2 * t + 8 * q + 1][g] = hi(b[T][2 * H + q]);
+      }
+      for (int q = 0; q < 4; ++q) Cm[g + 8 * (q / 2)][2 * t + q % 2] = d[T][q];
+    }
+    for (int T = 0; T < 32; ++T) {
+      const int g = T / 4, t = T % 4;
+      for (int q = 0; q < 4; ++q) {
+        const int r = g + 8 * (q / 2), c = 2 * t + q % 2;
+        double s = Cm[r][c];
+        for (int k = 0; k < 16; ++k) s += double(A[r][k]) * double(Bm[k][c]);
+        d[T][q] = float(s);
+      }
+    }
+  }
+  void ldsm_x4(FTC::u32 (&r)[32][4], const FTC::u16* const (&p)[32]) const {
+    for (int T = 0; T < 32; ++T)
+      for (int m = 0; m < 4; ++m) {
+        const FTC::u16* row = p[8 * m + T / 4];
+        r[T][m] = FTC::u32(row[2 * (T % 4)]) | FTC::u32(row[2 * (T % 4) + 1]) << 16;
+      }
+  }
+  void ldsm_x4_t(FTC::u32 (&r)[32][4], const FTC::u16* const (&p)[32]) const {
+    if (trans_fault) return ldsm_x4(r, p);
+    for (int T = 0; T < 32; ++T)
+      for (int m = 0; m < 4; ++m)
+        r[T][m] = FTC::u32(p[8 * m + 2 * (T % 4)][T / 4]) | FTC::u32(p[8 * m + 2 * (T % 4) + 1][T / 4]) << 16;
+  }
+  template <class Op>
+  static void quad(float (&x)[32], Op op) {
+    for (int o : {1, 2}) {
+      float y[32];
+      for (int L = 0; L < 32; ++L) y[L] = op(x[L], x[L ^ o]);
+      std::copy(y, y + 32, x);
+    }
+  }
+  void quad_max(float (&x)[32]) const { quad(x, [](float a, float b) { return FTC::max_f(a, b); }); }
+  void quad_sum(float (&x)[32]) const { quad(x, [](float a, float b) { return a + b; }); }
+  float warp_sum(const float (&part)[32]) const { return HostWarp{}.sum(part); }
+  float exp2(float x) const { return std::exp2(x); }
+  float log2(float x) const { return std::log2(x); }
+  FTC::u32 pack(float lo, float hi) const { return FTC::u32(float_to_bf16(lo)) | FTC::u32(float_to_bf16(hi)) << 16; }
+  void st32(FTC::u16* p, FTC::u32 v) const { p[0] = FTC::u16(v & 0xffffu), p[1] = FTC::u16(v >> 16); }
+};
+struct FlashHostCta {
+  using W = FlashHostWarp;
+  int warps, threads;
+  bool trans_fault;
+  template <int WARPS>
+  static constexpr int slots() {
+    return WARPS;
+  }
+  int warp_begin() const { return 0; }
+  int warp_end() const { return warps; }
+  int slot(int w) const { return w; }
+  int thread_begin() const { return 0; }
+  int thread_end() const { return threads; }
+  W warp(int) const { return W{trans_fault}; }
+  void sync() const {}
+  void copy16(FTC::u16* dst, const FTC::u16* src, bool valid) const {
+    if (valid) std::memcpy(dst, src, 16);
+    else std::memset(dst, 0, 16);
+  }
+  void commit() const {}
+  template <int N>
+  void wait() const {}
+};
+
+// What a flash replay differs in (the controls).
+struct FlashFault {
+  bool transposed_read = false;  // every ldmatrix .trans reads untransposed
+};
+// The three kernels of flash_tc.cu on the host, over their whole grids (every CTA, every head), on the
+// kernel's bf16 inputs: shared memory starts as bf16 NaNs in every CTA, so a read of a slot no fill or
+// phase wrote poisons the results.
+template <int HSP>
+AttOut flash_replay_at(const AttIn& in, FlashFault fault) {
+  using G = FTC::Cfg<HSP>;
+  const std::size_t n = in.q.size(), nl = std::size_t(in.NH) * std::size_t(in.R());
+  auto bits = [](const std::vector<float>& v) {
+    std::vector<FTC::u16> o(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) o[i] = float_to_bf16(v[i]);
+    return o;
+  };
+  const auto q = bits(in.q), k = bits(in.k), v = bits(in.v), g = bits(in.dout);
+  std::vector<FTC::u16> out(n), dq(n), dk(n), dv(n);
+  std::vector<float> lse(nl), dsum(nl);
+  FTC::Params p;
+  p.q = q.data(), p.k = k.data(), p.v = v.data(), p.o = out.data(), p.dout = g.data();
+  p.out = out.data(), p.dq = dq.data(), p.dk = dk.data(), p.dv = dv.data(), p.lse = lse.data(), p.dsum = dsum.data();
+  p.off = in.off.data(), p.B = in.B, p.R = in.R(), p.NH = in.NH, p.HS = in.HS;
+  p.scale = in.scale, p.c2 = FTC::scale_log2e(in.scale);
+  p.vec = in.HS % 8 == 0;  // host vectors: 16-byte chunks whenever whole (the device adds its alignment test)
+  const std::size_t smem_bytes = std::size_t(std::max({G::fwd_smem, G::dq_smem, G::dkv_smem}));
+  std::vector<FTC::u16> smem(smem_bytes / 2 + 8);
+  FlashHostCta cta{G::WARPS, G::THREADS, fault.transposed_read};
+  const int grid = FTC::grid_blocks(in.B, in.R(), G::BR);
+  auto each_cta = [&](auto&& body) {
+    for (int h = 0; h < in.NH; ++h)
+      for (int x = 0; x < grid; ++x) {
+        std::fill(smem.begin(), smem.end(), FTC::u16(0x7fc0));  // bf16 NaN
+        body(reinterpret_cast<char*>(smem.data()), x, h);
+      }
+  };
+  each_cta([&](char* s, int x, int h) { FTC::forward_cta<HSP>(cta, s, p, x, h); });
+  each_cta([&](char* s, int x, int h) { FTC::dq_cta<HSP>(cta, s, p, x, h); });
+  each_cta([&](char* s, int x, int h) { FTC::dkv_cta<HSP>(cta, s, p, x, h); });
+  auto widen_all = [](const std::vector<FTC::u16>& b) {
+    std::vector<float> o(b.size());
+    for (std::size_t i = 0; i < b.size(); ++i) o[i] = bf16_to_float(b[i]);
+    return o;
+  };
+  return {widen_all(out), lse, widen_all(dq), widen_all(dk), widen_all(dv)};
+}
+AttOut flash_replay(const AttIn& in, FlashFault fault = {}) {
+  switch (FTC::padded_head(in.HS)) {
+    case 16: return flash_replay_at<16>(in, fault);
+    case 32: return flash_replay_at<32>(in, fault);
+    case 64: return flash_replay_at<64>(in, fault);
+    case 128: return flash_replay_at<128>(in, fault);
+    case 256: return flash_replay_at<256>(in, fault);
+    default: return flash_replay_at<512>(in, fault);
+  }
+}
+
+// The flash kernels against learn's bf16 attention (layers.hpp attention_forward/backward with the bf16
+// rounding points) evaluated in double on the kernel's inputs; lse in base 2 (lse2 = lse / ln 2).
+// Bounds (first order, per (sequence, head); i a query row, j <= i a key row; u = 2^-24, us = 2^-23 for
+// the MMA's accumulation, HSP the kernel's padded head, KT = T + 64 >= the keys (or queries) an output's
+// MMA chain runs over, zeros included; every bound doubled):
+//  s_ij = q_i.k_j: es = (HSP + 2) us sum_d |q k|; z = s c2 (c2 = scale log2 e; the kernel's fp32 c2 and
+//    its product round once each): dz = c2 es + 2u |z|. M_i = ceil(max_j z_ij) (the reference's; the
+//    kernel's may differ by one: rounding commutes with the power of two).
+//  w_ij = 2^(z - M): relative dw = ln2 (dz + u (|z - M| + 1)) + 4u (exp2f: <= 2 ulp). The kernel's weight
+//    rounds to the reference's bf16(w) unless a rounding boundary lies within the error: the difference is
+//    at most fw = bf16(w + 2 dw w) - bf16(w - 2 dw w) (rounding is monotone): 0 for almost every weight,
+//    one bf16 ulp where the boundary is that close. Likewise every rounded value below (flip intervals).
+//  out_ic = sum_j bf16(w_ij) v_jc / l_i, l = sum_j w: |d out| <= (sum_j fw |v| + (KT + 2) us sum_j bf16(w) |v|)
+//    / l + |out| (dl / l + u), dl = sum_j dw w + (T + 10) u l. lse2 = M + log2 l: dl / (l ln2) + 2u |log2 l|
+//    + u |lse2|.
+//  Backward: D_i = dout_i . out_i (out: the forward's bf16 output, the kernel's own, within its flip
+//    interval eO of the reference's): dD = sum_c |dout| eO + (HS + 5) u sum_c |dout out|. P = 2^(z - lse2):
+//    relative eP = ln2 (dz + dlse2 + u |z - lse2|) + 4u. dP = dout_i.v_j: edp = (HSP + 2) us sum |dout v|.
+//    x = P (dP - D): rho = P (edp + dD + u |dP - D|) + |x| (eP + u); dS = bf16(x) within its flip interval
+//    edS; bf16(P) within its interval eP^.
+//  dq_ic = scale sum_j dS_ij k_jc: scale (sum_j edS |k| + (KT + 2) us sum_j |dS k|) + u |dq|; dk likewise
+//  over i >= j with q; dv_jc = sum_i bf16(P_ij) dout_ic: sum_i eP^ |dout| + (KT + 2) us sum_i bf16(P) |dout|.
+// reference_rounds = false: the same bounds against learn's fp32-semantics attention (no rounding of P or
+// dS, D = sum_j P dP): the control that the bounds see a missing rounding point.
+void check_flash(const AttIn& in, const AttOut& o, Check& ck, bool reference_rounds = true) {
+  const int B = in.B, NH = in.NH, HS = in.HS, D = NH * HS, HSP = FTC::padded_head(HS);
+  const double sc = in.scale, c2 = double(in.scale) * FTC::kLog2e, u = kU, us = kUTc, ln2 = std::log(2.0);
+  const double tiny = 0x1p-100;
+  auto r16 = [](double x) { return round_to_bf16(x); };
+  auto flip = [&](double x, double rho) { return r16(x + 2 * rho) - r16(x - 2 * rho); };
+  const std::size_t n = in.q.size();
+  std::vector<double> out(n), dq(n, 0.0), dk(n, 0.0), dv(n, 0.0), lse(std::size_t(NH) * std::size_t(in.R()));
+  std::vector<double> tout(n, 0.0), tdq(n, 0.0), tdk(n, 0.0), tdv(n, 0.0), tlse(lse.size());
+  for (int b = 0; b < B; ++b) {
+    const int T = in.len(b);
+    const double KT = T + 64;
+    const std::size_t o0 = std::size_t(in.off[std::size_t(b)]) * D, TD = std::size_t(T) * D,
+                      l0 = std::size_t(NH) * std::size_t(in.off[std::size_t(b)]);
+    const auto qs = slice(in.q, o0, TD), ks = slice(in.k, o0, TD), vs = slice(in.v, o0, TD), gs = slice(in.dout, o0, TD);
+    std::vector<double> att(std::size_t(NH) * T * T), scratch(std::size_t(T) * T), os(TD);
+    attention_forward(os.data(), att.data(), qs.data(), ks.data(), vs.data(), T, T, NH, HS, sc, reference_rounds);
+    std::vector<double> o16(os);
+    for (auto& x : o16) x = r16(x);
+    attention_backward(dq.data() + o0, dk.data() + o0, dv.data() + o0, scratch.data(), gs.data(), att.data(), qs.data(),
+                       ks.data(), vs.data(), T, NH, HS, sc, reference_rounds ? o16.data() : nullptr);
+    std::copy(os.begin(), os.end(), out.begin() + long(o0));
+    for (int h = 0; h < NH; ++h) {
+      auto at = [&](int i, int c) { return std::size_t(i) * D + std::size_t(h) * HS + std::size_t(c); };
+      auto ij = [&](int i, int j) { return std::size_t(i) * T + std::size_t(j); };
+      std::vector<double> z(std::size_t(T) * T, 0.0), dz(z.size(), 0.0), P(z.size(), 0.0), dS(z.size(), 0.0),
+          edS(z.size(), 0.0), Ph(z.size(), 0.0), ePh(z.size(), 0.0);
+      std::vector<double> L2(T), dL2(T), Dv(T), dD(T), w(T), fw(T);
+      for (int i = 0; i < T; ++i) {  // forward
+        double mz = -INFINITY;
+        for (int j = 0; j <= i; ++j) {
+          double s = 0, as = 0;
+          for (int c = 0; c < HS; ++c) s += qs[at(i, c)] * ks[at(j, c)], as += std::abs(qs[at(i, c)] * ks[at(j, c)]);
+          z[ij(i, j)] = s * c2;
+          dz[ij(i, j)] = c2 * (HSP + 2) * us * as + 2 * u * std::abs(s * c2);
+          mz = std::max(mz, z[ij(i, j)]);
+        }
+        const double M = std::ceil(mz);
+        double li = 0, dli = 0;
+        for (int j = 0; j <= i; ++j) {
+          const double wi = std::exp2(z[ij(i, j)] - M);
+          const double rho = wi * (ln2 * (dz[ij(i, j)] + u * (std::abs(z[ij(i, j)] - M) + 1)) + 4 * u);
+          w[std::size_t(j)] = wi, fw[std::size_t(j)] = flip(wi, rho);
+          li += wi, dli += rho;
+        }
+        dli += (T + 10) * u * li;
+        L2[std::size_t(i)] = M + std::log2(li);
+        dL2[std::size_t(i)] = 2 * (dli / (li * ln2) + 2 * u * std::abs(std::log2(li)) + u * std::abs(L2[std::size_t(i)])) + tiny;
+        lse[l0 + std::size_t(h) * T + std::size_t(i)] = L2[std::size_t(i)];
+        tlse[l0 + std::size_t(h) * T + std::size_t(i)] = dL2[std::size_t(i)];
+        for (int c = 0; c < HS; ++c) {
+          double f = 0, a = 0;
+          for (int j = 0; j <= i; ++j) f += fw[std::size_t(j)] * std::abs(vs[at(j, c)]), a += r16(w[std::size_t(j)]) * std::abs(vs[at(j, c)]);
+          tout[o0 + at(i, c)] = 2 * ((f + (KT + 2) * us * a) / li + std::abs(os[at(i, c)]) * (dli / li + u)) + tiny;
+        }
+        for (int j = 0; j <= i; ++j) P[ij(i, j)] = w[std::size_t(j)] / li;
+      }
+      for (int i = 0; i < T; ++i) {  // the row terms D, from the reference's rounded output
+        double Di = 0, dDi = 0;
+        for (int c = 0; c < HS; ++c) {
+          const double x = os[at(i, c)], eO = flip(x, 0.5 * tout[o0 + at(i, c)]);
+          Di += gs[at(i, c)] * o16[at(i, c)];
+          dDi += std::abs(gs[at(i, c)]) * eO + (HS + 5) * u * std::abs(gs[at(i, c)] * o16[at(i, c)]);
+        }
+        Dv[std::size_t(i)] = Di, dD[std::size_t(i)] = dDi;
+      }
+      for (int i = 0; i < T; ++i)
+        for (int j = 0; j <= i; ++j) {
+          double dp = 0, adp = 0;
+          for (int c = 0; c < HS; ++c) dp += gs[at(i, c)] * vs[at(j, c)], adp += std::abs(gs[at(i, c)] * vs[at(j, c)]);
+          const double p = P[ij(i, j)], zz = z[ij(i, j)];
+          const double eP = ln2 * (dz[ij(i, j)] + dL2[std::size_t(i)] + u * std::abs(zz - L2[std::size_t(i)])) + 4 * u;
+          const double x = p * (dp - Dv[std::size_t(i)]);
+          const double rho = p * ((HSP + 2) * us * adp + dD[std::size_t(i)] + u * std::abs(dp - Dv[std::size_t(i)])) +
+                             std::abs(x) * (eP + u);
+          dS[ij(i, j)] = r16(x), edS[ij(i, j)] = flip(x, rho);
+          Ph[ij(i, j)] = r16(p), ePh[ij(i, j)] = flip(p, p * eP);
+        }
+      for (int i = 0; i < T; ++i)
+        for (int c = 0; c < HS; ++c) {
+          double e = 0, a = 0;
+          for (int j = 0; j <= i; ++j)
+            e += edS[ij(i, j)] * std::abs(ks[at(j, c)]), a += std::abs(dS[ij(i, j)] * ks[at(j, c)]);
+          tdq[o0 + at(i, c)] = 2 * (sc * (e + (KT + 2) * us * a) + u * std::abs(dq[o0 + at(i, c)])) + tiny;
+        }
+      for (int j = 0; j < T; ++j)
+        for (int c = 0; c < HS; ++c) {
+          double ek = 0, ak = 0, ev = 0, av = 0;
+          for (int i = j; i < T; ++i) {
+            ek += edS[ij(i, j)] * std::abs(qs[at(i, c)]), ak += std::abs(dS[ij(i, j)] * qs[at(i, c)]);
+            ev += ePh[ij(i, j)] * std::abs(gs[at(i, c)]), av += Ph[ij(i, j)] * std::abs(gs[at(i, c)]);
+          }
+          tdk[o0 + at(j, c)] = 2 * (sc * (ek + (KT + 2) * us * ak) + u * std::abs(dk[o0 + at(j, c)])) + tiny;
+          tdv[o0 + at(j, c)] = 2 * (ev + (KT + 2) * us * av) + tiny;
+        }
+    }
+  }
+  ck.all("flash out", o.out, out, tout, true);
+  ck.all("flash lse2", o.lse, lse, tlse, false);
+  ck.all("flash dq", o.dq, dq, tdq, true);
+  ck.all("flash dk", o.dk, dk, tdk, true);
+  ck.all("flash dv", o.dv, dv, tdv, true);
+}
+
 #if MANYADD_WITH_CUDA
 // ---- the device runs of the same checks -------------------------------------------------------------------
 GemmOut gemm_gpu(kernels::Blas& blas, const GemmIn& in) {
@@ -795,6 +1078,29 @@ AttOut attention_gemm_gpu(kernels::Blas& blas, const AttIn& in) {
   kernels::attention_gemm_backward(blas, dq.p, dk.p, dv.p, dP.p, dS.p, g.p, lse.p, S.p, P.p, q.p, k.p, v.p, in.B, in.T,
                                    in.NH, in.HS, in.scale);
   return {to_float(out.get()), lse.get(), to_float(dq.get()), to_float(dk.get()), to_float(dv.get())};
+}
+// The tensor-core flash kernels (flash_tc.hpp); offset as attention_gpu's (1: misaligned rows, scalar fills).
+AttOut flash_gpu(const AttIn& in, std::size_t offset = 0) {
+  const std::size_t n = in.q.size(), nl = std::size_t(in.NH) * std::size_t(in.R()), f = offset;
+  auto padded = [&](const std::vector<float>& v) {
+    std::vector<bf16> o(offset + v.size(), bf16{0});
+    const auto io = to_io<bf16>(v);
+    std::copy(io.begin(), io.end(), o.begin() + long(offset));
+    return o;
+  };
+  auto tail = [&](const Dev<bf16>& d) {
+    const auto h = d.get();
+    return to_float(std::vector<bf16>(h.begin() + long(offset), h.end()));
+  };
+  Dev<bf16> q(padded(in.q)), k(padded(in.k)), v(padded(in.v)), g(padded(in.dout)), out(f + n), dq(f + n), dk(f + n),
+      dv(f + n);
+  Dev<float> lse(nl), dsum(nl);
+  Dev<std::int32_t> off(in.off);
+  kernels::flash::attention_forward(out.p + f, lse.p, q.p + f, k.p + f, v.p + f, off.p, in.B, in.R(), in.NH, in.HS,
+                                    in.scale);
+  kernels::flash::attention_backward(dq.p + f, dk.p + f, dv.p + f, dsum.p, g.p + f, out.p + f, lse.p, q.p + f, k.p + f,
+                                     v.p + f, off.p, in.B, in.R(), in.NH, in.HS, in.scale);
+  return {tail(out), lse.get(), tail(dq), tail(dk), tail(dv)};
 }
 #endif
 
@@ -1167,6 +1473,49 @@ TEST(CudaKernelsGpu, Bf16AttentionGemmMatchesCpu) {
   check_attention(sharp, attention_gemm_gpu(blas, sharp), true, ck, AttPath::Gemm);
   ck.expect_ok("tensor-core attention");
 }
+
+// The tensor-core flash kernels (flash_tc.hpp) against learn's bf16 attention in double, within
+// check_flash's derived bounds: every kernel instance (HS 16 .. 512, and 20, 96, 200: padded heads; 20
+// not a multiple of 8: element fills), varlen batches of many lengths (1 .. 250, and 2013, the longest
+// sequence of the evaluation grid, TA(30, 30)), both scales, a sharp softmax (score spread 8), misaligned
+// rows. Then determinism: a second run is bitwise the first (no atomics), and how many outputs equal
+// the host replay's bits (not required: the MMA's internal order and exp2f/log2f differ from the host's).
+TEST(CudaKernelsGpu, FlashAttentionMatchesLearnsBf16Attention) {
+  REQUIRE_DEVICE();
+  Check ck;
+  std::uint32_t seed = 700;
+  const std::vector<int> lengths = {33, 1, 250, 7, 64, 65, 2, 129};
+  for (int HS : {16, 20, 32, 64, 96, 128, 200, 256, 512}) {
+    for (int NH : {1, 4}) {
+      const float scale = (seed % 2) ? 1.f : float(1 / std::sqrt(double(HS)));
+      SCOPED_TRACE("HS " + std::to_string(HS) + " NH " + std::to_string(NH) + " scale " + std::to_string(scale));
+      const auto in = attention_inputs(lengths, NH, HS, scale, 2.0, true, seed++);
+      check_flash(in, flash_gpu(in), ck);
+    }
+  }
+  const auto sharp = attention_inputs(std::vector<int>{250, 17, 190}, 2, 64, 1.f, 8.0, true, 790);
+  check_flash(sharp, flash_gpu(sharp), ck);
+  const auto mis = attention_inputs(std::vector<int>{33, 100}, 2, 64, 1.f, 2.0, true, 791);
+  check_flash(mis, flash_gpu(mis, 1), ck);
+  for (int HS : {16, 64}) {
+    SCOPED_TRACE("the evaluation grid's longest sequence, HS " + std::to_string(HS));
+    const auto longest = attention_inputs(std::vector<int>{2013, 5}, 1, HS, 1.f, 2.0, true, 792 + std::uint32_t(HS));
+    check_flash(longest, flash_gpu(longest), ck);
+  }
+  ck.expect_ok("tensor-core flash attention");
+
+  const auto in = attention_inputs(lengths, 4, 64, 1.f, 2.0, true, 800);
+  const AttOut a = flash_gpu(in), b = flash_gpu(in), r = flash_replay(in);
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(a.lse, b.lse);
+  EXPECT_EQ(a.dq, b.dq);
+  EXPECT_EQ(a.dk, b.dk);
+  EXPECT_EQ(a.dv, b.dv);
+  std::size_t same = 0, all = 0;
+  for (auto [x, y] : {std::pair{&a.out, &r.out}, {&a.dq, &r.dq}, {&a.dk, &r.dk}, {&a.dv, &r.dv}})
+    for (std::size_t i = 0; i < x->size(); ++i) same += (*x)[i] == (*y)[i], ++all;
+  std::cout << "[ flash    ] device outputs bitwise equal to the host replay's: " << same << " of " << all << "\n";
+}
 #endif  // MANYADD_WITH_CUDA
 
 // ==== on the CPU: the attention kernels replayed, and the bounds' controls ===============================
@@ -1297,6 +1646,59 @@ TEST(CudaAttentionGemmReplay, MatchesTheReferenceAndRejectsWrongResults) {
   off.scale *= 1.05f;
   check_attention(in, attention_gemm_replay(off), true, wrong_scale, AttPath::Gemm);
   EXPECT_GT(wrong_scale.bad, 0u);
+}
+
+// The tensor-core flash kernels' arithmetic (flash_tc.cuh) executed on the host, every CTA, warp and lane,
+// against learn's bf16 attention in double within check_flash's bounds: every kernel instance (HS 16 ..
+// 512; 20 and 200: padded heads, 20 with element fills), varlen batches of many lengths (1, 2, 7, 33, 64,
+// 65, 129, 250) in one batch, both scales, a sharp softmax (score spread 8), and the evaluation grid's
+// longest sequence (TA(30, 30): 2013 tokens) at HS 16.
+TEST(CudaFlashReplay, MatchesLearnsBf16Attention) {
+  Check ck;
+  std::uint32_t seed = 600;
+  for (int HS : {16, 20, 32, 64, 128, 200, 256, 512}) {
+    const float scale = (seed % 2) ? 1.f : float(1 / std::sqrt(double(HS)));
+    SCOPED_TRACE("HS " + std::to_string(HS) + " scale " + std::to_string(scale));
+    const std::vector<int> lengths =
+        HS >= 256 ? std::vector<int>{33, 1, 70, 7} : std::vector<int>{33, 1, 250, 7, 64, 65, 2, 129};
+    const auto in = attention_inputs(lengths, 2, HS, scale, 2.0, true, seed++);
+    check_flash(in, flash_replay(in), ck);
+  }
+  const auto sharp = attention_inputs(std::vector<int>{250, 17}, 2, 64, 1.f, 8.0, true, 690);
+  check_flash(sharp, flash_replay(sharp), ck);
+  const auto longest = attention_inputs(std::vector<int>{2013}, 1, 16, 1.f, 2.0, true, 691);
+  check_flash(longest, flash_replay(longest), ck);
+  ck.expect_ok("replayed flash attention");
+}
+
+// The bounds are tight enough to see every kind of error: rows attending across a sequence boundary (two
+// sequences replayed as one), a transposed read (the ldmatrix .trans loads of the v/dout/q/k operands
+// read untransposed), a 5% scale error, and a missing rounding point (the replay against learn's
+// fp32-semantics attention, which rounds neither P nor dS).
+TEST(CudaFlashReplay, BoundsRejectWrongResults) {
+  const auto two = attention_inputs(std::vector<int>{20, 45}, 2, 64, 1.f, 2.0, true, 650);
+  const AttOut right = flash_replay(two);
+  Check ok;
+  check_flash(two, right, ok);
+  EXPECT_EQ(ok.bad, 0u) << ok.first_bad;
+  AttIn merged = two;
+  merged.off = {0, 65}, merged.B = 1, merged.T = 65;
+  Check leaked, transposed, wrong_scale, unrounded;
+  check_flash(two, flash_replay(merged), leaked);
+  EXPECT_GT(leaked.bad, 0u);
+  check_flash(two, flash_replay(two, {true}), transposed);
+  EXPECT_GT(transposed.bad, transposed.n / 4);
+  AttIn off = two;
+  off.scale *= 1.05f;
+  check_flash(two, flash_replay(off), wrong_scale);
+  EXPECT_GT(wrong_scale.bad, 0u);
+  check_flash(two, right, unrounded, false);
+  EXPECT_GT(unrounded.bad, unrounded.n / 20) << "a missing rounding point should leave the bounds";
+  EXPECT_GT(double(unrounded.flipsc), 0.02 * double(unrounded.n16c)) << "and flip the conditioned outputs";
+  std::cout << "[ controls ] out of bounds: across a boundary " << leaked.bad << ", transposed read " << transposed.bad
+            << ", 5% scale " << wrong_scale.bad << ", reference without the roundings " << unrounded.bad << " of "
+            << ok.n << "; conditioned bf16 flips: right " << ok.flipsc << " of " << ok.n16c << ", without the roundings "
+            << unrounded.flipsc << " of " << unrounded.n16c << "\n";
 }
 
 // The bounds of the GEMM, RMSNorm and GEGLU checks accept an fp32 CPU evaluation of the same products

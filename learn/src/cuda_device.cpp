@@ -13,10 +13,12 @@
 //    (and a tied readout's token table) rounded to bf16 once per step (one convert of the whole
 //    parameter buffer; the embedding lookup and the norms read the fp32 master values); norm outputs
 //    n1, n3 written bf16 by the norm kernels; q, k, v and h written bf16 by their GEMMs; attention output
-//    and GEGLU output written bf16 by their kernels (attention on CUDA cores, flash style: scores and P
-//    in fp32 registers, as the CPU twin's fp32 P); proj, fo and logits fp32 GEMM outputs; the readout
+//    and GEGLU output written bf16 by their kernels (attention on tensor cores, kernels/flash_tc.hpp:
+//    scores and softmax in fp32, the weights rounded to bf16 before they multiply v, as the CPU twin's
+//    layers.hpp attention in bf16); proj, fo and logits fp32 GEMM outputs; the readout
 //    input xr = bf16(xf [* d_model^-1/2]). Backward: dlogits and the residual gradients dres a GEMM reads
-//    converted to bf16 copies; dao written bf16 by its GEMM; dq, dk, dv bf16 by the attention kernel; dh
+//    converted to bf16 copies; dao written bf16 by its GEMM; dq, dk, dv bf16 by the attention kernel
+//    (bf16(P) into dv and dS rounded before it multiplies k or q, inside the kernel, as the twin); dh
 //    bf16 by the GEGLU kernel; dg, dn, the residual stream's gradient and every weight gradient fp32
 //    (bf16 x bf16 products accumulated in fp32 by cuBLAS). So the device and its twin differ only by
 //    fp32 accumulation order and the rare bf16 rounding it flips (tests/test_cuda_train.cpp).
@@ -50,6 +52,7 @@
 #include <vector>
 
 #include "manyadd/kernels/blas.hpp"
+#include "manyadd/kernels/flash_tc.hpp"
 #include "manyadd/kernels/train.hpp"
 #include "manyadd/learn/layers.hpp"
 #include "manyadd/learn/train.hpp"
@@ -63,7 +66,7 @@ using Buf = kernels::DeviceBuffer<T>;
 static_assert(K::kMaxPosLevels == kMaxPosLevels, "the embedding kernels read every position level a model has");
 
 template <class A>
-struct BlockActs {  // one block's activations, (R, ...) as learn::Acts::Block (Tk = T), lse (NH R) instead of att
+struct BlockActs {  // one block's activations, (R, ...) as learn::Acts::Block (Tk = T), lse (NH R; base 2 in bf16) instead of att
   Buf<A> n1, q, k, v, ao, n3, h, g;  // matrix-product inputs: bf16 in the bf16 pipeline
   Buf<float> r1, lse, proj, res1, x1, r2, r3, fo, res2, x2, r4;
 };
@@ -321,8 +324,11 @@ class CudaDevice final : public TrainDevice {
       mm_forward(b.q.get(), b.n1, W(w.wq), R, C, D);
       mm_forward(b.k.get(), b.n1, W(w.wk), R, C, D);
       mm_forward(b.v.get(), b.n1, W(w.wv), R, C, D);
-      // 4.
-      K::attention_forward(b.ao.get(), b.lse, b.q, b.k, b.v, off_, B, R, NH, HS, att_scale_);
+      // 4. (bf16: the tensor-core flash kernel, lse in base 2; fp32: the CUDA-core flash kernel)
+      if constexpr (kBf16)
+        kernels::flash::attention_forward(b.ao.get(), b.lse, b.q, b.k, b.v, off_, B, R, NH, HS, att_scale_);
+      else
+        K::attention_forward(b.ao.get(), b.lse, b.q, b.k, b.v, off_, B, R, NH, HS, att_scale_);
       // 5.
       mm_forward(b.proj.get(), b.ao, W(w.wo), R, D, C);
       K::residual_forward(b.res1, x, b.proj, RC);
@@ -405,9 +411,13 @@ class CudaDevice final : public TrainDevice {
       kernels::dev_zero(dres_, RCb);
       K::rmsnorm_backward(dres_, G(w.attn_norm2), normscr_, dx_.get(), b.res1, P(w.attn_norm2), b.r2, R, C);
       mm_backward(dao_.get(), G(w.wo), as_input(dres_, dres16_, RC), b.ao, W(w.wo), R, D, C, false);
-      // 4. (written, not accumulated)
-      K::attention_backward(dq_.get(), dk_.get(), dv_.get(), attscr_, dao_.get(), b.lse, b.q.get(), b.k.get(),
-                            b.v.get(), off_, B, R, NH, HS, att_scale_);
+      // 4. (written, not accumulated; bf16: D = dao . ao into attscr_)
+      if constexpr (kBf16)
+        kernels::flash::attention_backward(dq_.get(), dk_.get(), dv_.get(), attscr_, dao_.get(), b.ao.get(), b.lse,
+                                           b.q.get(), b.k.get(), b.v.get(), off_, B, R, NH, HS, att_scale_);
+      else
+        K::attention_backward(dq_.get(), dk_.get(), dv_.get(), attscr_, dao_.get(), b.lse, b.q.get(), b.k.get(),
+                              b.v.get(), off_, B, R, NH, HS, att_scale_);
       // 3.
       mm_backward(dn_.get(), G(w.wq), dq_, b.n1, W(w.wq), R, C, D, false);
       mm_backward(dn_.get(), G(w.wk), dk_, b.n1, W(w.wk), R, C, D, true);
@@ -437,12 +447,13 @@ namespace manyadd::learn {
 bool cuda_training_available(std::string* why) { return kernels::device_available(why); }
 
 void check_cuda_supports(const ModelConfig& c, Precision) {
-  // The flash attention kernels hold a head's row across a warp's registers: 16 dims per lane at most.
+  // fp32: the CUDA-core flash kernels hold a head's row across a warp's registers, 16 dims per lane at
+  // most; bf16: the tensor-core kernels' widest instance is 512 (its tiles fill a CTA's shared memory).
   constexpr int kMaxHeadDim = 512;
   if (c.d_head > kMaxHeadDim)
     throw InputError("--device cuda does not support d_head " + std::to_string(c.d_head) + " (at most " +
-                     std::to_string(kMaxHeadDim) + ": the attention kernels keep a head's row in a warp's registers; "
-                     "the CPU devices run it)");
+                     std::to_string(kMaxHeadDim) + ": the attention kernels keep a head's row in a warp's registers "
+                     "(fp32) or tiles of it in shared memory (bf16); the CPU devices run it)");
 }
 
 std::unique_ptr<TrainDevice> make_cuda_device(const ModelConfig& c, Precision p) {

@@ -405,7 +405,7 @@ void round_gemm_weights(std::vector<S>& wg, const ModelView<S>& m) {
 
 // Passes 2-7 of one block on the rows of xb, input x (positions past..past+T-1 of each sequence;
 // past > 0 only for a batch of one); writes the block's activations, its output is b.x2. bf16 rounding points (ctx.round): n1,
-// q, k, v, ao, n3, h, g; proj and fo stay fp32 (they are only added to the fp32 residual, so rounding
+// q, k, v, the attention weights inside attention_forward (before they multiply v), ao, n3, h, g; proj and fo stay fp32 (they are only added to the fp32 residual, so rounding
 // them would lose accuracy for nothing: the GPU writes or fuses them in fp32).
 template <class S>
 void block_forward(typename Acts<S>::Block& b, const S* x, const ModelView<S>& m, const Ctx<S>& ctx,
@@ -426,14 +426,15 @@ void block_forward(typename Acts<S>::Block& b, const S* x, const ModelView<S>& m
     round_bf16_inplace(b.k.data() + std::int64_t(past) * D, RD);  // the cached rows are rounded already
     round_bf16_inplace(b.v.data() + std::int64_t(past) * D, RD);
   }
-  // 4. ao = causal softmax(scale q k^T) v per head, one sequence at a time on its own rows (scores and P
-  //    in fp32); its key rows start where its query rows do (past > 0: one sequence)
+  // 4. ao = causal softmax(scale q k^T) v per head, one sequence at a time on its own rows (scores and
+  //    softmax in fp32; bf16: the weights rounded before they multiply v, layers.hpp); its key rows start
+  //    where its query rows do (past > 0: one sequence)
   std::int64_t att_at = 0;
   for (int s = 0; s < xb.B; ++s) {
     const std::int64_t o = xb.begin(s) * D;
     const int T = xb.length(s), Tk = T + past;
     attention_forward(b.ao.data() + o, b.att.data() + att_at, b.q.data() + o, b.k.data() + o, b.v.data() + o, T, Tk,
-                      NH, HS, ctx.att_scale);
+                      NH, HS, ctx.att_scale, ctx.bf16);
     att_at += std::int64_t(NH) * T * Tk;
   }
   ctx.round(b.ao, RD);
@@ -457,7 +458,7 @@ void block_forward(typename Acts<S>::Block& b, const S* x, const ModelView<S>& m
 // Passes 7..2 of one block in reverse (no cache); g.dx holds d(block output) on entry and d(block input
 // x) on exit. Accumulates into the block's parameter gradients in G. bf16 rounding points: the output
 // gradient of each product before the product reads it (dres for the FFN and attention outputs, dh,
-// dao, dq, dk, dv); the gradients the products write (dg, dn), the residual gradient and every
+// dao, inside attention_backward P before P^T dout and dS before dS k and dS^T q, dq, dk, dv); the gradients the products write (dg, dn), the residual gradient and every
 // parameter gradient stay fp32.
 template <class S>
 void block_backward(S* G, GradScratch<S>& g, const typename Acts<S>::Block& b, const S* x, const ModelView<S>& m,
@@ -500,7 +501,7 @@ void block_backward(S* G, GradScratch<S>& g, const typename Acts<S>::Block& b, c
     const int T = xb.length(s);
     attention_backward(g.dq.data() + o, g.dk.data() + o, g.dv.data() + o, g.datt.data(), g.dao.data() + o,
                        b.att.data() + att_at, b.q.data() + o, b.k.data() + o, b.v.data() + o, T, NH, HS,
-                       ctx.att_scale);
+                       ctx.att_scale, ctx.bf16 ? b.ao.data() + o : nullptr);
     att_at += std::int64_t(NH) * T * T;
   }
   ctx.round(g.dq, RD), ctx.round(g.dk, RD), ctx.round(g.dv, RD);

@@ -10,6 +10,7 @@
 // All activations are row-major (R, ...) buffers; a weight W of an nn.Linear(C -> OC) is (OC, C).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -158,14 +159,64 @@ template <class S>
 S attention_scale(int HS, bool inv_sqrt_dhead) {
   return inv_sqrt_dhead ? S(1) / std::sqrt(S(HS)) : S(1);
 }
+// x rounded to the nearest bf16 number (8 significant bits, ties to even; subnormals 2^-133 apart;
+// overflow to infinity), as an S: bitwise core's float_to_bf16 for a float, the exact rounding for a
+// double (so that learn's bf16 attention in double is the exact arithmetic with the same rounding points).
 template <class S>
-void attention_forward(S* out, S* att, const S* q, const S* k, const S* v, int Tq, int Tk, int NH, int HS, S scale) {
+S round_to_bf16(S x) {
+  if (!(std::abs(x) <= std::numeric_limits<S>::max()) || x == S(0)) return x;  // 0, inf, NaN
+  int e = 0;
+  std::frexp(x, &e);  // |x| in [2^(e-1), 2^e): bf16 spacing 2^(e-8)
+  const int qe = std::max(e - 8, -133);
+  const S r = std::ldexp(std::nearbyint(std::ldexp(x, -qe)), qe);  // exact scalings; nearbyint: ties to even
+  return std::abs(r) >= S(0x1p128) ? std::copysign(std::numeric_limits<S>::infinity(), x) : r;
+}
+// One head's rows of the bf16 forward (attention_forward with bf16 = true): P holds the raw scores on
+// entry and the normalized weights on exit; O's head columns receive (sum_j bf16(w_j) v_j) / l.
+template <class S>
+void attention_rows_bf16(MapR<S>& O, MapR<S>& P, const CMapR<S>& Vv, int h, int HS, int past, S scale) {
+  const S c2 = S(double(scale) * 1.4426950408889634074);  // log2(e) folded into the scale
+  const int Tq = int(P.rows()), Tk = int(P.cols());
+  Eigen::Matrix<S, 1, Eigen::Dynamic> w(Tk);
+  for (int i = 0; i < Tq; ++i) {
+    const int last = past + i;
+    S mz = -std::numeric_limits<S>::infinity();
+    for (int j = 0; j <= last; ++j) mz = std::max(mz, P(i, j) = P(i, j) * c2);
+    const S M = std::ceil(mz);
+    S l = 0;
+    for (int j = 0; j <= last; ++j) {
+      const S e = std::exp2(P(i, j) - M);
+      P(i, j) = e;
+      l += e;
+      w(j) = round_to_bf16(e);
+    }
+    O.row(i).segment(h * HS, HS) = (w.head(last + 1) * Vv.block(0, h * HS, last + 1, HS)) / l;
+    for (int j = 0; j <= last; ++j) P(i, j) /= l;
+    for (int j = last + 1; j < Tk; ++j) P(i, j) = 0;
+  }
+}
+//
+// bf16 = true: the rounding points of bf16 training (the CPU twin of the tensor-core flash kernel,
+// kernels/src/flash_tc.cuh, and the rounding points of FlashAttention-2, which PyTorch's fused attention
+// runs under autocast): the scores go to base 2, z = s c2 with c2 = scale log2(e) rounded to S; each row's
+// weights w_j = 2^(z_j - M), M = ceil(max_j z_j) an integer, are rounded to bf16 before they multiply v,
+// and divided by the sum l of the unrounded weights: out_i = (sum_j bf16(w_j) v_j) / l. Because M is an
+// integer, bf16(w_j) 2^M does not depend on which integer the kernel's online max held when it rounded
+// (rounding commutes with scaling by powers of two), so the kernel rounds the same numbers. att holds the
+// normalized weights w_j / l unrounded (the backward rounds them where it multiplies by them).
+template <class S>
+void attention_forward(S* out, S* att, const S* q, const S* k, const S* v, int Tq, int Tk, int NH, int HS, S scale,
+                       bool bf16 = false) {
   const int D = NH * HS, past = Tk - Tq;
   CMapR<S> Q(q, Tq, D), K(k, Tk, D), Vv(v, Tk, D);
   MapR<S> O(out, Tq, D);
   for (int h = 0; h < NH; ++h) {
     MapR<S> P(att + std::int64_t(h) * Tq * Tk, Tq, Tk);
     P.noalias() = Q.middleCols(h * HS, HS) * K.middleCols(h * HS, HS).transpose();
+    if (bf16) {
+      attention_rows_bf16(O, P, Vv, h, HS, past, scale);
+      continue;
+    }
     for (int i = 0; i < Tq; ++i) {
       const int last = past + i;
       S mx = -std::numeric_limits<S>::infinity();
@@ -188,13 +239,36 @@ void attention_forward(S* out, S* att, const S* q, const S* k, const S* v, int T
 //   P = softmax_row(S) (causal)   -> dS_ij = P_ij (dP_ij - sum_j' P_ij' dP_ij')
 //   S = scale q_h k_h^T           -> dq_h += scale dS k_h ; dk_h += scale dS^T q_h
 // scratch: (T, T) workspace.
+// out_bf16 set: the bf16 rounding points (FlashAttention-2's; the twin of kernels/src/flash_tc.cuh):
+// dv_h += bf16(P)^T dout_h; the row term is D_i = dout_i . out_i from the forward's output as rounded to
+// bf16 (out_bf16, (T, NH HS)), not sum_j P dP; dS = bf16(P (dP - D)) unscaled, then dq_h += scale (dS k_h),
+// dk_h += scale (dS^T q_h).
 template <class S>
 void attention_backward(S* dq, S* dk, S* dv, S* scratch, const S* dout, const S* att, const S* q, const S* k,
-                        const S* v, int T, int NH, int HS, S scale) {
+                        const S* v, int T, int NH, int HS, S scale, const S* out_bf16 = nullptr) {
   const int D = NH * HS;
   CMapR<S> Q(q, T, D), K(k, T, D), Vv(v, T, D), G(dout, T, D);
   MapR<S> dQ(dq, T, D), dK(dk, T, D), dV(dv, T, D);
   MapR<S> dP(scratch, T, T);
+  if (out_bf16) {
+    CMapR<S> O(out_bf16, T, D);
+    MatR<S> Pr(T, T);
+    for (int h = 0; h < NH; ++h) {
+      CMapR<S> P(att + std::int64_t(h) * T * T, T, T);
+      Pr = P.unaryExpr([](S x) { return round_to_bf16(x); });
+      dV.middleCols(h * HS, HS).noalias() += Pr.transpose() * G.middleCols(h * HS, HS);
+      dP.noalias() = G.middleCols(h * HS, HS) * Vv.middleCols(h * HS, HS).transpose();
+      for (int i = 0; i < T; ++i) {
+        S Di = 0;
+        for (int c = 0; c < HS; ++c) Di += G(i, h * HS + c) * O(i, h * HS + c);
+        for (int j = 0; j <= i; ++j) dP(i, j) = round_to_bf16(P(i, j) * (dP(i, j) - Di));
+        for (int j = i + 1; j < T; ++j) dP(i, j) = 0;
+      }
+      dQ.middleCols(h * HS, HS).noalias() += scale * (dP * K.middleCols(h * HS, HS));
+      dK.middleCols(h * HS, HS).noalias() += scale * (dP.transpose() * Q.middleCols(h * HS, HS));
+    }
+    return;
+  }
   for (int h = 0; h < NH; ++h) {
     CMapR<S> P(att + std::int64_t(h) * T * T, T, T);
     dV.middleCols(h * HS, HS).noalias() += P.transpose() * G.middleCols(h * HS, HS);

@@ -58,10 +58,11 @@ const char* norm_kind_name(NormKind n);
 // Arithmetic of a forward/backward. fp32: every value in float (the reference; bitwise tests). bf16:
 // mixed precision as PyTorch autocast trains the authors' model, emulated on floats with round to
 // nearest even (core's float_to_bf16): the inputs of every matrix product (weights, norm outputs,
-// q/k/v, attention output, GEGLU input and output, and in the backward the output gradients a product
-// reads) are rounded to bf16; products accumulate in fp32; the residual stream, norm statistics,
-// attention scores and probabilities, logits, loss and every parameter gradient stay fp32. The
-// rounding points are listed at model_forward/model_backward (model.cpp).
+// q/k/v, the attention weights before they multiply v, attention output, GEGLU input and output, and in
+// the backward the output gradients a product reads, the attention's dS included) are rounded to bf16;
+// products accumulate in fp32; the residual stream, norm statistics, attention scores and softmax,
+// logits, loss and every parameter gradient stay fp32. The rounding points are listed at
+// model_forward/model_backward (model.cpp) and, for attention, at layers.hpp's attention_forward.
 enum class Precision { fp32, bf16 };
 Precision parse_precision(const std::string& s);  // throws InputError
 const char* precision_name(Precision p);
