@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
         greedy_answer = rd.answer + (rd.consistent ? "" : " (scratchpad inconsistent: " + rd.why + ")");
       } catch (const InputError&) {
       }
-      std::printf("problem  %s  (%s %s, T=%lld, answer %s)\n", tk.to_string(p).c_str(), tk.name(),
+      std::printf("problem  %s  (%s: %s, T=%lld, answer %s)\n", tk.to_string(p).c_str(), tk.name(),
                   tk.shape_words(p).c_str(), static_cast<long long>(w.T()), tk.reference_answer(p).c_str());
       std::printf("query    %s\n",
                   tokens_to_string(std::vector<std::uint8_t>(ex.tokens.begin(), ex.tokens.begin() + w.eq + 1)).c_str());
