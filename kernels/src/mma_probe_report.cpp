@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -168,20 +169,6 @@ std::string num(double x) {
 }
 
 }  // namespace
-
-const char* kind_name(Kind k) {
-  switch (k) {
-    case Kind::triple: return "triple";
-    case Kind::triple_quarter: return "triple_quarter";
-    case Kind::single: return "single";
-    case Kind::pair_inexact: return "pair_inexact";
-    case Kind::many_small: return "many_small";
-    case Kind::cancel: return "cancel";
-    case Kind::kernel_like: return "kernel_like";
-    case Kind::random: return "random";
-  }
-  return "?";
-}
 
 // The triple scan: k = 20..30 finds the bits an aligned input keeps (24 expected; Fasi et al.: no
 // guard bits on V100/T4/A100), 40 and 60 are beyond any plausible accumulator, so 2^-60 survives only

@@ -117,7 +117,6 @@ enum class Kind {
   kernel_like,    // a k8 step of the attention kernel's score sum (3xTF32 parts, its accumulator)
   random,
 };
-const char* kind_name(Kind k);
 struct Probe {
   Input in;
   Kind kind = Kind::random;
