@@ -28,6 +28,7 @@
 #include "cuda_check.cuh"
 #include "manyadd/kernels/constructed_attention.hpp"
 #include "manyadd/kernels/device.hpp"
+#include "mma_tf32.cuh"
 
 namespace manyadd::kernels {
 namespace {
@@ -167,13 +168,6 @@ __global__ void tc_prepare(tc::PlanView P, const std::uint8_t* __restrict__ toke
   }
 }
 
-__device__ inline void mma_tf32(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // Per head, the far-tile skip thresholds of the plan (by value: 16 bytes of kernel parameters).
 struct TileSkip {
   float t[4];
@@ -227,13 +221,13 @@ __global__ void __launch_bounds__(32 * tc::kWarps) tc_attention(const float* __r
         const int kb = (nb * 8 + g) * LD + t;
 #pragma unroll
         for (int ks = 0; ks < KS; ++ks)
-          mma_tf32(c, alo[ks], __float_as_uint(khi[kb + ks * 8]), __float_as_uint(khi[kb + ks * 8 + 4]));
+          tc::mma_tf32(c, alo[ks], __float_as_uint(khi[kb + ks * 8]), __float_as_uint(khi[kb + ks * 8 + 4]));
 #pragma unroll
         for (int ks = 0; ks < KS; ++ks)
-          mma_tf32(c, ahi[ks], __float_as_uint(klo[kb + ks * 8]), __float_as_uint(klo[kb + ks * 8 + 4]));
+          tc::mma_tf32(c, ahi[ks], __float_as_uint(klo[kb + ks * 8]), __float_as_uint(klo[kb + ks * 8 + 4]));
 #pragma unroll
         for (int ks = 0; ks < KS; ++ks)
-          mma_tf32(c, ahi[ks], __float_as_uint(khi[kb + ks * 8]), __float_as_uint(khi[kb + ks * 8 + 4]));
+          tc::mma_tf32(c, ahi[ks], __float_as_uint(khi[kb + ks * 8]), __float_as_uint(khi[kb + ks * 8 + 4]));
         // C fragment: c0 (g, 2t), c1 (g, 2t + 1), c2 (g + 8, 2t), c3 (g + 8, 2t + 1); causal mask.
 #pragma unroll
         for (int e = 0; e < 4; ++e) {

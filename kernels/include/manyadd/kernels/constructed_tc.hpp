@@ -42,6 +42,8 @@ enum class Part { lo_hi = 0, hi_lo = 1, hi_hi = 2 };
 // < 2 n 2^-23 M (M bounding every input and partial result), whatever the grouping: one 9-input sum,
 // A100's measured two of c + 4 products (Fasi, Higham, Mikaitis, Pranesh 2021, "Numerical behavior
 // of NVIDIA tensor cores"), or eight of one product. A zero product and a sum of c with zeros are exact.
+// Testable on a device: mma_probe.hpp runs this very instruction on targeted and random steps against
+// the exact set of results this allows (test_mma_probe, MmaProbeGpu); not yet run on a GPU.
 
 MANYADD_HD inline std::uint32_t float_bits(float x) {
 #ifdef __CUDA_ARCH__
