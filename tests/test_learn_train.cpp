@@ -293,7 +293,22 @@ ModelConfig decode_model(PosMode mode) {
   c.max_pos1 = mode == PosMode::absolute ? 60 : 10;
   c.max_pos2 = 8;
   c.init_std = 0.5f;
+  c.abacus_k = 2;
   return c;
+}
+// Every mode an addition model can have (coupled3 reads three levels), and input injection; FIRE with
+// either threshold, its L moved into the sequence (init_params gives 256) by the tests' weights.
+std::vector<ModelConfig> decode_models() {
+  std::vector<ModelConfig> v;
+  for (PosMode m : kPosModes)
+    if (m != PosMode::coupled3) v.push_back(decode_model(m));
+  ModelConfig f = decode_model(PosMode::fire);
+  f.fire_threshold = FireThreshold::min;
+  v.push_back(f);
+  ModelConfig inj = decode_model(PosMode::rope);
+  inj.input_injection = true;
+  v.push_back(inj);
+  return v;
 }
 }  // namespace
 
@@ -303,10 +318,11 @@ ModelConfig decode_model(PosMode mode) {
 // top-two logits are within 1e-4 are skipped (fp32 summation order differs between the two paths,
 // ~1e-6 relative; a genuine near-tie may flip legitimately).
 TEST(LearnDecode, KvCacheMatchesFullForwardAllModes) {
-  for (PosMode mode : {PosMode::coupled, PosMode::digits, PosMode::absolute, PosMode::none}) {
-    const ModelConfig c = decode_model(mode);
+  for (const ModelConfig& c : decode_models()) {
+    const PosMode mode = c.pos_mode;
     const Layout lay = Layout::make(c);
-    const auto P = init_params<float>(c, lay, 99 + int(mode));
+    auto P = init_params<float>(c, lay, 99 + int(mode));
+    if (mode == PosMode::fire) P[std::size_t(lay.fire_L_sqrt)] = 3.1f, P[std::size_t(lay.fire_c)] = 0.7f;  // L = 9.61
     const Example ex = make_example(parse_problem("123+45+6+78"), c, 2, 1);
     Acts<float> a;
     const ModelView<float> model{c, lay, P.data()};
@@ -335,10 +351,11 @@ TEST(LearnDecode, KvCacheMatchesFullForwardAllModes) {
 // within 1e-4 are skipped (the two paths sum in different orders, ~1e-6 relative in fp32; a genuine
 // near-tie may flip legitimately).
 TEST(LearnDecode, GreedyEqualsFullForwardArgmaxAtEveryStep) {
-  for (PosMode mode : {PosMode::coupled, PosMode::digits, PosMode::absolute, PosMode::none}) {
-    const ModelConfig c = decode_model(mode);
+  for (const ModelConfig& c : decode_models()) {
+    const PosMode mode = c.pos_mode;
     const Layout lay = Layout::make(c);
-    const auto P = init_params<float>(c, lay, 7 + int(mode));
+    auto P = init_params<float>(c, lay, 7 + int(mode));
+    if (mode == PosMode::fire) P[std::size_t(lay.fire_L_sqrt)] = 3.1f, P[std::size_t(lay.fire_c)] = 0.7f;  // L = 9.61
     const ModelView<float> model{c, lay, P.data()};
     const Example ex = make_example(parse_problem("123+45+6+78"), c, 2, 1);
     const KvDecoder dec(model);
@@ -372,9 +389,16 @@ TEST(LearnDecode, GreedyEqualsFullForwardArgmaxAtEveryStep) {
 // `train --help` documents every configuration field, and the defaults it states are the real ones.
 TEST(LearnConfig, HelpDocumentsEveryFieldWithItsDefault) {
   nlohmann::json mj = ModelConfig{}, tj = TrainConfig{};
-  ModelConfig abacus;  // abacus_k is written for abacus models only: its default from one of them
+  // Fields written only for the models they apply to: their defaults from such models.
+  ModelConfig abacus, fire, injection;
   abacus.pos_mode = PosMode::abacus;
+  fire.pos_mode = PosMode::fire;
+  injection.input_injection = true;
   mj["abacus_k"] = nlohmann::json(abacus).at("abacus_k");
+  for (const char* k : {"fire_width", "fire_threshold"}) mj[k] = nlohmann::json(fire).at(k);
+  mj["input_injection"] = false;
+  EXPECT_EQ(nlohmann::json(injection).at("input_injection"), true);  // written when on
+  EXPECT_FALSE(nlohmann::json(ModelConfig{}).contains("input_injection"));  // and absent when off
   CLI::App app;  // the options as train declares them; their descriptions are what --help prints
   const ConfigOptions opts(app);
   std::set<std::string> documented;

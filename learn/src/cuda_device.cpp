@@ -437,6 +437,14 @@ namespace manyadd::learn {
 bool cuda_training_available(std::string* why) { return kernels::device_available(why); }
 
 void check_cuda_supports(const ModelConfig& c, Precision) {
+  // FIRE's score bias, RoPE's rotation and input injection are in the CPU forward/backward only: the
+  // attention kernels take neither a bias nor rotated q/k yet (their batch layout is being rewritten).
+  if (c.pos_mode == PosMode::fire || c.pos_mode == PosMode::rope)
+    throw InputError(std::string("--device cuda does not support pos_mode ") + pos_mode_name(c.pos_mode) +
+                     " yet (the attention kernels take no position bias or rotation): train and evaluate it with "
+                     "--device cpu");
+  if (c.input_injection)
+    throw InputError("--device cuda does not support input_injection yet: train and evaluate it with --device cpu");
   // The flash attention kernels hold a head's row across a warp's registers: 16 dims per lane at most.
   constexpr int kMaxHeadDim = 512;
   if (c.d_head > kMaxHeadDim)
