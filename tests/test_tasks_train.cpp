@@ -166,7 +166,7 @@ TEST(TasksTrain, ParityLearnsTheRunningParityWithFire) {
 
 // FIRE on two-operand addition, operands of 1-2 digits (4000 steps, ~4 s): mean exact match 0.46-0.49
 // (seeds 1-3), far below coupling's 0.96-0.99 at this size (a smooth function of log distance cannot
-// single out the aligned digit as sharply) and far above chance (at most 0.1 per cell). Threshold 0.3:
+// single out the aligned digit as sharply) and far above chance (at most 0.14 per cell). Threshold 0.3:
 // 0.16 below the worst seed (9 standard deviations of an 800-sample mean), 0.2 above chance.
 TEST(TasksTrain, TwoOperandAdditionTrainsWithFire) {
   const auto cells = micro_run(TaskKind::addition_2op, PosMode::fire, 2, 2, 4000, 200);
