@@ -429,6 +429,76 @@ TEST(LearnConfig, HelpDocumentsEveryFieldWithItsDefault) {
     EXPECT_TRUE(documented.count("train." + it.key())) << "train." << it.key() << " undocumented";
 }
 
+// Figure 1's other rows (learn/configs/paper/fig1-6l8h-*.json) are fig1-6l8h.json with the task and
+// the positions of the row, nothing else: every other field of both sections equal.
+TEST(PaperConfigs, Figure1RowsDifferOnlyInTaskAndPositions) {
+  const auto base = read_json_file(manyadd::testing::source_path("learn/configs/paper/fig1-6l8h.json"));
+  struct Row {
+    const char* file;
+    const char* task;
+    PosMode mode;
+  };
+  const Row rows[] = {{"fig1-6l8h-coupled-noscratch", "addition-noscratch", PosMode::digits},
+                      {"fig1-6l8h-nope", "addition", PosMode::none},
+                      {"fig1-6l8h-nope-noscratch", "addition-noscratch", PosMode::none},
+                      {"fig1-6l8h-fire", "addition", PosMode::fire},
+                      {"fig1-6l8h-fire-noscratch", "addition-noscratch", PosMode::fire}};
+  for (const auto& r : rows) {
+    SCOPED_TRACE(r.file);
+    auto j = read_json_file(manyadd::testing::source_path(std::string("learn/configs/paper/") + r.file + ".json"));
+    ModelConfig mc;
+    TrainConfig tc;
+    from_json(j.at("model"), mc);
+    from_json(j.at("train"), tc);
+    EXPECT_EQ(mc.pos_mode, r.mode);
+    EXPECT_EQ(tc.task, r.task);
+    if (r.mode == PosMode::fire) {  // the authors' FIRE: d_fire 32, their threshold (layers.hpp)
+      EXPECT_EQ(mc.fire_width, 32);
+      EXPECT_EQ(mc.fire_threshold, FireThreshold::min);
+      j["model"].erase("fire_width"), j["model"].erase("fire_threshold");
+    }
+    j["model"]["pos_mode"] = base["model"]["pos_mode"];
+    j["train"].erase("task");
+    EXPECT_EQ(j["model"], base["model"]);
+    EXPECT_EQ(j["train"], base["train"]);
+  }
+}
+
+// McLeish et al.'s Abacus runs (learn/configs/mcleish/*.json): their Table 5 where this trainer has the
+// field (16 heads of 64, hidden 1024, GLU hidden 1024, k = 100, lr 1e-4), their data (two operands of
+// 1-20 digits, 20 million problems), max_pos1 covering training (k + 21 - 1) and the 100-digit tests;
+// with and without input injection.
+TEST(PaperConfigs, McLeishAbacusRuns) {
+  for (const char* f : {"abacus-ii", "abacus-st"}) {
+    SCOPED_TRACE(f);
+    const auto j = read_json_file(manyadd::testing::source_path(std::string("learn/configs/mcleish/") + f + ".json"));
+    ModelConfig mc;
+    TrainConfig tc;
+    from_json(j.at("model"), mc);
+    from_json(j.at("train"), tc);
+    EXPECT_EQ(mc.n_layers, 16);
+    EXPECT_EQ(mc.n_heads, 16);
+    EXPECT_EQ(mc.d_model, 1024);
+    EXPECT_EQ(mc.n_heads * mc.d_head, 1024);
+    EXPECT_EQ(mc.d_ff, 1024);
+    EXPECT_EQ(mc.pos_mode, PosMode::abacus);
+    EXPECT_EQ(mc.abacus_k, 100);
+    EXPECT_GE(mc.max_pos1, 100 + 21 - 1);
+    EXPECT_EQ(mc.input_injection, std::string(f) == "abacus-ii");
+    EXPECT_EQ(tc.task, "addition-2op");
+    EXPECT_EQ(tc.train_n, 20);
+    EXPECT_EQ(tc.train_m, 20);
+    EXPECT_EQ(tc.train_size, 20'000'000);
+    EXPECT_EQ(tc.lr, 1e-4);
+    // what the trainer checks before it builds the data (Trainer's constructor): the longest training
+    // number fits at beta = k, and the 100-digit test cells at beta = 1
+    const Task& t = task_named(tc.task);
+    EXPECT_NO_THROW(t.check_model(mc));
+    EXPECT_GE(max_offset(mc, t.extent(tc.train_n, tc.train_m), 0), mc.abacus_k);
+    EXPECT_TRUE(fits(mc, t.extent(100, 100)));
+  }
+}
+
 // The committed configurations of the paper's figures (learn/configs/paper/*.json) load, carry the
 // exact Table 2 recipe and the authors' architecture options, and have the figures' shapes; the
 // Figure 1 baseline has Table 2's "63M" trainable parameters (our layout without the PAD/UNK rows of
