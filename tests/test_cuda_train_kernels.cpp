@@ -48,6 +48,7 @@
 #include "cuda_train_test_util.hpp"
 #include "attention_gemm_steps.hpp"  // kernels/src: the tensor-core attention's steps, replayed below
 #include "embedding_rows.cuh"  // kernels/src: the embedding kernels' arithmetic, replayed below
+#include "rope_rows.cuh"  // kernels/src: the RoPE kernels' arithmetic, replayed below
 #include "manyadd/core/safetensors.hpp"
 #include "manyadd/kernels/attention_gemm.hpp"
 #include "manyadd/kernels/bf16.hpp"
@@ -64,6 +65,7 @@ namespace K = manyadd::kernels::train;
 namespace AR = manyadd::kernels::attention_rows;
 namespace AG = manyadd::kernels::attention_gemm_steps;
 namespace ER = manyadd::kernels::embedding_rows;
+namespace RR = manyadd::kernels::rope_rows;
 using kernels::bf16;
 
 namespace {
@@ -798,6 +800,37 @@ AttOut attention_gemm_gpu(kernels::Blas& blas, const AttIn& in) {
 }
 #endif
 
+// ---- RoPE: a varlen batch (sequences of different lengths, one of a single row), its tables and the CPU
+// twin's rotations (learn::rope_rotate per sequence, from each sequence's first row) -------------------------
+struct RopeCase {
+  int NH, HS, B, R, T;
+  std::vector<std::int32_t> offsets;
+  std::vector<float> cs, sn, x;   // tables of positions 0..T-1 (learn::rope_tables<float>); x (R, NH HS)
+  std::vector<float> fwd, bwd;    // the twin's rotation of x by +angle and by -angle (fp32)
+  RopeCase(int heads, int head_dim, const std::vector<int>& lengths, std::uint32_t seed)
+      : NH(heads), HS(head_dim), B(int(lengths.size())), R(0), T(0) {
+    offsets.push_back(0);
+    for (int len : lengths) R += len, T = std::max(T, len), offsets.push_back(R);
+    rope_tables(cs, sn, 0, T, HS, kRopeBase);
+    x = randn(std::size_t(R) * NH * HS, seed, 2.f);
+    fwd = x, bwd = x;
+    const std::int64_t D = std::int64_t(NH) * HS;
+    for (int b = 0; b < B; ++b) {
+      const int len = offsets[std::size_t(b) + 1] - offsets[std::size_t(b)];
+      rope_rotate(fwd.data() + offsets[std::size_t(b)] * D, cs, sn, len, NH, HS, +1);
+      rope_rotate(bwd.data() + offsets[std::size_t(b)] * D, cs, sn, len, NH, HS, -1);
+    }
+  }
+  std::int64_t pairs() const { return std::int64_t(R) * NH * (HS / 2); }
+};
+std::vector<RopeCase> rope_cases() {
+  std::vector<RopeCase> v;
+  v.emplace_back(3, 8, std::vector<int>{5, 1, 17, 9, 30}, 41);
+  v.emplace_back(1, 2, std::vector<int>{12, 3, 40}, 42);
+  v.emplace_back(2, 64, std::vector<int>{64, 7, 130}, 43);  // angles up to 129 rad
+  return v;
+}
+
 }  // namespace
 
 #if MANYADD_WITH_CUDA
@@ -830,6 +863,33 @@ TEST(CudaKernelsGpu, EmbeddingIsBitwiseTheCpu) {
     for (int lv = 0; lv < L; ++lv) EXPECT_EQ(gpe[lv].get(), e.dwpe[lv]) << "level " << lv;
   }
   EXPECT_THROW(K::embedding_forward(nullptr, nullptr, nullptr, K::kMaxPosLevels + 1, nullptr, nullptr, 1, 1),
+               std::runtime_error);
+}
+
+// RoPE on varlen rows: the kernels' products are rounded on their own (mul_rn, add/sub_rn) as the CPU's
+// float expression, so the rotation is bitwise the twin's (tolerance 0) in both directions, in place and
+// out of place, and the bf16 outputs are the twin's fp32 values rounded once (core's rounding: equal bits).
+// Unlike every step test this catches a rotation by the wrong index: RoPE's scores depend on position
+// differences alone, so a kernel rotating row r by r (the batch row) would pass a logit or gradient check.
+TEST(CudaKernelsGpu, RopeIsBitwiseTheCpu) {
+  REQUIRE_DEVICE();
+  for (const RopeCase& rc : rope_cases()) {
+    SCOPED_TRACE("NH " + std::to_string(rc.NH) + " HS " + std::to_string(rc.HS) + " R " + std::to_string(rc.R));
+    Dev<float> x(rc.x), cs(rc.cs), sn(rc.sn), out(rc.x.size()), inplace(rc.x);
+    Dev<std::int32_t> off(rc.offsets);
+    Dev<bf16> out16(rc.x.size());
+    K::rope_forward(out.p, x.p, cs.p, sn.p, off.p, rc.B, rc.R, rc.NH, rc.HS);
+    EXPECT_EQ(out.get(), rc.fwd);
+    K::rope_forward(inplace.p, inplace.p, cs.p, sn.p, off.p, rc.B, rc.R, rc.NH, rc.HS);
+    EXPECT_EQ(inplace.get(), rc.fwd);
+    K::rope_forward(out16.p, x.p, cs.p, sn.p, off.p, rc.B, rc.R, rc.NH, rc.HS);
+    EXPECT_EQ(to_float(out16.get()), rounded(rc.fwd));
+    K::rope_backward(out.p, x.p, cs.p, sn.p, off.p, rc.B, rc.R, rc.NH, rc.HS);
+    EXPECT_EQ(out.get(), rc.bwd);
+    K::rope_backward(out16.p, x.p, cs.p, sn.p, off.p, rc.B, rc.R, rc.NH, rc.HS);
+    EXPECT_EQ(to_float(out16.get()), rounded(rc.bwd));
+  }
+  EXPECT_THROW(K::rope_forward(static_cast<float*>(nullptr), nullptr, nullptr, nullptr, nullptr, 1, 1, 1, 3),
                std::runtime_error);
 }
 
@@ -1213,6 +1273,54 @@ TEST(CudaEmbeddingReplay, IsBitwiseTheCpuTwinAtEveryLevelCount) {
       replay(e, L - 1, o2, t2, p2);
       EXPECT_NE(o2, e.out);
       EXPECT_TRUE(std::any_of(e.dwpe[L - 1].begin(), e.dwpe[L - 1].end(), [](float x) { return x != 0.f; }));
+    }
+  }
+}
+
+// The RoPE kernels' arithmetic (rope_rows.cuh) executed thread by thread on the CPU over the launchers'
+// grid (one thread per (row, head, pair)): bitwise the CPU twin (learn::rope_rotate per sequence) in both
+// directions, fp32 and bf16 outputs (the fp32 value rounded once), every grid entry writing its own pair
+// once. Controls: the same replay with the whole batch as one sequence (every row rotated by its batch
+// row, the slip a varlen kernel can make) differs from the twin on every sequence after the first, and
+// rotating back undoes the rotation (to a few fp32 roundings: 1e-5 of the values, a wrong sign or a
+// transposed rotation gives O(1)).
+TEST(CudaRopeReplay, IsBitwiseTheCpuTwin) {
+  auto replay = [](const RopeCase& rc, const std::vector<float>& in, const std::vector<std::int32_t>& offsets, int sign,
+                   std::vector<float>& out, std::vector<float>& out16, std::vector<int>& writes) {
+    out.assign(in.size(), 0.f), out16.assign(in.size(), 0.f), writes.assign(in.size(), 0);
+    const int B = int(offsets.size()) - 1;
+    for (std::int64_t e = 0; e < rc.pairs(); ++e) {
+      const RR::Pair p = RR::rotate_entry(in.data(), rc.cs.data(), rc.sn.data(), offsets.data(), B, rc.NH, rc.HS, sign, e);
+      out[std::size_t(p.at)] = p.x0, out[std::size_t(p.at) + 1] = p.x1;
+      out16[std::size_t(p.at)] = rbf(p.x0), out16[std::size_t(p.at) + 1] = rbf(p.x1);
+      ++writes[std::size_t(p.at)], ++writes[std::size_t(p.at) + 1];
+    }
+  };
+  for (const RopeCase& rc : rope_cases()) {
+    SCOPED_TRACE("NH " + std::to_string(rc.NH) + " HS " + std::to_string(rc.HS) + " R " + std::to_string(rc.R));
+    std::vector<float> out, out16, back, back16;
+    std::vector<int> writes;
+    replay(rc, rc.x, rc.offsets, +1, out, out16, writes);
+    EXPECT_EQ(out, rc.fwd);
+    EXPECT_EQ(out16, rounded(rc.fwd));
+    EXPECT_TRUE(std::all_of(writes.begin(), writes.end(), [](int w) { return w == 1; }));
+    replay(rc, rc.x, rc.offsets, -1, back, back16, writes);
+    EXPECT_EQ(back, rc.bwd);
+    EXPECT_EQ(back16, rounded(rc.bwd));
+    replay(rc, rc.fwd, rc.offsets, -1, back, back16, writes);
+    double worst = 0, scale = 0;
+    for (std::size_t i = 0; i < back.size(); ++i)
+      worst = std::max(worst, double(std::abs(back[i] - rc.x[i]))), scale = std::max(scale, double(std::abs(rc.x[i])));
+    EXPECT_LE(worst, 1e-5 * scale);
+    // control: rows rotated by their batch row
+    const std::vector<std::int32_t> one{0, rc.R};
+    std::vector<float> wrong, wrong16;
+    replay(rc, rc.x, one, +1, wrong, wrong16, writes);
+    const std::int64_t D = std::int64_t(rc.NH) * rc.HS;
+    for (int b = 0; b < rc.B; ++b) {
+      const auto lo = rc.fwd.begin() + rc.offsets[std::size_t(b)] * D, hi = rc.fwd.begin() + rc.offsets[std::size_t(b) + 1] * D;
+      const bool same = std::equal(lo, hi, wrong.begin() + rc.offsets[std::size_t(b)] * D);
+      EXPECT_EQ(same, b == 0) << "sequence " << b;
     }
   }
 }
