@@ -83,8 +83,8 @@ const std::vector<FieldDoc>& config_fields() {
        "coupled (2 levels: addition) | coupled3 (3 levels: multiplication) | digits (the task's level 1 only: "
        "the coupling of single-level tasks) | absolute | none | abacus (McLeish et al.: each number's digits "
        "1, 2, ... from its first token, offset up to abacus_k in training) | fire (Li et al.: a learned "
-       "relative-position bias on the scores) | rope (Su et al.: q, k rotated by the token index); fire and rope "
-       "run on the CPU devices only for now"},
+       "relative-position bias on the scores) | rope (Su et al.: q, k rotated by the token index); fire runs on "
+       "the CPU devices only for now"},
       {"model", "abacus_k", "pos_mode abacus: training offsets beta uniform in [1, abacus_k], one per batch (the paper's "
                             "k = 100); needs max_pos1 >= abacus_k + the longest number - 1"},
       {"model", "fire_width", "pos_mode fire: hidden width of FIRE's MLP (the authors' d_fire)"},
