@@ -364,12 +364,10 @@ TEST(CudaTrainGpu, DeterministicAndResumeIsBitIdentical) {
 //  * control: over the whole gradient the twins are much closer than bf16 is to fp32 (~sqrt(f) of it):
 //    at most half of |G_bf16 - G_fp32| on the CPU. A device that skipped a rounding point (computed it
 //    in fp32) or rounded elsewhere differs from the twin by a full rounding's effect and fails this.
-TEST(CudaTrainGpu, Bf16GradientMatchesPackedCpuTwin) {
-  REQUIRE_DEVICE();
+namespace {
+void expect_bf16_gradients_match(const ModelConfig& mc) {
   constexpr double kU = 1.0 / 256;
-  for (const auto& mc : {model(1, 4, 64), with_options(model(2, 2, 128)), with_options(model(1, 4, 256)),
-                         with_options(model(2, 2, 1024))}) {
-    SCOPED_TRACE(describe(mc));
+  {
     TrainConfig tc = train_cfg();
     tc.precision = "bf16";
     Trainer tr(mc, tc);
@@ -407,6 +405,48 @@ TEST(CudaTrainGpu, Bf16GradientMatchesPackedCpuTwin) {
     std::printf("[ bf16 GPU vs bf16 CPU, %s ] loss %.2e relative (bound %.2e), worst gradient tensor %.2e (bound "
                 "%.2e), whole gradient %.2e of the bf16-vs-fp32 difference (bound 0.5)\n",
                 describe(mc).c_str(), std::abs(lg - lc) / lc, 2 * kU, worst, bound, std::sqrt(dtwin / dprec));
+  }
+}
+}  // namespace
+
+TEST(CudaTrainGpu, Bf16GradientMatchesPackedCpuTwin) {
+  REQUIRE_DEVICE();
+  for (const auto& mc : {model(1, 4, 64), with_options(model(2, 2, 128)), with_options(model(1, 4, 256)),
+                         with_options(model(2, 2, 1024))}) {
+    SCOPED_TRACE(describe(mc));
+    expect_bf16_gradients_match(mc);
+  }
+}
+
+// RoPE and input injection on the GPU against the packed CPU twin, with the bounds and reasons of the
+// tests above: every gradient tensor of one batch in fp32 (1e-4 of the tensor's largest entry), one whole
+// step from a trained state (loss 1e-5, gradient norm 1e-4 relative, weights within 1% of a step), and
+// the bf16 gradient (Bf16GradientMatchesPackedCpuTwin's bounds: RoPE moves q's and k's rounding after
+// the rotation and dq's and dk's after the inverse rotation, adding none; injection's sums are fp32, so
+// P_f and P_b are unchanged). A pass or rounding point left out (no rotation, the rotation's backward
+// forgotten or rounded before it, no injection or its gradient not reaching x0) gives O(1) or
+// full-rounding differences. A rotation by the wrong row index would pass here (RoPE's scores depend on
+// position differences alone): CudaKernelsGpu.RopeIsBitwiseTheCpu and CudaRopeReplay catch that.
+TEST(CudaTrainGpu, RopeAndInputInjectionMatchPackedCpuTwin) {
+  REQUIRE_DEVICE();
+  std::vector<ModelConfig> models;
+  for (int layers : {1, 2}) {
+    ModelConfig mc = model(layers, 4, 64);
+    mc.pos_mode = PosMode::rope;
+    models.push_back(mc);
+  }
+  ModelConfig inj = model(2, 2, 64);
+  inj.input_injection = true;
+  models.push_back(inj);
+  ModelConfig both = with_options(model(3, 2, 128));
+  both.pos_mode = PosMode::rope, both.input_injection = true;
+  models.push_back(both);
+  for (const auto& mc : models) {
+    SCOPED_TRACE(describe(mc) + " pos_mode " + pos_mode_name(mc.pos_mode) +
+                 (mc.input_injection ? " input_injection" : ""));
+    expect_gradients_match(mc, train_cfg());
+    expect_step_matches(mc, train_cfg());
+    expect_bf16_gradients_match(mc);
   }
 }
 

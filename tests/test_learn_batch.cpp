@@ -21,6 +21,7 @@
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
 #include "manyadd/learn/io.hpp"
+#include "manyadd/learn/task.hpp"
 #include "manyadd/learn/train.hpp"
 #include "learn_fixtures.hpp"
 
@@ -39,13 +40,25 @@ ModelConfig small_model(PosMode mode, int layers) {
   c.max_pos2 = 8;
   c.pos_mode = mode;
   if (mode == PosMode::absolute) c.max_pos1 = 80;
+  if (mode == PosMode::abacus) c.abacus_k = 4;  // + the longest number (4 digits) - 1 <= max_pos1
+  if (mode == PosMode::coupled3) {  // multiplication, up to 2 x 2 digits (tests/test_cuda_train.cpp's tables)
+    c.vocab = task(TaskKind::multiplication).vocab();
+    c.max_pos1 = 8, c.max_pos2 = 6, c.max_pos3 = 8;
+  }
   return c;
 }
-// Examples of different shapes (lengths 10..~50), random offsets.
+// Examples of different shapes (addition: lengths 10..~50; coupled3's multiplication up to 2 x 2 digits),
+// random offsets.
 std::vector<Example> mixed_examples(const ModelConfig& c, int count, std::uint64_t seed) {
   Rng rng(seed);
   std::vector<Example> exs;
   for (int i = 0; i < count; ++i) {
+    if (c.pos_mode == PosMode::coupled3) {
+      const Task& mul = task(TaskKind::multiplication);
+      const int n = 1 + int(rng.uniform(0, 2)), m = 1 + int(rng.uniform(0, 2));
+      exs.push_back(make_train_example(mul, mul.sample_cell(rng, n, m), c, rng));
+      continue;
+    }
     const int n = 1 + int(rng.uniform(0, 2)), m = 2 + int(rng.uniform(0, 2));
     exs.push_back(make_train_example(sample_TA(rng, n, m), c, rng));
   }
@@ -164,25 +177,44 @@ TEST(Pack, VarlenLayoutAndValidation) {
 // leaves room for that while any wrong row, missed mask or attention across a sequence boundary gives O(1)
 // differences.
 // The authors' architecture options (unscaled scores, T5 init, tied readout, final LayerNorm) run
-// through the same passes: checked too, coupled positions.
+// through the same passes: checked too, coupled positions. FIRE (both thresholds, L inside the
+// sequences: every sequence reads its block of the batch's one bias, against a bias of its own), RoPE
+// (each sequence's rows turned by their index within it), and input injection, likewise. The sequences'
+// lengths differ, so a rotation or bias block taken at a row's place in the batch instead of its index
+// within its sequence fails (the per-sequence q, k and attention below catch it where the logits cannot).
 TEST(PackedPipeline, EqualsPerSequenceForwardBackward) {
-  for (int variant = 0; variant < 10; ++variant) {
-    const bool authors = variant >= 8;
-    const PosMode mode = authors ? PosMode::coupled
-                                 : std::array{PosMode::coupled, PosMode::digits, PosMode::absolute, PosMode::none}[variant / 2];
-    const int layers = 1 + variant % 2;
-    {
+  struct Variant {
+    PosMode mode;
+    bool authors = false, injection = false;
+    FireThreshold fire = FireThreshold::max;
+  };
+  std::vector<Variant> variants;
+  for (PosMode m : kPosModes) variants.push_back({m});
+  variants.push_back({PosMode::coupled, true});
+  variants.push_back({PosMode::fire, false, false, FireThreshold::min});
+  variants.push_back({PosMode::fire, false, true});
+  variants.push_back({PosMode::rope, false, true});
+  for (const Variant& v : variants)
+    for (int layers = 1; layers <= 2; ++layers) {
+      const PosMode mode = v.mode;
+      const bool authors = v.authors;
       SCOPED_TRACE(std::string(pos_mode_name(mode)) + " layers " + std::to_string(layers) +
-                   (authors ? " authors' options" : ""));
+                   (authors ? " authors' options" : "") + (v.injection ? " input injection" : "") +
+                   (mode == PosMode::fire ? std::string(" threshold ") + fire_threshold_name(v.fire) : ""));
       ModelConfig c = small_model(mode, layers);
       c.init_std = 0.5f;  // far from uniform attention, so that masking errors would show
       if (authors) {
         c.attn_scale = AttnScale::none, c.init = InitScheme::t5, c.tie_readout = true, c.final_norm = NormKind::layer;
       }
+      c.input_injection = v.injection, c.fire_threshold = v.fire;
       const Layout lay = Layout::make(c);
-      const auto P = init_params<double>(c, lay, 11 + std::uint64_t(layers));
+      auto P = init_params<double>(c, lay, 11 + std::uint64_t(layers));
+      if (mode == PosMode::fire) P[std::size_t(lay.fire_L_sqrt)] = 4.1, P[std::size_t(lay.fire_c)] = 0.7;  // L 16.81
       const auto exs = mixed_examples(c, 5, 7 + std::uint64_t(layers));
       const PackedBatch pb = pack_batch(exs, c);
+      int shorter = 0;  // sequences of different lengths: a shorter one reads a corner of FIRE's bias
+      for (int b = 0; b < pb.B; ++b) shorter += pb.length(b) < pb.T;
+      ASSERT_GE(shorter, 2);
       const double scale = 1.0 / double(pb.counted_targets);
       // reference: per sequence
       const ModelView<double> model{c, lay, P.data()};
@@ -191,9 +223,11 @@ TEST(PackedPipeline, EqualsPerSequenceForwardBackward) {
       Acts<double> a;
       GradScratch<double> g;
       std::vector<std::vector<double>> logits_ref;
+      std::vector<std::vector<Acts<double>::Block>> blocks_ref;
       for (const auto& e : exs) {
         loss_ref += model_forward(a, model, batch_of(e));
         logits_ref.push_back(a.logits);
+        blocks_ref.push_back(a.blocks);
         model_backward(Gref.data(), g, a, model, batch_of(e), scale);
       }
       // packed
@@ -210,6 +244,27 @@ TEST(PackedPipeline, EqualsPerSequenceForwardBackward) {
         for (int i = 0; i < T * c.vocab; ++i)
           ASSERT_NEAR(z[i], logits_ref[std::size_t(b)][std::size_t(i)], 1e-10 * ref_max) << "seq " << b << " entry " << i;
       }
+      // Every layer's q and k (after RoPE's rotation) and attention probabilities (after FIRE's bias), sequence
+      // by sequence: RoPE's scores depend on position differences alone, so a rotation by the batch row
+      // (every position of a sequence shifted alike) would leave the logits unchanged and show only here.
+      const std::int64_t D = std::int64_t(c.n_heads) * c.d_head;
+      for (int l = 0; l < layers; ++l) {
+        std::int64_t att_at = 0;
+        for (int b = 0; b < pb.B; ++b) {
+          const auto& rb = blocks_ref[std::size_t(b)][std::size_t(l)];
+          const auto& pbk = pa.blocks[std::size_t(l)];
+          const std::int64_t o = std::int64_t(pb.offsets[std::size_t(b)]) * D, n = pb.length(b) * D;
+          const std::int64_t na = std::int64_t(c.n_heads) * pb.length(b) * pb.length(b);
+          const double mq = max_abs(rb.q), mk = max_abs(rb.k);
+          for (std::int64_t i = 0; i < n; ++i) {
+            ASSERT_NEAR(pbk.q[std::size_t(o + i)], rb.q[std::size_t(i)], 1e-10 * mq) << "q layer " << l << " seq " << b;
+            ASSERT_NEAR(pbk.k[std::size_t(o + i)], rb.k[std::size_t(i)], 1e-10 * mk) << "k layer " << l << " seq " << b;
+          }
+          for (std::int64_t i = 0; i < na; ++i)
+            ASSERT_NEAR(pbk.att[std::size_t(att_at + i)], rb.att[std::size_t(i)], 1e-10) << "att layer " << l << " seq " << b;
+          att_at += na;
+        }
+      }
       for (const auto& ts : lay.tensors) {
         std::vector<double> ref(Gref.begin() + ts.offset, Gref.begin() + ts.offset + ts.size);
         const double m = max_abs(ref);
@@ -218,7 +273,6 @@ TEST(PackedPipeline, EqualsPerSequenceForwardBackward) {
               << ts.name << "[" << i << "]";
       }
     }
-  }
 }
 
 // Every combination of the architecture options and precisions (the T5 options and bf16 were refused by
@@ -271,6 +325,37 @@ TEST(CudaDeviceOptions, EveryOptionIsAcceptedAndOnlyWideHeadsAreRefused) {
         }
       }
     }
+  }
+}
+
+// FIRE is refused by the CUDA device's check, by name, in both precisions and before any device is looked
+// for: make_cuda_device throws the same message on machines with and without a GPU (never "no CUDA
+// device"). RoPE and input injection (and both together) pass the check; without a GPU make_cuda_device
+// then fails for the missing device alone, with one it builds. The packed CPU twin runs all three
+// (PackedPipeline above).
+TEST(CudaDeviceOptions, FireIsRefusedByNameRopeAndInputInjectionAreAccepted) {
+  std::string why;
+  const bool gpu = cuda_training_available(&why);
+  for (int k = 0; k < 4; ++k) {
+    ModelConfig c;
+    c.n_layers = 2;
+    if (k == 0) c.pos_mode = PosMode::fire;
+    if (k == 1 || k == 3) c.pos_mode = PosMode::rope;
+    if (k >= 2) c.input_injection = true;
+    for (auto prec : {Precision::fp32, Precision::bf16})
+      for (int via_make = 0; via_make < 2; ++via_make) {
+        SCOPED_TRACE(std::string(pos_mode_name(c.pos_mode)) + (c.input_injection ? " input_injection " : " ") +
+                     precision_name(prec) + (via_make ? " make_cuda_device" : " check_cuda_supports"));
+        try {
+          if (via_make) make_cuda_device(c, prec);
+          else check_cuda_supports(c, prec);
+          EXPECT_TRUE(k > 0 && (gpu || !via_make)) << "accepted";
+        } catch (const InputError& e) {
+          const std::string want = k == 0 ? "--device cuda does not support pos_mode fire" : "no CUDA device: ";
+          EXPECT_TRUE(k == 0 || (via_make && !gpu)) << e.what();
+          EXPECT_EQ(std::string(e.what()).rfind(want, 0), 0u) << e.what();
+        }
+      }
   }
 }
 

@@ -320,6 +320,98 @@ TEST(LearnCli, CudaRunsEveryOptionAndRefusesOnlyWideHeads) {
   }
 }
 
+// FIRE runs on the CPU devices only for now: --device cuda refuses it by name (exit 2, before any device
+// is looked for: the same on every machine), writing nothing, in train and in evaluate. RoPE and input
+// injection run on the CUDA device: with a GPU they train and evaluate there, without one they are
+// refused for the missing device alone. All three train and evaluate on the CPU, and dump_attention
+// reads them.
+TEST(LearnCli, FireIsCpuOnlyRopeAndInputInjectionRunOnCuda) {
+  std::string why;
+  const bool gpu = cuda_training_available(&why);
+  const std::pair<const char*, const char*> cases[] = {{" --pos-mode fire", "pos_mode fire"},
+                                                       {" --pos-mode rope", nullptr},
+                                                       {" --input-injection true --n-layers 2", nullptr}};
+  for (const auto& [flags, refused] : cases) {
+    SCOPED_TRACE(flags);
+    const std::string out = tmp() + "/cpu_only";
+    for (const char* prec : {"", " --precision bf16"}) {
+      fs::remove_all(out);
+      const CmdResult r = run_cmd(kTrain + " --out " + out + kSmall + flags + prec + " --device cuda");
+      if (!refused && gpu) {
+        EXPECT_EQ(r.rc, 0) << r.err;
+        continue;
+      }
+      EXPECT_EQ(r.rc, 2) << r.err;
+      if (refused) {
+        EXPECT_NE(r.err.find(std::string("--device cuda does not support ") + refused), std::string::npos) << r.err;
+        EXPECT_NE(r.err.find("--device cpu"), std::string::npos) << r.err;
+      } else {
+        EXPECT_NE(r.err.find("no CUDA device: "), std::string::npos) << r.err;
+        EXPECT_EQ(r.err.find("does not support"), std::string::npos) << r.err;
+      }
+      EXPECT_FALSE(fs::exists(out)) << "nothing may be written on a refused run";
+    }
+    fs::remove_all(out);
+    const CmdResult t = run_cmd(kTrain + " --out " + out + kSmall + flags);
+    ASSERT_EQ(t.rc, 0) << t.err;
+    const CmdResult e = run_cmd(kEval + " --model " + out + " --n-max 2 --m-max 3 --samples 5 --csv " + out +
+                                "/g.csv --png " + out + "/g.png --device cuda");
+    if (!refused && gpu) {
+      EXPECT_EQ(e.rc, 0) << e.err;
+    } else {
+      EXPECT_EQ(e.rc, 2) << e.err;
+      EXPECT_NE(e.err.find(refused ? std::string("--device cuda does not support ") + refused : "no CUDA device: "),
+                std::string::npos)
+          << e.err;
+    }
+    EXPECT_EQ(run_cmd(kEval + " --model " + out + " --n-max 2 --m-max 3 --samples 5 --csv " + out + "/g.csv --png " +
+                      out + "/g.png --mode both").rc,
+              0);
+    EXPECT_EQ(run_cmd(kDump + " --model " + out + " --n 2 --m 3 --samples 3 --out " + out + "/attn").rc, 0);
+  }
+}
+
+// The strict configuration-vs-weights check with FIRE's tensors: a FIRE model's weights under another
+// pos_mode, another width, or without FIRE, and a FIRE configuration over a model without it.
+TEST(LearnCli, FireWeightsMustMatchTheConfiguration) {
+  const std::string fire = tmp() + "/fire_model";
+  fs::remove_all(fire);
+  ASSERT_EQ(run_cmd(kTrain + " --out " + fire + kSmall + " --pos-mode fire --fire-width 8").rc, 0);
+  auto edited = [&](const std::string& name, const std::string& from, const std::function<void(nlohmann::json&)>& edit) {
+    const std::string d = tmp() + "/" + name;
+    fs::remove_all(d);
+    fs::copy(from, d, fs::copy_options::recursive);
+    auto cfg = read_json_file(d + "/config.json");
+    edit(cfg["model"]);
+    spit(d + "/config.json", cfg.dump());
+    return d;
+  };
+  const std::string args = " --n-max 1 --m-max 2 --samples 1";
+  auto refused = [&](const std::string& dir, const std::string& needle) {
+    const CmdResult r = run_cmd(kEval + " --model " + dir + args);
+    EXPECT_EQ(r.rc, 2) << dir << "\n" << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << dir << "\n" << r.err;
+  };
+  refused(edited("fire_as_none", fire, [](auto& m) {
+            m["pos_mode"] = "none";
+            m.erase("fire_width"), m.erase("fire_threshold");
+          }),
+          "tensor 'fire.mlp.0.weight' is not part of the model");
+  refused(edited("fire_wider", fire, [](auto& m) { m["fire_width"] = 16; }),
+          "tensor 'fire.mlp.0.weight' has shape [8, 1], the configuration implies [16, 1]");
+  refused(edited("fire_field_elsewhere", fire, [](auto& m) { m["pos_mode"] = "rope"; }),
+          "model.fire_width applies to pos_mode fire only");
+  refused(edited("coupled_as_fire", model_dir(), [](auto& m) { m["pos_mode"] = "fire"; }),
+          "tensor 'pos_emb.0.weight' is not part of the model");
+  refused(edited("bad_threshold", fire, [](auto& m) { m["fire_threshold"] = "mean"; }), "fire_threshold 'mean' unknown");
+  refused(edited("bad_injection", fire, [](auto& m) { m["input_injection"] = 1; }), "input_injection must be true or false");
+  refused(edited("odd_rope", model_dir(), [](auto& m) {
+            m["pos_mode"] = "rope";
+            m["d_head"] = 3;
+          }),
+          "d_head must be even");
+}
+
 // ---- bad input: exit 2 and a message that names the problem ----------------------------------------
 TEST(LearnCli, TruncatedWeightsExitTwo) {
   const std::string d = copy_model("trunc");

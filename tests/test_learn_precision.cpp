@@ -28,8 +28,13 @@ using namespace manyadd::learn;
 namespace {
 constexpr double kU = 1.0 / 256;  // 2^-8
 
-// The authors' architecture (T5 options) or this project's defaults, 2 layers, small widths.
-ModelConfig small(bool paper) {
+// The authors' architecture (T5 options) or this project's defaults, 2 layers, small widths; and the
+// baselines' positions: FIRE (its bias and MLP fp32 in both precisions: not a product's input), RoPE
+// with input injection (q, k rounded after the rotation).
+enum Variant { kDefaults, kPaper, kFire, kRopeInjection };
+constexpr Variant kVariants[] = {kDefaults, kPaper, kFire, kRopeInjection};
+ModelConfig small(Variant v) {
+  const bool paper = v == kPaper;
   ModelConfig c;
   c.n_layers = 2;
   c.n_heads = 2;
@@ -44,6 +49,8 @@ ModelConfig small(bool paper) {
     c.tie_readout = true;
     c.final_norm = NormKind::layer;
   }
+  if (v == kFire) c.pos_mode = PosMode::fire, c.fire_width = 8;
+  if (v == kRopeInjection) c.pos_mode = PosMode::rope, c.input_injection = true;
   return c;
 }
 PackedBatch mixed_batch(const ModelConfig& c, int count, std::uint64_t seed) {
@@ -65,7 +72,9 @@ double representable(const float* p, std::size_t n) {
   return nz ? double(k) / double(nz) : 1.0;
 }
 double representable(const std::vector<float>& v) { return representable(v.data(), v.size()); }
-const char* name(bool paper) { return paper ? "T5 options" : "defaults"; }
+const char* name(Variant v) {
+  return v == kPaper ? "T5 options" : v == kFire ? "fire" : v == kRopeInjection ? "rope, input injection" : "defaults";
+}
 }  // namespace
 
 // After a bf16 forward and backward every rounding point holds bf16 values only, and the values that
@@ -73,7 +82,7 @@ const char* name(bool paper) { return paper ? "T5 options" : "defaults"; }
 // representable" is what an fp32 tensor of this size shows; the same tensors in an fp32 forward are
 // checked too, so the test fails if the rounding were missing).
 TEST(Bf16, RoundingPointsAreWhereTheDesignSays) {
-  for (bool paper : {false, true}) {
+  for (Variant paper : kVariants) {
     SCOPED_TRACE(name(paper));
     const ModelConfig c = small(paper);
     const Layout lay = Layout::make(c);
@@ -121,6 +130,10 @@ TEST(Bf16, RoundingPointsAreWhereTheDesignSays) {
       EXPECT_LT(representable(a.blocks[0].r1), 0.5);
       EXPECT_LT(representable(a.xf), 0.5);
       EXPECT_LT(representable(a.logits), 0.5);
+      if (c.pos_mode == PosMode::fire) {  // FIRE: the bias and its MLP fp32
+        EXPECT_LT(representable(a.fire_bias), 0.5);
+        EXPECT_LT(representable(a.fire_h2), 0.5);
+      }
       // Backward (the scratch holds layer 0's values, the last block processed): the output gradients
       // the products read are rounded; what the products write, and the residual gradient, are not.
       const std::size_t R = std::size_t(pb.rows()), C = std::size_t(c.d_model), D = std::size_t(c.n_heads * c.d_head);
@@ -154,6 +167,11 @@ TEST(Bf16, RoundingPointsAreWhereTheDesignSays) {
 //     out), dao, the attention's bf16(P) (into dv) or dS (into dq, dk: on different paths, one counts),
 //     dq|dk|dv = 6 -> P_b = 1 + 6 L.
 // (The backward's row term D = dout . out reads the forward's rounded weights and output: counted in P_f.)
+// The same counts for every variant here: RoPE rotates q and k before their rounding and dq, dk back
+// before theirs (q|k|v and dq|dk|dv stay one point each); FIRE's bias is fp32 (added to the fp32 scores)
+// and its gradient is the unrounded dS summed in fp32 into an fp32 MLP (no point beyond those of the
+// dS on its path: P_f through the forward, then dlogits .. dao of the blocks above); input injection
+// adds fp32 values (a shorter path from x0 to each block, no new point).
 // The gains: the blocks are normalized (a norm's output does not depend on its input's scale, and its
 // Jacobian on the orthogonal directions has gain <= 1 when the residual is not dominated by the branch),
 // the softmax of these small scores is near uniform (gain <= 1), GEGLU's slope is <= 1.13: we allow a
@@ -165,7 +183,7 @@ TEST(Bf16, RoundingPointsAreWhereTheDesignSays) {
 // of another batch is outside the tolerance (it can tell a wrong gradient from rounding; measured 1.9-2.3x
 // outside with the attention's two rounding points counted, while the bf16 step is 30-54x inside).
 TEST(Bf16, OneStepAgreesWithFp32WithinTheDerivedBound) {
-  for (bool paper : {false, true}) {
+  for (Variant paper : kVariants) {
     SCOPED_TRACE(name(paper));
     const ModelConfig c = small(paper);
     const Layout lay = Layout::make(c);
@@ -196,7 +214,8 @@ TEST(Bf16, OneStepAgreesWithFp32WithinTheDerivedBound) {
     EXPECT_LE(std::abs(l16 - l32), 2 * zbound) << "loss";
     EXPECT_GT(dz, 0.0) << "bf16 and fp32 logits are identical: no rounding happened";
     const double gtol = 2 * (Pf + Pb) * kU;
-    double worst = 0, worst_other = 1e300;
+    double worst = 0, worst_other = 1e300, all_o = 0, all_n = 0;
+    std::string least_other, worst_at;
     for (const auto& t : lay.tensors) {
       double d = 0, n = 0, o = 0;
       for (std::int64_t i = 0; i < t.size; ++i) {
@@ -208,14 +227,28 @@ TEST(Bf16, OneStepAgreesWithFp32WithinTheDerivedBound) {
       if (n == 0) continue;
       const double rel = std::sqrt(d / n);
       EXPECT_LE(rel, gtol) << t.name;
-      worst = std::max(worst, rel);
-      worst_other = std::min(worst_other, std::sqrt(o / n));
+      if (rel > worst) worst = rel, worst_at = t.name;
+      if (std::sqrt(o / n) < worst_other) worst_other = std::sqrt(o / n), least_other = t.name;
+      all_o += o, all_n += n;
     }
+    const double whole_other = std::sqrt(all_o / all_n);
     std::printf("[ bf16 vs fp32, %s ] logits max |dz| %.2e (bound %.2e, max|z| %.2f), loss |dL| %.2e (bound %.2e), "
-                "worst gradient tensor %.2e (bound %.2e); another batch's gradient differs by >= %.2e\n",
-                name(paper), dz, zbound, zmax, std::abs(l16 - l32), 2 * zbound, worst, gtol, worst_other);
+                "worst gradient tensor %.2e (%s; bound %.2e); another batch's gradient differs by %.2e as a whole, "
+                "by >= %.2e per tensor (%s)\n",
+                name(paper), dz, zbound, zmax, std::abs(l16 - l32), 2 * zbound, worst, worst_at.c_str(), gtol,
+                whole_other, worst_other, least_other.c_str());
     EXPECT_GT(worst, 0.0);
-    EXPECT_GT(worst_other, gtol) << "the bound cannot tell another batch's gradient from rounding";
+    // Measured (gtol = 0.29 at L = 2): as a whole 0.87, 1.21, 0.53, 0.52 (the four variants: 3.0, 4.2, 1.8,
+    // 1.8 gtol); per tensor >= 0.65 and 0.54 for the first two (2.3, 1.9 gtol). FIRE's L_sqrt (0.006: a sum
+    // over every position pair, which batches of similar lengths share) and, with RoPE and injection, a
+    // norm weight (0.40) change less with the batch, so the per-tensor control applies to the two plain
+    // variants and the whole-gradient one to all. (With the attention's rounding points counted, P_f + P_b
+    // = 37 at L = 2 instead of 32, 2 gtol is above the last two variants' 0.52-0.53: the controls take
+    // gtol, as the plain variants' did when flash13 counted them.)
+    EXPECT_GT(whole_other, gtol) << "the bound cannot tell another batch's gradient from rounding";
+    if (paper == kDefaults || paper == kPaper) {
+      EXPECT_GT(worst_other, gtol) << "the bound cannot tell another batch's gradient from rounding";
+    }
   }
 }
 

@@ -301,7 +301,22 @@ ModelConfig decode_model(PosMode mode) {
   c.max_pos1 = mode == PosMode::absolute ? 60 : 10;
   c.max_pos2 = 8;
   c.init_std = 0.5f;
+  c.abacus_k = 2;
   return c;
+}
+// Every mode an addition model can have (coupled3 reads three levels), and input injection; FIRE with
+// either threshold, its L moved into the sequence (init_params gives 256) by the tests' weights.
+std::vector<ModelConfig> decode_models() {
+  std::vector<ModelConfig> v;
+  for (PosMode m : kPosModes)
+    if (m != PosMode::coupled3) v.push_back(decode_model(m));
+  ModelConfig f = decode_model(PosMode::fire);
+  f.fire_threshold = FireThreshold::min;
+  v.push_back(f);
+  ModelConfig inj = decode_model(PosMode::rope);
+  inj.input_injection = true;
+  v.push_back(inj);
+  return v;
 }
 }  // namespace
 
@@ -311,10 +326,11 @@ ModelConfig decode_model(PosMode mode) {
 // top-two logits are within 1e-4 are skipped (fp32 summation order differs between the two paths,
 // ~1e-6 relative; a genuine near-tie may flip legitimately).
 TEST(LearnDecode, KvCacheMatchesFullForwardAllModes) {
-  for (PosMode mode : {PosMode::coupled, PosMode::digits, PosMode::absolute, PosMode::none}) {
-    const ModelConfig c = decode_model(mode);
+  for (const ModelConfig& c : decode_models()) {
+    const PosMode mode = c.pos_mode;
     const Layout lay = Layout::make(c);
-    const auto P = init_params<float>(c, lay, 99 + int(mode));
+    auto P = init_params<float>(c, lay, 99 + int(mode));
+    if (mode == PosMode::fire) P[std::size_t(lay.fire_L_sqrt)] = 3.1f, P[std::size_t(lay.fire_c)] = 0.7f;  // L = 9.61
     const Example ex = make_example(parse_problem("123+45+6+78"), c, 2, 1);
     Acts<float> a;
     const ModelView<float> model{c, lay, P.data()};
@@ -343,10 +359,11 @@ TEST(LearnDecode, KvCacheMatchesFullForwardAllModes) {
 // within 1e-4 are skipped (the two paths sum in different orders, ~1e-6 relative in fp32; a genuine
 // near-tie may flip legitimately).
 TEST(LearnDecode, GreedyEqualsFullForwardArgmaxAtEveryStep) {
-  for (PosMode mode : {PosMode::coupled, PosMode::digits, PosMode::absolute, PosMode::none}) {
-    const ModelConfig c = decode_model(mode);
+  for (const ModelConfig& c : decode_models()) {
+    const PosMode mode = c.pos_mode;
     const Layout lay = Layout::make(c);
-    const auto P = init_params<float>(c, lay, 7 + int(mode));
+    auto P = init_params<float>(c, lay, 7 + int(mode));
+    if (mode == PosMode::fire) P[std::size_t(lay.fire_L_sqrt)] = 3.1f, P[std::size_t(lay.fire_c)] = 0.7f;  // L = 9.61
     const ModelView<float> model{c, lay, P.data()};
     const Example ex = make_example(parse_problem("123+45+6+78"), c, 2, 1);
     const KvDecoder dec(model);
@@ -380,9 +397,16 @@ TEST(LearnDecode, GreedyEqualsFullForwardArgmaxAtEveryStep) {
 // `train --help` documents every configuration field, and the defaults it states are the real ones.
 TEST(LearnConfig, HelpDocumentsEveryFieldWithItsDefault) {
   nlohmann::json mj = ModelConfig{}, tj = TrainConfig{};
-  ModelConfig abacus;  // abacus_k is written for abacus models only: its default from one of them
+  // Fields written only for the models they apply to: their defaults from such models.
+  ModelConfig abacus, fire, injection;
   abacus.pos_mode = PosMode::abacus;
+  fire.pos_mode = PosMode::fire;
+  injection.input_injection = true;
   mj["abacus_k"] = nlohmann::json(abacus).at("abacus_k");
+  for (const char* k : {"fire_width", "fire_threshold"}) mj[k] = nlohmann::json(fire).at(k);
+  mj["input_injection"] = false;
+  EXPECT_EQ(nlohmann::json(injection).at("input_injection"), true);  // written when on
+  EXPECT_FALSE(nlohmann::json(ModelConfig{}).contains("input_injection"));  // and absent when off
   CLI::App app;  // the options as train declares them; their descriptions are what --help prints
   const ConfigOptions opts(app);
   std::set<std::string> documented;
@@ -411,6 +435,76 @@ TEST(LearnConfig, HelpDocumentsEveryFieldWithItsDefault) {
     }
   for (auto it = tj.begin(); it != tj.end(); ++it)
     EXPECT_TRUE(documented.count("train." + it.key())) << "train." << it.key() << " undocumented";
+}
+
+// Figure 1's other rows (learn/configs/paper/fig1-6l8h-*.json) are fig1-6l8h.json with the task and
+// the positions of the row, nothing else: every other field of both sections equal.
+TEST(PaperConfigs, Figure1RowsDifferOnlyInTaskAndPositions) {
+  const auto base = read_json_file(manyadd::testing::source_path("learn/configs/paper/fig1-6l8h.json"));
+  struct Row {
+    const char* file;
+    const char* task;
+    PosMode mode;
+  };
+  const Row rows[] = {{"fig1-6l8h-coupled-noscratch", "addition-noscratch", PosMode::digits},
+                      {"fig1-6l8h-nope", "addition", PosMode::none},
+                      {"fig1-6l8h-nope-noscratch", "addition-noscratch", PosMode::none},
+                      {"fig1-6l8h-fire", "addition", PosMode::fire},
+                      {"fig1-6l8h-fire-noscratch", "addition-noscratch", PosMode::fire}};
+  for (const auto& r : rows) {
+    SCOPED_TRACE(r.file);
+    auto j = read_json_file(manyadd::testing::source_path(std::string("learn/configs/paper/") + r.file + ".json"));
+    ModelConfig mc;
+    TrainConfig tc;
+    from_json(j.at("model"), mc);
+    from_json(j.at("train"), tc);
+    EXPECT_EQ(mc.pos_mode, r.mode);
+    EXPECT_EQ(tc.task, r.task);
+    if (r.mode == PosMode::fire) {  // the authors' FIRE: d_fire 32, their threshold (layers.hpp)
+      EXPECT_EQ(mc.fire_width, 32);
+      EXPECT_EQ(mc.fire_threshold, FireThreshold::min);
+      j["model"].erase("fire_width"), j["model"].erase("fire_threshold");
+    }
+    j["model"]["pos_mode"] = base["model"]["pos_mode"];
+    j["train"].erase("task");
+    EXPECT_EQ(j["model"], base["model"]);
+    EXPECT_EQ(j["train"], base["train"]);
+  }
+}
+
+// McLeish et al.'s Abacus runs (learn/configs/mcleish/*.json): their Table 5 where this trainer has the
+// field (16 heads of 64, hidden 1024, GLU hidden 1024, k = 100, lr 1e-4), their data (two operands of
+// 1-20 digits, 20 million problems), max_pos1 covering training (k + 21 - 1) and the 100-digit tests;
+// with and without input injection.
+TEST(PaperConfigs, McLeishAbacusRuns) {
+  for (const char* f : {"abacus-ii", "abacus-st"}) {
+    SCOPED_TRACE(f);
+    const auto j = read_json_file(manyadd::testing::source_path(std::string("learn/configs/mcleish/") + f + ".json"));
+    ModelConfig mc;
+    TrainConfig tc;
+    from_json(j.at("model"), mc);
+    from_json(j.at("train"), tc);
+    EXPECT_EQ(mc.n_layers, 16);
+    EXPECT_EQ(mc.n_heads, 16);
+    EXPECT_EQ(mc.d_model, 1024);
+    EXPECT_EQ(mc.n_heads * mc.d_head, 1024);
+    EXPECT_EQ(mc.d_ff, 1024);
+    EXPECT_EQ(mc.pos_mode, PosMode::abacus);
+    EXPECT_EQ(mc.abacus_k, 100);
+    EXPECT_GE(mc.max_pos1, 100 + 21 - 1);
+    EXPECT_EQ(mc.input_injection, std::string(f) == "abacus-ii");
+    EXPECT_EQ(tc.task, "addition-2op");
+    EXPECT_EQ(tc.train_n, 20);
+    EXPECT_EQ(tc.train_m, 20);
+    EXPECT_EQ(tc.train_size, 20'000'000);
+    EXPECT_EQ(tc.lr, 1e-4);
+    // what the trainer checks before it builds the data (Trainer's constructor): the longest training
+    // number fits at beta = k, and the 100-digit test cells at beta = 1
+    const Task& t = task_named(tc.task);
+    EXPECT_NO_THROW(t.check_model(mc));
+    EXPECT_GE(max_offset(mc, t.extent(tc.train_n, tc.train_m), 0), mc.abacus_k);
+    EXPECT_TRUE(fits(mc, t.extent(100, 100)));
+  }
 }
 
 // The committed configurations of the paper's figures (learn/configs/paper/*.json) load, carry the

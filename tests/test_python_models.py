@@ -4,7 +4,8 @@ skipped, where `import torch` fails; Debian: python3-torch, which `x` installs).
 
 load_learned (manyadd/learned.py):
   - logits on the committed models/ (1 and 2 layers) and on freshly trained tiny models of every
-    position mode equal `evaluate --problem P --json`'s C++ logits; the teacher-forced and greedy
+    position mode (FIRE with either threshold and with its threshold inside the sequence, RoPE), input
+    injection and the architecture options equal `evaluate --problem P --json`'s C++ logits; the teacher-forced and greedy
     answers are the C++ ones; model.example() builds the tokens and IDs evaluate used;
   - per-sample attention from the hooks, averaged over the same TA samples (manyadd.format's sampler),
     equals dump_attention's averaged maps;
@@ -66,6 +67,7 @@ from manyadd.learned import load_learned  # noqa: E402
 torch.set_num_threads(1)
 U = 2.0 ** -24
 MODELS = [os.path.join(SOURCE, "models", d) for d in ("cpu-sa1010-1l4h-d64", "cpu-sa1010-2l2h-d64", "cpu-sa1010-1l2h-d64")]
+MEDIUM = "1234+56+7890+12+345+6789+1+23+456"  # 9 operands of up to 4 digits, N = 114
 LONG = "12345678901234567890+98765432109876543210+55555555555555555555+1+22+333+4444+55555+666666+7777777" \
        "+88888888+999999999"
 
@@ -167,6 +169,31 @@ class LearnedLogits(TempDir):
             self.compare(run, problem, s, s if mode == "coupled3" else 1, greedy=False)
 
 
+    def test_fresh_models_fire_rope_injection(self):
+        # FIRE (Li et al.; both thresholds), RoPE, input injection (McLeish et al.), 2 layers trained 20 steps
+        variants = {"fire": ["--pos-mode", "fire"], "fire_min": ["--pos-mode", "fire", "--fire-threshold", "min"],
+                    "rope": ["--pos-mode", "rope"], "injection": ["--input-injection", "true"],
+                    "injection_rope": ["--pos-mode", "rope", "--input-injection", "true"]}
+        for name, flags in variants.items():
+            run = os.path.join(self.dir, name)
+            tool("TRAIN", "--out", run, "--train-n", 2, "--train-m", 3, "--train-size", 200, "--max-pos1", 12,
+                 "--max-pos2", 12, "--n-layers", 2, "--d-model", 16, "--d-head", 4, "--d-ff", 16, "--batch", 8,
+                 "--steps", 20, "--lr", 0.01, "--eval-every", 0, "--eval-samples", 2, *flags)
+            self.compare(run, "57+8+96", greedy=False)
+            self.compare(run, MEDIUM, greedy=False)  # beyond every training length
+        # The trained FIRE models keep L near its initial 256, beyond these sequences: every row has one
+        # normalizer kind. With L = 9.61 (L_sqrt 3.1) and c = 0.7 written into the file, rows below and above
+        # the threshold both occur (the C++ reads the edited file, checksum and all).
+        for name in ("fire", "fire_min"):
+            path = os.path.join(self.dir, name, "model.safetensors")
+            tensors, meta = safetensors.read(path)
+            for k, v in (("fire.L_sqrt", 3.1), ("fire.c", 0.7)):
+                tensors[k] = tensors[k].copy()
+                tensors[k][...] = v  # stays float32
+            safetensors.write(path, tensors, {k: v for k, v in meta.items() if k != "checksum"})
+            self.compare(os.path.join(self.dir, name), "57+8+96", greedy=False)
+            self.compare(os.path.join(self.dir, name), MEDIUM, greedy=False)
+
     def test_paper_options(self):
         # The authors' architecture (unscaled attention, T5 init, readout tied to the token table with
         # d_model^-1/2, final LayerNorm), trained 20 steps on the CPU in bf16 as the paper's recipe
@@ -224,6 +251,30 @@ class LearnedAttention(TempDir):
                                    for h in range(m32.cfg.n_heads)])
                 fp32_check(self, cpp, a32, a64, "%s layer %d attention, TA(%d, %d) x %d" % (
                     os.path.basename(d), l, n, m, K), stored=U)  # + u: the stored map is float32
+
+
+    def test_hooks_equal_dump_attention_fire_rope(self):
+        # FIRE's bias and RoPE's rotation in the pattern: fresh 2-layer models (as above), TA(2, 3) x 10
+        n, m, K = 2, 3, 10
+        for mode in ("fire", "rope"):
+            run, out = os.path.join(self.dir, mode), os.path.join(self.dir, mode + "_attn")
+            tool("TRAIN", "--out", run, "--pos-mode", mode, "--train-n", 2, "--train-m", 3, "--train-size", 200,
+                 "--n-layers", 2, "--d-model", 16, "--d-head", 4, "--d-ff", 16, "--batch", 8, "--steps", 20,
+                 "--lr", 0.01, "--eval-every", 0, "--eval-samples", 2)
+            tool("DUMP_ATTENTION", "--model", run, "--n", n, "--m", m, "--samples", K, "--out", out)
+            maps, _ = safetensors.read(os.path.join(out, "attention.safetensors"))
+            rng = fmt.Rng(fmt.cell_seed(12345, n, m))
+            problems = [fmt.sample_TA(rng, n, m) for _ in range(K)]
+            m32, m64 = load_learned(run), load_learned(run, dtype=torch.float64)
+            tokens = torch.cat([m32.example(p).tokens for p in problems])
+            with torch.no_grad():
+                _, c32 = m32.run_with_cache(tokens, None, names_filter="hook_pattern")
+                _, c64 = m64.run_with_cache(tokens, None, names_filter="hook_pattern")
+            for l in range(2):
+                name = "blocks.%d.attn.hook_pattern" % l
+                cpp = torch.stack([torch.from_numpy(maps["layers.%d.head.%d" % (l, h)]).double() for h in range(4)])
+                fp32_check(self, cpp, c32[name].double().mean(0), c64[name].mean(0),
+                           "%s layer %d attention, TA(%d, %d) x %d" % (mode, l, n, m, K), stored=U)
 
 
 class Constructed(TempDir):
@@ -365,7 +416,9 @@ class LearnedApi(TempDir):
             (lambda c: c["model"].update(tie_readout=True), "does not use: lm_head.weight"),
             (lambda c: c["model"].update(final_norm="layer"), "lacks final_norm.bias"),
             (lambda c: c["model"].update(rope=True), "model.rope is unknown"),
-            (lambda c: c["model"].update(pos_mode="rope"), "pos_mode"),
+            (lambda c: c["model"].update(pos_mode="alibi"), "pos_mode"),
+            (lambda c: c["model"].update(fire_width=32), "applies to pos_mode fire only"),
+            (lambda c: c["model"].update(input_injection="yes"), "input_injection"),
             (lambda c: c["model"].update(d_model=32), "shape"),
             (lambda c: c["model"].pop("n_heads"), "n_heads is missing"),
             (lambda c: c["train"].update(precision="fp8"), "precision"),

@@ -351,14 +351,16 @@ TEST(Tasks, PositionRuleInWordsForEveryTaskAndMode) {
     const Task& t = task_named(names.substr(a, b - a));
     const std::string coupling = t.describe().value("position_ids", std::string());
     EXPECT_FALSE(coupling.empty()) << t.name();
-    for (PosMode m :
-         {PosMode::coupled, PosMode::coupled3, PosMode::digits, PosMode::absolute, PosMode::none, PosMode::abacus}) {
+    for (PosMode m : kPosModes) {
       const std::string r = position_rule(t, m);
       EXPECT_EQ(r.rfind(std::string("pos_mode ") + pos_mode_name(m) + ":", 0), 0u) << t.name() << ": " << r;
       if (m == PosMode::absolute) {
         EXPECT_NE(r.find("-> s + k - 1"), std::string::npos) << t.name() << ": " << r;
       } else if (m == PosMode::abacus) {
         EXPECT_NE(r.find("beta"), std::string::npos) << t.name() << ": " << r;
+      } else if (m == PosMode::fire || m == PosMode::rope) {
+        EXPECT_NE(r.find("token ind"), std::string::npos) << t.name() << ": " << r;
+        EXPECT_NE(r.find(m == PosMode::fire ? "Li et al." : "Su et al."), std::string::npos) << t.name() << ": " << r;
       } else if (m != PosMode::none) {
         EXPECT_NE(r.find(coupling), std::string::npos) << t.name() << ": " << r;
       }

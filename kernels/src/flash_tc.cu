@@ -157,21 +157,36 @@ void attention_forward(bf16* out, float* lse2, const bf16* q, const bf16* k, con
   FLASH_DISPATCH(hsp, (launch(forward_kernel<H_>, F::Cfg<H_>::fwd_smem, F::Cfg<H_>::THREADS, p, F::Cfg<H_>::BR)));
 }
 
-void attention_backward(bf16* dq, bf16* dk, bf16* dv, float* dsum, const bf16* dout, const bf16* out,
-                        const float* lse2, const bf16* q, const bf16* k, const bf16* v, const std::int32_t* offsets,
-                        int B, int R, int NH, int HS, float scale) {
+namespace {
+// dq, dk: bf16 (dq16, dk16) or fp32 (dq32, dk32), the other pair null.
+void backward(u16* dq16, u16* dk16, float* dq32, float* dk32, bf16* dv, float* dsum, const bf16* dout, const bf16* out,
+              const float* lse2, const bf16* q, const bf16* k, const bf16* v, const std::int32_t* offsets, int B, int R,
+              int NH, int HS, float scale) {
   const int hsp = checked_head(HS);
   if (B <= 0 || R <= 0 || NH <= 0) return;
   F::Params p;
   p.q = reinterpret_cast<const u16*>(q), p.k = reinterpret_cast<const u16*>(k), p.v = reinterpret_cast<const u16*>(v);
   p.o = reinterpret_cast<const u16*>(out), p.dout = reinterpret_cast<const u16*>(dout);
-  p.dq = reinterpret_cast<u16*>(dq), p.dk = reinterpret_cast<u16*>(dk), p.dv = reinterpret_cast<u16*>(dv);
+  p.dq = dq16, p.dk = dk16, p.dq32 = dq32, p.dk32 = dk32, p.dv = reinterpret_cast<u16*>(dv);
   p.lse = const_cast<float*>(lse2), p.dsum = dsum, p.off = offsets;  // the backward only reads lse
   p.B = B, p.R = R, p.NH = NH, p.HS = HS, p.scale = scale, p.c2 = F::scale_log2e(scale);
   p.vec = vec_ok(NH, HS, {q, k, v, dout});
   // dq first: it writes D, which the dk/dv kernel reads (the default stream orders them).
   FLASH_DISPATCH(hsp, (launch(dq_kernel<H_>, F::Cfg<H_>::dq_smem, F::Cfg<H_>::THREADS, p, F::Cfg<H_>::BR)));
   FLASH_DISPATCH(hsp, (launch(dkv_kernel<H_>, F::Cfg<H_>::dkv_smem, F::Cfg<H_>::THREADS, p, F::Cfg<H_>::BR)));
+}
+}  // namespace
+
+void attention_backward(bf16* dq, bf16* dk, bf16* dv, float* dsum, const bf16* dout, const bf16* out,
+                        const float* lse2, const bf16* q, const bf16* k, const bf16* v, const std::int32_t* offsets,
+                        int B, int R, int NH, int HS, float scale) {
+  backward(reinterpret_cast<u16*>(dq), reinterpret_cast<u16*>(dk), nullptr, nullptr, dv, dsum, dout, out, lse2, q, k, v,
+           offsets, B, R, NH, HS, scale);
+}
+void attention_backward(float* dq, float* dk, bf16* dv, float* dsum, const bf16* dout, const bf16* out,
+                        const float* lse2, const bf16* q, const bf16* k, const bf16* v, const std::int32_t* offsets,
+                        int B, int R, int NH, int HS, float scale) {
+  backward(nullptr, nullptr, dq, dk, dv, dsum, dout, out, lse2, q, k, v, offsets, B, R, NH, HS, scale);
 }
 
 }  // namespace manyadd::kernels::flash

@@ -17,7 +17,8 @@
 //   backward: P_ij = exp2(z_ij - lse2_i) (fp32, normalized), D_i = dout_i . out_i (out the forward's
 //          bf16 output, as FlashAttention-2), dP_ij = dout_i . v_j (MMA),
 //          dS_ij = bf16(P_ij (dP_ij - D_i)) before it multiplies k or q, dv_j = sum_i bf16(P_ij) dout_i,
-//          dq_i = bf16(scale sum_j dS_ij k_j), dk_j = bf16(scale sum_i dS_ij q_i) (the scale after the sum).
+//          dq_i = bf16(scale sum_j dS_ij k_j), dk_j = bf16(scale sum_i dS_ij q_i) (the scale after the sum;
+//          or fp32 dq, dk, the same values unrounded, for RoPE's inverse rotation before the rounding).
 // No atomics: three kernels, each owning its outputs: the forward and dq by query blocks (dq also
 // writes D for the third), dk and dv by key blocks; each sums its partner blocks in order.
 //
@@ -96,6 +97,7 @@ struct Cfg {
 struct Params {
   const u16 *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *dout = nullptr;
   u16 *out = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  float *dq32 = nullptr, *dk32 = nullptr;  // set: dq, dk written in fp32 instead (not rounded), dq and dk unused
   float* lse = nullptr;    // forward: written; backward: read
   float* dsum = nullptr;   // backward: D, written by the dq kernel, read by the dk/dv kernel
   const int* off = nullptr;
@@ -670,8 +672,10 @@ FTC_HD void dq_cta(C& cta, char* smem, const Params& p, int x, int h) {
         for (int n = 0; n < G::NA; ++n)
           for (int e = 0; e < 2; ++e) {
             const int col = wc * G::CH + 8 * n + 2 * t + e;
-            if (col < p.HS)
-              p.dq[base + i * ld + col] = u16(ww.pack(mul_rn(p.scale, s.acc[n][l][2 * r + e]), 0.f) & 0xffffu);
+            if (col >= p.HS) continue;
+            const float dqx = mul_rn(p.scale, s.acc[n][l][2 * r + e]);
+            if (p.dq32) p.dq32[base + i * ld + col] = dqx;
+            else p.dq[base + i * ld + col] = u16(ww.pack(dqx, 0.f) & 0xffffu);
           }
       }
     }
@@ -790,7 +794,9 @@ FTC_HD void dkv_cta(C& cta, char* smem, const Params& p, int x, int h) {
             const int col = wc * G::CH + 8 * n + 2 * t + e;
             if (col >= p.HS) continue;
             p.dv[base + j * ld + col] = u16(ww.pack(s.accv[n][l][2 * r + e], 0.f) & 0xffffu);
-            p.dk[base + j * ld + col] = u16(ww.pack(mul_rn(p.scale, s.acck[n][l][2 * r + e]), 0.f) & 0xffffu);
+            const float dkx = mul_rn(p.scale, s.acck[n][l][2 * r + e]);
+            if (p.dk32) p.dk32[base + j * ld + col] = dkx;
+            else p.dk[base + j * ld + col] = u16(ww.pack(dkx, 0.f) & 0xffffu);
           }
       }
     }

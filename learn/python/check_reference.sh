@@ -1,8 +1,8 @@
 #!/bin/sh
 # ctest driver: trains a tiny model with the train CLI, asks evaluate for one problem's logits, and
 # checks them against the independent Python forward (reference_forward.py): every position mode with
-# the default architecture, then each architecture option alone and all of them together (the
-# authors' model), then the other tasks' models (parity: one level; multiplication: three levels and
+# the default architecture (FIRE with either threshold), input injection, then each architecture option
+# alone and all of them together (the authors' model), then the other tasks' models (parity: one level; multiplication: three levels and
 # the '*' token). Args: TRAIN EVALUATE
 set -e
 train="$1"; evaluate="$2"; here="$(dirname "$0")"
@@ -19,7 +19,10 @@ check() {  # NAME MODE FLAGS...
   printf '%s: ' "$name"
   "${PYTHON:-python3}" "$here/reference_forward.py" "$dir/$name" "$dir/$name.json"
 }
-for mode in coupled digits absolute none; do check "$mode" "$mode"; done
+for mode in coupled digits absolute none fire rope; do check "$mode" "$mode"; done
+check fire_min fire --fire-threshold min
+check injection coupled --input-injection true
+check injection_rope rope --input-injection true
 check attn_scale_none coupled --attn-scale none
 check tie_readout coupled --tie-readout true
 check final_layernorm coupled --final-norm layer
@@ -38,6 +41,8 @@ check_task parity parity digits 0101
 check_task multiplication multiplication coupled3 '37*92'
 check_task abacus addition-2op abacus '573+82' --abacus-k 4
 check_task multiplication_noscratch multiplication-noscratch digits '37*92' --attn-scale none --tie-readout true
+check_task fire_noscratch addition-noscratch fire '57+8+96' --fire-threshold min
+check_task rope_parity parity rope 0101 --input-injection true
 # Bad usage and input: exit 2 with a message (the usage names every task's problem notation).
 py="${PYTHON:-python3}"
 expect2() {  # WHAT PATTERN ARGS...

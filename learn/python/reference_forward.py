@@ -25,6 +25,11 @@ GEGLU wi -> [gate | up], gelu_tanh(gate) * up, then wo. The model options of con
 files written before they existed: the defaults): attn_scale "none" drops the 1/sqrt(d_head);
 final_norm "layer" is LayerNorm w * (x - mean) / sqrt(var + eps) + b (biased variance); tie_readout
 true reads out with the token table, logits = (final_norm(x) * d_model^-1/2) tok_emb^T.
+Positions read in the attention (no IDs): pos_mode rope turns q and k of token index p, pair (2k, 2k+1),
+by the angle p 10000^(-2k/d_head) (Su et al. 2021); pos_mode fire adds to every layer's scores
+b_h(i, j) = W3 relu(W2 relu(W1 u)), u = log(|c| (i - j) + 1) / (log(|c| n_i + 1) + 1e-6),
+n_i = max(i, L) (fire_threshold "max") or min(i, L) ("min"), L = L_sqrt^2 (Li et al. 2024, as the
+paper-000 authors' code). input_injection true: layer l >= 1 reads x + x0, x0 the embedding.
 """
 import json
 import math
@@ -70,11 +75,44 @@ def gelu_tanh(v):
     return 0.5 * v * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v ** 3)))
 
 
+def rope(x, NH, HS):
+    """Each head's pair (2k, 2k+1) of row p turned by p 10000^(-2k/HS)."""
+    out = []
+    for p, row in enumerate(x):
+        r = list(row)
+        for h in range(NH):
+            for kk in range(HS // 2):
+                a = p * 10000.0 ** (-2.0 * kk / HS)
+                i = h * HS + 2 * kk
+                r[i], r[i + 1] = row[i] * math.cos(a) - row[i + 1] * math.sin(a), row[i] * math.sin(a) + row[i + 1] * math.cos(a)
+        out.append(r)
+    return out
+
+
+def fire_bias(cfg, W, T):
+    """b[h][i][j] for j <= i: the MLP of each pair's normalized distance, computed pair by pair."""
+    c, L = abs(W["fire.c"][0]), W["fire.L_sqrt"][0] ** 2
+    w1, w2, w3 = W["fire.mlp.0.weight"], W["fire.mlp.2.weight"], W["fire.mlp.4.weight"]
+    pick = max if cfg.get("fire_threshold", "max") == "max" else min
+    b = [[[0.0] * T for _ in range(T)] for _ in range(cfg["n_heads"])]
+    for i in range(T):
+        n = pick(float(i), L)
+        for j in range(i + 1):
+            u = math.log(c * (i - j) + 1) / (math.log(c * n + 1) + 1e-6)
+            h1 = [max(0.0, r[0] * u) for r in w1]
+            h2 = [max(0.0, sum(a * z for a, z in zip(r, h1))) for r in w2]
+            for h, r in enumerate(w3):
+                b[h][i][j] = sum(a * z for a, z in zip(r, h2))
+    return b
+
+
 def forward(cfg, W, tokens, pos):
     C, NH, HS, F = cfg["d_model"], cfg["n_heads"], cfg["d_head"], cfg["d_ff"]
     eps = cfg["norm_eps"]
     scale = 1.0 / math.sqrt(HS) if cfg.get("attn_scale", "inv_sqrt_dhead") == "inv_sqrt_dhead" else 1.0
-    levels = {"coupled": 2, "coupled3": 3, "digits": 1, "absolute": 1, "none": 0, "abacus": 1}[cfg["pos_mode"]]
+    mode = cfg["pos_mode"]
+    levels = {"coupled": 2, "coupled3": 3, "digits": 1, "absolute": 1, "none": 0, "abacus": 1, "fire": 0,
+              "rope": 0}[mode]
     T = len(tokens)
     x = []
     for t in range(T):
@@ -83,15 +121,22 @@ def forward(cfg, W, tokens, pos):
             pe = W["pos_emb.%d.weight" % lv][pos[lv][t]]
             row = [a + b for a, b in zip(row, pe)]
         x.append(row)
+    bias = fire_bias(cfg, W, T) if mode == "fire" else None
+    x0 = x
     for l in range(cfg["n_layers"]):
         p = "layers.%d." % l
+        if cfg.get("input_injection", False) and l > 0:
+            x = [[a + b for a, b in zip(r1, r2)] for r1, r2 in zip(x, x0)]
         n1 = rmsnorm(x, W[p + "attn_norm1.weight"], eps)
         q, k, v = (linear(n1, W[p + "attn.%s.weight" % z]) for z in "qkv")
+        if mode == "rope":
+            q, k = rope(q, NH, HS), rope(k, NH, HS)
         ao = [[0.0] * (NH * HS) for _ in range(T)]
         for h in range(NH):
             sl = slice(h * HS, (h + 1) * HS)
             for i in range(T):
-                sc = [sum(a * b for a, b in zip(q[i][sl], k[j][sl])) * scale for j in range(i + 1)]
+                sc = [sum(a * b for a, b in zip(q[i][sl], k[j][sl])) * scale + (bias[h][i][j] if bias else 0.0)
+                      for j in range(i + 1)]
                 mx = max(sc)
                 e = [math.exp(s - mx) for s in sc]
                 z = sum(e)

@@ -52,7 +52,12 @@ void check_run_fits(const ModelConfig& mc, const TrainConfig& tc, bool on_device
   // and as many again for their gradients; per row the readout.
   const double per_row = 2.0 * (double(mc.n_layers) * (12.0 * C + 3.0 * F + 4.0 * D + double(mc.n_heads) * T) +
                                 3.0 * double(mc.vocab) + 2.0 * C);
-  const double acts = on_device ? 0.0 : double(tc.batch) * T * per_row * 4.0;
+  // FIRE per forward (one per sequence on the per-sequence device, kept per thread): the bias and its
+  // gradient (n_heads T^2 each) and at most T^2 / 2 distinct pairs with the MLP's activations and gradients
+  const double fire = mc.pos_mode != PosMode::fire ? 0.0
+                                                   : double(tc.threads) * T * T *
+                                                         (2.0 * mc.n_heads + 0.5 * (4.0 * mc.fire_width + 2.0 * mc.n_heads + 2.0));
+  const double acts = on_device ? 0.0 : (double(tc.batch) * T * per_row + fire) * 4.0;
   const auto [n, m] = problem_bound(task, tc.train_n, tc.train_m);
   const double data = problems_bytes(tc.train_size, n, m);
   const double eval = problems_bytes(tc.eval_samples, n, m) + 2.0 * double(tc.eval_samples);
@@ -77,9 +82,16 @@ const std::vector<FieldDoc>& config_fields() {
       {"model", "pos_mode",
        "coupled (2 levels: addition) | coupled3 (3 levels: multiplication) | digits (the task's level 1 only: "
        "the coupling of single-level tasks) | absolute | none | abacus (McLeish et al.: each number's digits "
-       "1, 2, ... from its first token, offset up to abacus_k in training)"},
+       "1, 2, ... from its first token, offset up to abacus_k in training) | fire (Li et al.: a learned "
+       "relative-position bias on the scores) | rope (Su et al.: q, k rotated by the token index); fire runs on "
+       "the CPU devices only for now"},
       {"model", "abacus_k", "pos_mode abacus: training offsets beta uniform in [1, abacus_k], one per batch (the paper's "
                             "k = 100); needs max_pos1 >= abacus_k + the longest number - 1"},
+      {"model", "fire_width", "pos_mode fire: hidden width of FIRE's MLP (the authors' d_fire)"},
+      {"model", "fire_threshold", "pos_mode fire: normalizer psi(max(i, L)) (max: the FIRE paper) | psi(min(i, L)) "
+                                  "(min: the paper-000 authors' code)"},
+      {"model", "input_injection", "true: every block after the first reads its predecessor's output + the embedding "
+                                   "(McLeish et al.) | false"},
       {"model", "norm_eps", "RMSNorm epsilon"},
       {"model", "init_std", "std of the normal initialization of matrices and embeddings (init normal)"},
       {"model", "attn_scale", "attention scores q.k times 1/sqrt(d_head) (inv_sqrt_dhead) or unscaled (none: T5)"},
@@ -125,7 +137,13 @@ std::string config_flag(const FieldDoc& f) {
 
 ConfigOptions::ConfigOptions(CLI::App& app) {
   nlohmann::json defaults = {{"model", ModelConfig{}}, {"train", TrainConfig{}}};
-  defaults["model"]["abacus_k"] = ModelConfig{}.abacus_k;  // to_json writes it for abacus models only
+  // to_json writes these for the models they apply to only
+  ModelConfig fire;
+  fire.pos_mode = PosMode::fire;
+  const nlohmann::json fj = fire;
+  defaults["model"]["abacus_k"] = ModelConfig{}.abacus_k;
+  for (const char* k : {"fire_width", "fire_threshold"}) defaults["model"][k] = fj.at(k);
+  defaults["model"]["input_injection"] = ModelConfig{}.input_injection;
   for (const auto& doc : config_fields()) {
     const nlohmann::json& d = defaults.at(doc.section).at(doc.name);
     Field& f = fields_.emplace_back();

@@ -12,13 +12,16 @@
 //    learn/README "Precision"), i.e. of PackedCpuDevice in bf16, value for value: the matrix weights
 //    (and a tied readout's token table) rounded to bf16 once per step (one convert of the whole
 //    parameter buffer; the embedding lookup and the norms read the fp32 master values); norm outputs
-//    n1, n3 written bf16 by the norm kernels; q, k, v and h written bf16 by their GEMMs; attention output
+//    n1, n3 written bf16 by the norm kernels; q, k, v and h written bf16 by their GEMMs (pos_mode rope: q
+//    and k written fp32 by their GEMMs, rotated, then rounded by the rotation kernel); attention output
 //    and GEGLU output written bf16 by their kernels (attention on tensor cores, kernels/flash_tc.hpp:
 //    scores and softmax in fp32, the weights rounded to bf16 before they multiply v, as the CPU twin's
 //    layers.hpp attention in bf16); proj, fo and logits fp32 GEMM outputs; the readout
 //    input xr = bf16(xf [* d_model^-1/2]). Backward: dlogits and the residual gradients dres a GEMM reads
 //    converted to bf16 copies; dao written bf16 by its GEMM; dq, dk, dv bf16 by the attention kernel
-//    (bf16(P) into dv and dS rounded before it multiplies k or q, inside the kernel, as the twin); dh
+//    (bf16(P) into dv and dS rounded before it multiplies k or q, inside the kernel, as the twin; rope:
+//    the kernel writes dq and dk in fp32, the inverse rotation reads them and rounds once, the twin's
+//    order); dh
 //    bf16 by the GEGLU kernel; dg, dn, the residual stream's gradient and every weight gradient fp32
 //    (bf16 x bf16 products accumulated in fp32 by cuBLAS). So the device and its twin differ only by
 //    fp32 accumulation order and the rare bf16 rounding it flips (tests/test_cuda_train.cpp).
@@ -35,8 +38,9 @@
 // architecture and SM count, single stream); every other reduction is ours and fixed order
 // (kernels/src/train.cu). So a resumed CUDA run equals the uninterrupted CUDA run bit for bit on the
 // same GPU model and toolkit, in either precision. The fp32 device's GPU tests passed on an H100 at
-// commit 896f091; the bf16 device, the T5 options and pos_mode coupled3 (three position tables) have
-// not run on a GPU yet (compiled for sm_90; their tests are tests/test_cuda_train.cpp's *Gpu suites).
+// commit 896f091; the bf16 device, the T5 options, pos_mode coupled3 (three position tables), pos_mode
+// rope and input injection have not run on a GPU yet (compiled for sm_90; their tests are
+// tests/test_cuda_train.cpp's *Gpu suites).
 // Without CUDA in the build only make_cuda_device's refusal is compiled.
 #include "manyadd/learn/cuda_device.hpp"
 
@@ -69,6 +73,7 @@ template <class A>
 struct BlockActs {  // one block's activations, (R, ...) as learn::Acts::Block (Tk = T), lse (NH R; base 2 in bf16) instead of att
   Buf<A> n1, q, k, v, ao, n3, h, g;  // matrix-product inputs: bf16 in the bf16 pipeline
   Buf<float> r1, lse, proj, res1, x1, r2, r3, fo, res2, x2, r4;
+  Buf<float> xin;  // input_injection, blocks after the first: the previous output + x0
 };
 
 // The batch's host arrays in one pinned block (tokens, targets, position IDs per level, row offsets),
@@ -183,6 +188,13 @@ class CudaDevice final : public TrainDevice {
   Buf<float> dlogits_, dxf_, dx_, dres_, dn_, dg_, attscr_, normscr_;
   Buf<A> dlogits16_, dres16_;  // bf16: the rounded copies a product reads
   Buf<A> dh_, dao_, dq_, dk_, dv_;
+  Buf<float> dx0_;  // input_injection: d x0 from the blocks after the first
+  // pos_mode rope: cos and sin of positions 0..rope_rows_-1 (learn::rope_tables<float>, grown with the
+  // longest sequence); bf16: the fp32 q, k GEMM outputs the rotation reads in the forward, and in the
+  // backward the flash kernel's fp32 dq, dk (so that they reach the inverse rotation unrounded)
+  Buf<float> rope_cs_, rope_sn_;
+  std::size_t rope_rows_ = 0;
+  Buf<float> qf_, kf_;
   std::vector<float> host_logits_;
 
   const float* P(std::int64_t off) const { return params_.get() + off; }
@@ -251,6 +263,7 @@ class CudaDevice final : public TrainDevice {
     probs_.resize(R * V), losses_.resize(R);
     if (blocks_.size() != std::size_t(c_.n_layers)) blocks_ = std::vector<BlockActs<A>>(std::size_t(c_.n_layers));
     for (auto& b : blocks_) {
+      if (c_.input_injection) b.xin.resize(R * C);
       b.n1.resize(R * C), b.r1.resize(R), b.q.resize(R * D), b.k.resize(R * D), b.v.resize(R * D), b.ao.resize(R * D);
       b.lse.resize(HR), b.proj.resize(R * C), b.res1.resize(R * C), b.x1.resize(R * C), b.r2.resize(R);
       b.n3.resize(R * C), b.r3.resize(R), b.h.resize(R * 2 * F), b.g.resize(R * F), b.fo.resize(R * C);
@@ -260,6 +273,17 @@ class CudaDevice final : public TrainDevice {
     dres16_.resize(R * C), dn_.resize(R * C), dh_.resize(R * 2 * F), dg_.resize(R * F), dao_.resize(R * D);
     dq_.resize(R * D), dk_.resize(R * D), dv_.resize(R * D), attscr_.resize(HR);
     normscr_.resize(std::max(K::rmsnorm_scratch_floats(int(R), int(C)), K::layernorm_scratch_floats(int(R), int(C))));
+    if (c_.input_injection) dx0_.resize(R * C);
+    if (c_.pos_mode == PosMode::rope) {
+      if (std::size_t(pb.T) > rope_rows_) {  // row t depends on t alone: the tables only grow
+        rope_rows_ = std::size_t(pb.T) * 9 / 8 + 1;
+        std::vector<float> cs, sn;
+        rope_tables(cs, sn, 0, int(rope_rows_), c_.d_head, kRopeBase);
+        rope_cs_.resize(cs.size()), rope_sn_.resize(sn.size());
+        rope_cs_.upload(cs.data(), cs.size()), rope_sn_.upload(sn.data(), sn.size());
+      }
+      if constexpr (kBf16) qf_.resize(R * D), kf_.resize(R * D);
+    }
     upload(pb);
   }
   void upload(const PackedBatch& pb) {
@@ -319,10 +343,23 @@ class CudaDevice final : public TrainDevice {
     for (int l = 0; l < c_.n_layers; ++l) {
       auto& b = blocks_[std::size_t(l)];
       const auto& w = lay_.blocks[std::size_t(l)];
-      // 2. 3.
+      if (c_.input_injection && l > 0) {  // block l >= 1 reads its predecessor's output + x0
+        K::residual_forward(b.xin, x, x0_, RC);
+        x = b.xin;
+      }
+      // 2. 3. (RoPE: q, k rotated from the fp32 products, then rounded in bf16, as the twin)
       K::rmsnorm_forward(b.n1.get(), b.r1, x, P(w.attn_norm1), R, C, eps);
-      mm_forward(b.q.get(), b.n1, W(w.wq), R, C, D);
-      mm_forward(b.k.get(), b.n1, W(w.wk), R, C, D);
+      if (c_.pos_mode == PosMode::rope) {
+        float* qf = qk_fp32(b.q, qf_);
+        float* kf = qk_fp32(b.k, kf_);
+        mm_forward(qf, b.n1, W(w.wq), R, C, D);
+        mm_forward(kf, b.n1, W(w.wk), R, C, D);
+        K::rope_forward(b.q.get(), qf, rope_cs_, rope_sn_, off_, B, R, NH, HS);
+        K::rope_forward(b.k.get(), kf, rope_cs_, rope_sn_, off_, B, R, NH, HS);
+      } else {
+        mm_forward(b.q.get(), b.n1, W(w.wq), R, C, D);
+        mm_forward(b.k.get(), b.n1, W(w.wk), R, C, D);
+      }
       mm_forward(b.v.get(), b.n1, W(w.wv), R, C, D);
       // 4. (bf16: the tensor-core flash kernel, lse in base 2; fp32: the CUDA-core flash kernel)
       if constexpr (kBf16)
@@ -351,6 +388,17 @@ class CudaDevice final : public TrainDevice {
     if (!loss) return;
     K::crossentropy_forward(losses_, probs_, logits_, tgt_, R, V);
     K::reduce_sum(losses_, R, false, red_, loss);
+  }
+  // RoPE's fp32 q or k before the rotation: the activation itself (fp32, rotated in place) or the fp32
+  // scratch (bf16: the rotation writes the rounded activation).
+  float* qk_fp32(Buf<A>& act, Buf<float>& scratch) {
+    if constexpr (kBf16) {
+      (void)act;
+      return scratch.get();
+    } else {
+      (void)scratch;
+      return act.get();
+    }
   }
   const A* readout_input(std::int64_t RC) {
     if (c_.tie_readout) {
@@ -393,10 +441,12 @@ class CudaDevice final : public TrainDevice {
                             P(lay_.final_norm), mf_, rf_, R, C);
     else
       K::rmsnorm_backward(dx_, G(lay_.final_norm), normscr_, dxf_.get(), xlast, P(lay_.final_norm), rf_, R, C);
+    if (c_.input_injection) kernels::dev_zero(dx0_, RCb);
     for (int l = c_.n_layers - 1; l >= 0; --l) {
       auto& b = blocks_[std::size_t(l)];
       const auto& w = lay_.blocks[std::size_t(l)];
-      const float* a_in = l == 0 ? x0_.get() : blocks_[std::size_t(l - 1)].x2.get();
+      const bool inj = c_.input_injection && l > 0;
+      const float* a_in = l == 0 ? x0_.get() : inj ? b.xin.get() : blocks_[std::size_t(l - 1)].x2.get();
       // 7.
       kernels::dev_zero(dres_, RCb);
       K::rmsnorm_backward(dres_, G(w.ffn_norm2), normscr_, dx_.get(), b.res2, P(w.ffn_norm2), b.r4, R, C);
@@ -411,13 +461,27 @@ class CudaDevice final : public TrainDevice {
       kernels::dev_zero(dres_, RCb);
       K::rmsnorm_backward(dres_, G(w.attn_norm2), normscr_, dx_.get(), b.res1, P(w.attn_norm2), b.r2, R, C);
       mm_backward(dao_.get(), G(w.wo), as_input(dres_, dres16_, RC), b.ao, W(w.wo), R, D, C, false);
-      // 4. (written, not accumulated; bf16: D = dao . ao into attscr_)
-      if constexpr (kBf16)
-        kernels::flash::attention_backward(dq_.get(), dk_.get(), dv_.get(), attscr_, dao_.get(), b.ao.get(), b.lse,
-                                           b.q.get(), b.k.get(), b.v.get(), off_, B, R, NH, HS, att_scale_);
-      else
+      // 4. (written, not accumulated; bf16: D = dao . ao into attscr_) 3'. RoPE: dq, dk rotated back (the
+      //    rotation's transpose), then rounded (bf16: the flash kernel writes them fp32 into the forward's q,
+      //    k scratch, free by now; the rotation rounds them once)
+      if constexpr (kBf16) {
+        if (c_.pos_mode == PosMode::rope) {
+          kernels::flash::attention_backward(qf_.get(), kf_.get(), dv_.get(), attscr_, dao_.get(), b.ao.get(), b.lse,
+                                             b.q.get(), b.k.get(), b.v.get(), off_, B, R, NH, HS, att_scale_);
+          K::rope_backward(dq_.get(), qf_, rope_cs_, rope_sn_, off_, B, R, NH, HS);
+          K::rope_backward(dk_.get(), kf_, rope_cs_, rope_sn_, off_, B, R, NH, HS);
+        } else {
+          kernels::flash::attention_backward(dq_.get(), dk_.get(), dv_.get(), attscr_, dao_.get(), b.ao.get(), b.lse,
+                                             b.q.get(), b.k.get(), b.v.get(), off_, B, R, NH, HS, att_scale_);
+        }
+      } else {
         K::attention_backward(dq_.get(), dk_.get(), dv_.get(), attscr_, dao_.get(), b.lse, b.q.get(), b.k.get(),
                               b.v.get(), off_, B, R, NH, HS, att_scale_);
+        if (c_.pos_mode == PosMode::rope) {
+          K::rope_backward(dq_.get(), dq_.get(), rope_cs_, rope_sn_, off_, B, R, NH, HS);
+          K::rope_backward(dk_.get(), dk_.get(), rope_cs_, rope_sn_, off_, B, R, NH, HS);
+        }
+      }
       // 3.
       mm_backward(dn_.get(), G(w.wq), dq_, b.n1, W(w.wq), R, C, D, false);
       mm_backward(dn_.get(), G(w.wk), dk_, b.n1, W(w.wk), R, C, D, true);
@@ -425,7 +489,9 @@ class CudaDevice final : public TrainDevice {
       // 2.
       kernels::dev_copy(dx_, dres_, RCb);
       K::rmsnorm_backward(dx_, G(w.attn_norm1), normscr_, dn_.get(), a_in, P(w.attn_norm1), b.r1, R, C);
+      if (inj) K::residual_forward(dx0_, dx0_, dx_, RC);  // d xin flows to x0 (dx0 += dx) and on to block l - 1
     }
+    if (c_.input_injection) K::residual_forward(dx_, dx_, dx0_, RC);  // d x0 = block 0's + the injections'
     // 1. (a tied readout's gradient is already in dwte: the sums of rows are added to it)
     const std::int32_t* readers[1 + kMaxPosLevels];
     const std::int32_t* starts[1 + kMaxPosLevels];
@@ -447,6 +513,11 @@ namespace manyadd::learn {
 bool cuda_training_available(std::string* why) { return kernels::device_available(why); }
 
 void check_cuda_supports(const ModelConfig& c, Precision) {
+  // FIRE's score bias is in the CPU forward/backward only: the attention kernels take no bias yet
+  // (kernels/README.md, "FIRE on CUDA").
+  if (c.pos_mode == PosMode::fire)
+    throw InputError("--device cuda does not support pos_mode fire yet (the attention kernels take no position "
+                     "bias): train and evaluate it with --device cpu");
   // fp32: the CUDA-core flash kernels hold a head's row across a warp's registers, 16 dims per lane at
   // most; bf16: the tensor-core kernels' widest instance is 512 (its tiles fill a CTA's shared memory).
   constexpr int kMaxHeadDim = 512;

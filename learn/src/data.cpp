@@ -163,7 +163,9 @@ void position_ids_for(const Shape& shape, PosMode mode, std::int64_t s1, std::in
       return;
     }
     case PosMode::absolute: return absolute_ids(shape.N(), s1, p1);
-    case PosMode::none: return;
+    case PosMode::none:
+    case PosMode::fire:
+    case PosMode::rope: return;  // positions enter through the attention (token indices), no IDs
     case PosMode::abacus: return abacus_ids(nines_sequence(shape), s1, p1);
     case PosMode::coupled3: throw InputError("pos_mode coupled3 reads three position levels, addition couples two");
   }

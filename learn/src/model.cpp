@@ -21,7 +21,10 @@ PosMode parse_pos_mode(const std::string& s) {
   if (s == "none") return PosMode::none;
   if (s == "coupled3") return PosMode::coupled3;
   if (s == "abacus") return PosMode::abacus;
-  throw InputError(fmt::format("position mode '{}' unknown (coupled|coupled3|digits|absolute|none|abacus)", s));
+  if (s == "fire") return PosMode::fire;
+  if (s == "rope") return PosMode::rope;
+  throw InputError(
+      fmt::format("position mode '{}' unknown (coupled|coupled3|digits|absolute|none|abacus|fire|rope)", s));
 }
 const char* pos_mode_name(PosMode m) {
   switch (m) {
@@ -31,6 +34,8 @@ const char* pos_mode_name(PosMode m) {
     case PosMode::none: return "none";
     case PosMode::coupled3: return "coupled3";
     case PosMode::abacus: return "abacus";
+    case PosMode::fire: return "fire";
+    case PosMode::rope: return "rope";
   }
   return "?";
 }
@@ -41,7 +46,9 @@ int pos_levels(PosMode m) {
     case PosMode::digits:
     case PosMode::absolute:
     case PosMode::abacus: return 1;
-    case PosMode::none: return 0;
+    case PosMode::none:
+    case PosMode::fire:
+    case PosMode::rope: return 0;
   }
   return 0;
 }
@@ -61,6 +68,11 @@ NormKind parse_norm_kind(const std::string& s) {
   if (s == "layer") return NormKind::layer;
   throw InputError(fmt::format("final norm '{}' unknown (rms|layer)", s));
 }
+FireThreshold parse_fire_threshold(const std::string& s) {
+  if (s == "max") return FireThreshold::max;
+  if (s == "min") return FireThreshold::min;
+  throw InputError(fmt::format("fire_threshold '{}' unknown (max: the FIRE paper | min: the paper-000 authors' code)", s));
+}
 Precision parse_precision(const std::string& s) {
   if (s == "fp32") return Precision::fp32;
   if (s == "bf16") return Precision::bf16;
@@ -69,6 +81,7 @@ Precision parse_precision(const std::string& s) {
 const char* attn_scale_name(AttnScale a) { return a == AttnScale::none ? "none" : "inv_sqrt_dhead"; }
 const char* init_name(InitScheme i) { return i == InitScheme::t5 ? "t5" : "normal"; }
 const char* norm_kind_name(NormKind n) { return n == NormKind::layer ? "layer" : "rms"; }
+const char* fire_threshold_name(FireThreshold f) { return f == FireThreshold::min ? "min" : "max"; }
 const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }
 float round_bf16(float x) { return bf16_to_float(float_to_bf16(x)); }
 
@@ -93,6 +106,10 @@ void ModelConfig::validate() const {
                    "the longest number's digits - 1)",
                    max_pos1 - 1, abacus_k));
   need(init_std > 0 && init_std < 10, fmt::format("model.init_std must be in (0, 10) (got {})", init_std));
+  need(fire_width >= 1 && fire_width <= 4096, fmt::format("model.fire_width must be in [1, 4096] (got {})", fire_width));
+  // RoPE turns pairs of a head's dimensions.
+  need(pos_mode != PosMode::rope || d_head % 2 == 0,
+       fmt::format("pos_mode rope rotates pairs of dimensions: model.d_head must be even (got {})", d_head));
 }
 
 void to_json(nlohmann::json& j, const ModelConfig& c) {
@@ -113,7 +130,13 @@ void to_json(nlohmann::json& j, const ModelConfig& c) {
                      {"init", init_name(c.init)},
                      {"tie_readout", c.tie_readout},
                      {"final_norm", norm_kind_name(c.final_norm)}};
-  if (c.pos_mode == PosMode::abacus) j["abacus_k"] = c.abacus_k;  // older files stay as they were
+  // Fields of one mode or option only where they apply: older files stay as they were.
+  if (c.pos_mode == PosMode::abacus) j["abacus_k"] = c.abacus_k;
+  if (c.pos_mode == PosMode::fire) {
+    j["fire_width"] = c.fire_width;
+    j["fire_threshold"] = fire_threshold_name(c.fire_threshold);
+  }
+  if (c.input_injection) j["input_injection"] = true;
 }
 
 void from_json(const nlohmann::json& j, ModelConfig& c) {
@@ -133,7 +156,8 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
   static const char* known[] = {"vocab",    "vocabulary", "n_layers",   "n_heads",     "d_model",
                                 "d_head",   "d_ff",       "max_pos1",   "max_pos2",    "max_pos3", "pos_mode",
                                 "norm_eps", "init_std",   "attn_scale", "init",        "tie_readout",
-                                "final_norm", "architecture", "abacus_k"};
+                                "final_norm", "architecture", "abacus_k", "fire_width", "fire_threshold",
+                                "input_injection"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return it.key() == k; }) == std::end(known))
       throw InputError(fmt::format("model config: unknown field '{}'", it.key()));
@@ -155,6 +179,15 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
   if (j.contains("abacus_k") && c.pos_mode != PosMode::abacus)
     throw InputError(fmt::format("model.abacus_k applies to pos_mode abacus only (pos_mode is {})", pos_mode_name(c.pos_mode)));
   geti("abacus_k", c.abacus_k);
+  for (const char* k : {"fire_width", "fire_threshold"})
+    if (j.contains(k) && c.pos_mode != PosMode::fire)
+      throw InputError(fmt::format("model.{} applies to pos_mode fire only (pos_mode is {})", k, pos_mode_name(c.pos_mode)));
+  geti("fire_width", c.fire_width);
+  if (auto v = gets("fire_threshold")) c.fire_threshold = parse_fire_threshold(*v);
+  if (j.contains("input_injection")) {
+    if (!j["input_injection"].is_boolean()) throw InputError("model.input_injection must be true or false");
+    c.input_injection = j["input_injection"].get<bool>();
+  }
   getf("norm_eps", c.norm_eps);
   getf("init_std", c.init_std);
   if (auto v = gets("attn_scale")) c.attn_scale = parse_attn_scale(*v);
@@ -169,10 +202,14 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
 
 nlohmann::json architecture_description(const ModelConfig& c) {
   const bool t5 = c.init == InitScheme::t5;
-  return {
+  nlohmann::json d = {
       {"type", "decoder-only transformer"},
       {"embedding", "tok_emb[token] + sum over levels of pos_emb.<level>[position id of that level]"},
-      {"block", "x = attn_norm2(x + attn(attn_norm1(x))); x = ffn_norm2(x + ffn(ffn_norm1(x)))"},
+      {"block", c.input_injection
+                    ? "input injection (McLeish et al. 2024): block 0 reads x0 = the embedding, block l >= 1 reads x = "
+                      "(block l-1's output) + x0; then x = attn_norm2(x + attn(attn_norm1(x))); x = ffn_norm2(x + "
+                      "ffn(ffn_norm1(x)))"
+                    : "x = attn_norm2(x + attn(attn_norm1(x))); x = ffn_norm2(x + ffn(ffn_norm1(x)))"},
       {"attention", c.attn_scale == AttnScale::none
                         ? "causal multi-head, no biases, q/k/v/o nn.Linear(bias=False), scores q.k unscaled (T5)"
                         : "causal multi-head, no biases, q/k/v/o nn.Linear(bias=False), scores scaled by 1/sqrt(d_head)"},
@@ -188,6 +225,24 @@ nlohmann::json architecture_description(const ModelConfig& c) {
       {"init", t5 ? "t5: q ~ N(0, (d_model d_head)^-1/2), k, v ~ N(0, d_model^-1/2), o ~ N(0, (n_heads d_head)^-1/2), "
                     "ffn wi ~ N(0, d_model^-1/2), ffn wo ~ N(0, d_ff^-1/2), tables N(0, 1), norm weights 1, biases 0"
                   : "normal: matrices and tables N(0, init_std), norm weights 1, biases 0"}};
+  if (c.pos_mode == PosMode::fire) {
+    d["embedding"] = "tok_emb[token] (no position table)";
+    d["position_bias"] = fmt::format(
+        "FIRE (Li et al. 2024): scores(i, j) += b_h(i, j) in every layer, i, j the token indices (BOS 0), j <= i; "
+        "b(i, j) = W3 relu(W2 relu(W1 u)) (fire.mlp.0/2/4.weight: (H, 1), (H, H), (n_heads, H), H = fire_width = "
+        "{}, no biases), u = psi(i - j) / (psi({}(i, L)) + 1e-6), psi(x) = log(|c| x + 1), L = L_sqrt^2 (fire.c, "
+        "fire.L_sqrt learned; init 0.1, 16); init W1 N(0, 1), W2, W3 N(0, H^-1/2)",
+        c.fire_width, fire_threshold_name(c.fire_threshold));
+  }
+  if (c.pos_mode == PosMode::rope) {
+    d["embedding"] = "tok_emb[token] (no position table)";
+    d["rotary"] = fmt::format(
+        "RoPE (Su et al. 2021): q and k of every head rotated before the scores, pair (2k, 2k+1) of the token at index "
+        "p (BOS 0) by the angle p * {}^(-2k/d_head): x'_2k = x_2k cos - x_2k+1 sin, x'_2k+1 = x_2k sin + x_2k+1 cos",
+        kRopeBase);
+  }
+  if (c.pos_mode == PosMode::none) d["embedding"] = "tok_emb[token] (no position table)";
+  return d;
 }
 
 Layout Layout::make(const ModelConfig& c) {
@@ -208,6 +263,14 @@ Layout Layout::make(const ModelConfig& c) {
   L.wte = add("tok_emb.weight", {c.vocab, C});
   for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv)
     L.wpe[lv] = add(fmt::format("pos_emb.{}.weight", lv), {c.max_pos(lv) + 1, C});
+  if (c.pos_mode == PosMode::fire) {
+    const std::int64_t H = c.fire_width;
+    L.fire_w1 = add("fire.mlp.0.weight", {H, 1});
+    L.fire_w2 = add("fire.mlp.2.weight", {H, H});
+    L.fire_w3 = add("fire.mlp.4.weight", {c.n_heads, H});
+    L.fire_c = add("fire.c", {1});
+    L.fire_L_sqrt = add("fire.L_sqrt", {1});
+  }
   for (int b = 0; b < c.n_layers; ++b) {
     Block k;
     const std::string p = fmt::format("layers.{}.", b);
@@ -243,6 +306,10 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 // T5PreTrainedModel._init_weights with initializer_factor 1 (the Mesh TensorFlow scheme that lets T5
 // skip the 1/sqrt(d_head) of the scores); tables N(0, 1) as torch.nn.Embedding's default.
 double init_std_of(const ModelConfig& c, const std::string& name) {
+  // FIRE's MLP: the authors' init in either scheme (custom_t5_decoder_only.py: net[0] N(0, factor),
+  // net[2] and net[4] N(0, factor d_fire^-1/2), factor = initializer_factor = 1).
+  if (name == "fire.mlp.0.weight") return 1.0;
+  if (name == "fire.mlp.2.weight" || name == "fire.mlp.4.weight") return 1.0 / std::sqrt(double(c.fire_width));
   if (c.init == InitScheme::normal) return double(c.init_std);
   const double C = c.d_model, HS = c.d_head, D = double(c.n_heads) * c.d_head, F = c.d_ff;
   if (ends_with(name, "attn.q.weight")) return 1.0 / std::sqrt(C * HS);
@@ -265,6 +332,10 @@ std::vector<S> init_params(const ModelConfig& c, const Layout& lay, std::uint64_
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   };
   for (auto& t : lay.tensors) {
+    if (t.name == "fire.c" || t.name == "fire.L_sqrt") {  // the authors' c0 = 0.1, L0_sqrt = 16; no draw
+      p[std::size_t(t.offset)] = S(t.name == "fire.c" ? 0.1 : 16.0);
+      continue;
+    }
     if (t.shape.size() == 1) {  // norm weights 1, LayerNorm bias 0; no draw
       const S v = ends_with(t.name, ".bias") ? S(0) : S(1);
       for (std::int64_t i = 0; i < t.size; ++i) p[std::size_t(t.offset + i)] = v;
@@ -287,6 +358,7 @@ void Acts<S>::resize(const ModelConfig& c, const BatchView& x, int Tk_) {
   x0.resize(r * C);
   blocks.resize(std::size_t(c.n_layers));
   for (auto& b : blocks) {
+    b.xin.resize(c.input_injection ? r * C : 0);
     b.n1.resize(r * C), b.r1.resize(r);
     b.q.resize(r * D), b.k.resize(rk * D), b.v.resize(rk * D);
     b.att.resize(std::size_t(c.n_heads) * att);
@@ -312,6 +384,7 @@ void GradScratch<S>::resize(const ModelConfig& c, std::int64_t R, int T) {
   dh.resize(r * 2 * F), dg.resize(r * F);
   dao.resize(r * D), dq.resize(r * D), dk.resize(r * D), dv.resize(r * D);
   datt.resize(std::size_t(T) * std::size_t(T));
+  dx0.resize(c.input_injection ? r * C : 0);
 }
 
 BatchView batch_of(const Example& ex) {
@@ -375,6 +448,9 @@ struct Ctx {
   bool bf16;
   const S* wg;  // matrix-product weights: the parameters (fp32) or Acts::wgemm (bf16)
   S att_scale;
+  const S* fire_bias = nullptr;                      // pos_mode fire: (NH, T, Tk), every sequence and layer
+  const std::vector<S>* rope_cos = nullptr;          // pos_mode rope: this call's tables
+  const std::vector<S>* rope_sin = nullptr;
   const S* W(std::int64_t off) const { return wg + off; }
   void round(std::vector<S>& v, std::int64_t n) const {
     if (bf16) round_bf16_inplace(v.data(), n);
@@ -383,8 +459,11 @@ struct Ctx {
 template <class S>
 Ctx<S> context(const Acts<S>& a, const ModelView<S>& m) {
   const bool bf16 = m.precision == Precision::bf16;
-  return {bf16, bf16 ? a.wgemm.data() : m.params,
-          attention_scale<S>(m.cfg.d_head, m.cfg.attn_scale == AttnScale::inv_sqrt_dhead)};
+  Ctx<S> ctx{bf16, bf16 ? a.wgemm.data() : m.params,
+             attention_scale<S>(m.cfg.d_head, m.cfg.attn_scale == AttnScale::inv_sqrt_dhead)};
+  if (m.cfg.pos_mode == PosMode::fire) ctx.fire_bias = a.fire_bias.data();
+  if (m.cfg.pos_mode == PosMode::rope) ctx.rope_cos = &a.rope_cos, ctx.rope_sin = &a.rope_sin;
+  return ctx;
 }
 // bf16: the weights every matrix product reads, rounded once per forward (the tables and norm weights
 // are copied unrounded: the embedding lookup and the norms read fp32 values; a tied readout reads the
@@ -405,8 +484,10 @@ void round_gemm_weights(std::vector<S>& wg, const ModelView<S>& m) {
 
 // Passes 2-7 of one block on the rows of xb, input x (positions past..past+T-1 of each sequence;
 // past > 0 only for a batch of one); writes the block's activations, its output is b.x2. bf16 rounding points (ctx.round): n1,
-// q, k, v, the attention weights inside attention_forward (before they multiply v), ao, n3, h, g; proj and fo stay fp32 (they are only added to the fp32 residual, so rounding
-// them would lose accuracy for nothing: the GPU writes or fuses them in fp32).
+// q, k, v, the attention weights inside attention_forward (before they multiply v), ao, n3, h, g; proj and
+// fo stay fp32 (they are only added to the fp32 residual, so rounding them would lose accuracy for nothing:
+// the GPU writes or fuses them in fp32). RoPE turns q and k before their rounding (the rotation reads the
+// fp32 products); FIRE's bias is fp32, added to the fp32 scores before the softmax (layers.hpp).
 template <class S>
 void block_forward(typename Acts<S>::Block& b, const S* x, const ModelView<S>& m, const Ctx<S>& ctx,
                    const Layout::Block& w, const BatchView& xb, int past) {
@@ -421,20 +502,28 @@ void block_forward(typename Acts<S>::Block& b, const S* x, const ModelView<S>& m
   matmul_forward(b.q.data(), b.n1.data(), ctx.W(w.wq), R, C, D);
   matmul_forward(b.k.data() + std::int64_t(past) * D, b.n1.data(), ctx.W(w.wk), R, C, D);
   matmul_forward(b.v.data() + std::int64_t(past) * D, b.n1.data(), ctx.W(w.wv), R, C, D);
+  if (ctx.rope_cos)  // 3'. RoPE: q, k of each sequence's row t turned by position past + t (the cached keys are
+                     //     turned already)
+    for (int s = 0; s < xb.B; ++s) {
+      const std::int64_t o = xb.begin(s) * D;
+      rope_rotate(b.q.data() + o, *ctx.rope_cos, *ctx.rope_sin, xb.length(s), NH, HS, +1);
+      rope_rotate(b.k.data() + std::int64_t(past) * D + o, *ctx.rope_cos, *ctx.rope_sin, xb.length(s), NH, HS, +1);
+    }
   if (ctx.bf16) {
     round_bf16_inplace(b.q.data(), RD);
     round_bf16_inplace(b.k.data() + std::int64_t(past) * D, RD);  // the cached rows are rounded already
     round_bf16_inplace(b.v.data() + std::int64_t(past) * D, RD);
   }
-  // 4. ao = causal softmax(scale q k^T) v per head, one sequence at a time on its own rows (scores and
-  //    softmax in fp32; bf16: the weights rounded before they multiply v, layers.hpp); its key rows start
-  //    where its query rows do (past > 0: one sequence)
+  // 4. ao = causal softmax(scale q k^T [+ FIRE bias]) v per head, one sequence at a time on its own rows
+  //    (scores and softmax in fp32; bf16: the weights rounded before they multiply v, layers.hpp); its key
+  //    rows start where its query rows do (past > 0: one sequence); FIRE: its block is the top-left corner
+  //    of the batch's (NH, T, T + past) bias
   std::int64_t att_at = 0;
   for (int s = 0; s < xb.B; ++s) {
     const std::int64_t o = xb.begin(s) * D;
     const int T = xb.length(s), Tk = T + past;
     attention_forward(b.ao.data() + o, b.att.data() + att_at, b.q.data() + o, b.k.data() + o, b.v.data() + o, T, Tk,
-                      NH, HS, ctx.att_scale, ctx.bf16);
+                      NH, HS, ctx.att_scale, ctx.fire_bias, xb.T, xb.T + past, ctx.bf16);
     att_at += std::int64_t(NH) * T * Tk;
   }
   ctx.round(b.ao, RD);
@@ -458,8 +547,9 @@ void block_forward(typename Acts<S>::Block& b, const S* x, const ModelView<S>& m
 // Passes 7..2 of one block in reverse (no cache); g.dx holds d(block output) on entry and d(block input
 // x) on exit. Accumulates into the block's parameter gradients in G. bf16 rounding points: the output
 // gradient of each product before the product reads it (dres for the FFN and attention outputs, dh,
-// dao, inside attention_backward P before P^T dout and dS before dS k and dS^T q, dq, dk, dv); the gradients the products write (dg, dn), the residual gradient and every
-// parameter gradient stay fp32.
+// dao, inside attention_backward P before P^T dout and dS before dS k and dS^T q, dq, dk, dv: RoPE turns
+// dq and dk back before their rounding); the gradients the products write (dg, dn), the residual gradient,
+// FIRE's d bias (the unrounded dS) and every parameter gradient stay fp32.
 template <class S>
 void block_backward(S* G, GradScratch<S>& g, const typename Acts<S>::Block& b, const S* x, const ModelView<S>& m,
                     const Ctx<S>& ctx, const Layout::Block& w, const BatchView& xb) {
@@ -493,16 +583,22 @@ void block_backward(S* G, GradScratch<S>& g, const typename Acts<S>::Block& b, c
   zero(g.dao);
   matmul_backward(g.dao.data(), G + w.wo, dres_in(), b.ao.data(), ctx.W(w.wo), R, D, C);
   ctx.round(g.dao, RD);
-  // 4. ao = causal softmax(scale q k^T) v per head, one sequence at a time
+  // 4. ao = causal softmax(scale q k^T [+ FIRE bias]) v per head, one sequence at a time (FIRE: d bias summed
+  //    over the sequences and, through g.dfire_bias, the layers)
   zero(g.dq), zero(g.dk), zero(g.dv);
+  S* dbias = ctx.fire_bias ? g.dfire_bias.data() : nullptr;
   std::int64_t att_at = 0;
   for (int s = 0; s < xb.B; ++s) {
     const std::int64_t o = xb.begin(s) * D;
     const int T = xb.length(s);
     attention_backward(g.dq.data() + o, g.dk.data() + o, g.dv.data() + o, g.datt.data(), g.dao.data() + o,
                        b.att.data() + att_at, b.q.data() + o, b.k.data() + o, b.v.data() + o, T, NH, HS,
-                       ctx.att_scale, ctx.bf16 ? b.ao.data() + o : nullptr);
+                       ctx.att_scale, dbias, xb.T, ctx.bf16 ? b.ao.data() + o : nullptr);
     att_at += std::int64_t(NH) * T * T;
+    if (ctx.rope_cos) {  // 3'. RoPE: the rotation is orthogonal, d(before) = R^T d(after)
+      rope_rotate(g.dq.data() + o, *ctx.rope_cos, *ctx.rope_sin, T, NH, HS, -1);
+      rope_rotate(g.dk.data() + o, *ctx.rope_cos, *ctx.rope_sin, T, NH, HS, -1);
+    }
   }
   ctx.round(g.dq, RD), ctx.round(g.dk, RD), ctx.round(g.dv, RD);
   // 3. q, k, v = n1 Wq^T, n1 Wk^T, n1 Wv^T
@@ -513,6 +609,40 @@ void block_backward(S* G, GradScratch<S>& g, const typename Acts<S>::Block& b, c
   // 2. n1 = Norm1(x)   (d x = dres (residual) + Norm1 backward)
   std::copy(g.dres.begin(), g.dres.end(), g.dx.begin());
   rmsnorm_backward(g.dx.data(), G + w.attn_norm1, g.dn.data(), x, m.at(w.attn_norm1), b.r1.data(), R, C);
+}
+
+// 0. FIRE's bias for the rows past..past+T-1 against keys 0..past+T-1 (layers.hpp): the distinct pairs'
+// normalized distances, the MLP once per pair, the bias (NH, T, Tk) every layer adds. fp32 in either
+// precision (a bias, as the scores; its MLP is not one of the rounded products).
+template <class S>
+void fire_forward(Acts<S>& a, const ModelView<S>& m, int past, int T) {
+  const ModelConfig& c = m.cfg;
+  const Layout& lay = m.lay;
+  const int H = c.fire_width, NH = c.n_heads, Tk = past + T;
+  const S Ls = *m.at(lay.fire_L_sqrt);
+  fire_pairs(a.fire, past, T, double(Ls * Ls), c.fire_threshold == FireThreshold::max);
+  const std::int64_t P = a.fire.pairs();
+  a.fire_u.resize(std::size_t(P)), a.fire_h1.resize(std::size_t(P * H)), a.fire_h2.resize(std::size_t(P * H));
+  a.fire_out.resize(std::size_t(P * NH));
+  fire_distances(a.fire_u.data(), a.fire, *m.at(lay.fire_c));
+  fire_mlp_forward(a.fire_out.data(), a.fire_h1.data(), a.fire_h2.data(), a.fire_u.data(), m.at(lay.fire_w1),
+                   m.at(lay.fire_w2), m.at(lay.fire_w3), P, H, NH);
+  a.fire_bias.resize(std::size_t(NH) * std::size_t(T) * std::size_t(Tk));
+  fire_bias_scatter(a.fire_bias.data(), a.fire_out.data(), a.fire, past, T, Tk, NH);
+}
+template <class S>
+void fire_backward(S* G, GradScratch<S>& g, const Acts<S>& a, const ModelView<S>& m, int T) {
+  const ModelConfig& c = m.cfg;
+  const Layout& lay = m.lay;
+  const int H = c.fire_width, NH = c.n_heads;
+  const std::int64_t P = a.fire.pairs();
+  g.dfire_out.resize(std::size_t(P * NH)), g.dfire_u.resize(std::size_t(P)), g.dfire_h.resize(std::size_t(2 * P * H));
+  fire_bias_gather(g.dfire_out.data(), g.dfire_bias.data(), a.fire, T, NH);
+  fire_mlp_backward(g.dfire_u.data(), G + lay.fire_w1, G + lay.fire_w2, G + lay.fire_w3, g.dfire_h.data(),
+                    g.dfire_out.data(), a.fire_h1.data(), a.fire_h2.data(), a.fire_u.data(), m.at(lay.fire_w1),
+                    m.at(lay.fire_w2), m.at(lay.fire_w3), P, H, NH);
+  fire_distances_backward(G + lay.fire_c, G + lay.fire_L_sqrt, g.dfire_u.data(), a.fire, *m.at(lay.fire_c),
+                          *m.at(lay.fire_L_sqrt));
 }
 
 // The readout's input: xf itself (fp32, untied), xf d_model^-1/2 (tied: the T5 readout), rounded in bf16.
@@ -536,14 +666,20 @@ S model_forward(Acts<S>& a, const ModelView<S>& m, const BatchView& x, int past)
   a.resize(c, x, past + x.T);
   if (m.precision == Precision::bf16) round_gemm_weights(a.wgemm, m);
   else a.wgemm.clear();  // marks the activations as fp32 ones (model_backward checks)
+  if (c.pos_mode == PosMode::fire) fire_forward(a, m, past, x.T);
+  if (c.pos_mode == PosMode::rope) rope_tables(a.rope_cos, a.rope_sin, past, x.T, c.d_head, kRopeBase);
   const Ctx<S> ctx = context(a, m);
   const S* wpe[kMaxPosLevels] = {m.at(lay.wpe[0]), m.at(lay.wpe[1]), m.at(lay.wpe[2])};
   // 1. x0 = tok_emb[tok] + sum_lv pos_emb_lv[pos_lv]
   embedding_forward(a.x0.data(), x.tokens, x.pos, pos_levels(c.pos_mode), m.at(lay.wte), wpe, R, C);
   const S* h = a.x0.data();
-  // 2.-7. the blocks
+  // 2.-7. the blocks (input injection: block l >= 1 reads xin = its predecessor's output + x0)
   for (int l = 0; l < c.n_layers; ++l) {
     auto& b = a.blocks[std::size_t(l)];
+    if (c.input_injection && l > 0) {
+      residual_forward(b.xin.data(), h, a.x0.data(), RC);
+      h = b.xin.data();
+    }
     block_forward(b, h, m, ctx, lay.blocks[std::size_t(l)], x, past);
     h = b.x2.data();
   }
@@ -602,14 +738,23 @@ void model_backward(S* G, GradScratch<S>& g, const Acts<S>& a, const ModelView<S
                        m.at(lay.final_norm), a.mf.data(), a.rf.data(), R, C);
   else
     rmsnorm_backward(g.dx.data(), G + lay.final_norm, g.dxf.data(), xlast, m.at(lay.final_norm), a.rf.data(), R, C);
-  // 7.-2. the blocks, last first
+  // 7.-2. the blocks, last first (input injection: d xin flows to the previous output and to x0)
+  if (c.pos_mode == PosMode::fire) g.dfire_bias.assign(std::size_t(c.n_heads) * std::size_t(x.T) * std::size_t(x.T), S(0));
+  if (c.input_injection) zero(g.dx0);
   for (int l = c.n_layers - 1; l >= 0; --l) {
-    const S* in = l == 0 ? a.x0.data() : a.blocks[std::size_t(l - 1)].x2.data();
+    const bool inj = c.input_injection && l > 0;
+    const S* in = l == 0 ? a.x0.data() : inj ? a.blocks[std::size_t(l)].xin.data() : a.blocks[std::size_t(l - 1)].x2.data();
     block_backward(G, g, a.blocks[std::size_t(l)], in, m, ctx, lay.blocks[std::size_t(l)], x);
+    if (inj)
+      for (std::int64_t i = 0; i < RC; ++i) g.dx0[std::size_t(i)] += g.dx[std::size_t(i)];
   }
+  if (c.input_injection)
+    for (std::int64_t i = 0; i < RC; ++i) g.dx[std::size_t(i)] += g.dx0[std::size_t(i)];
   // 1. x0 = tok_emb[tok] + sum_lv pos_emb_lv[pos_lv]
   S* dwpe[kMaxPosLevels] = {G + lay.wpe[0], G + lay.wpe[1], G + lay.wpe[2]};
   embedding_backward(G + lay.wte, dwpe, g.dx.data(), x.tokens, x.pos, pos_levels(c.pos_mode), R, C);
+  // 0. FIRE: the bias's gradient, summed over sequences and layers, through the MLP to its weights, c, L_sqrt
+  if (c.pos_mode == PosMode::fire) fire_backward(G, g, a, m, x.T);
 }
 
 std::vector<std::uint8_t> KvDecoder::greedy(const std::vector<std::uint8_t>& prefix,

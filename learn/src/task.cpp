@@ -859,6 +859,13 @@ std::string position_rule(const Task& t, PosMode mode) {
     case PosMode::digits: return "pos_mode digits: one table, level 1 of the task's coupling alone: " + coupling + offsets;
     case PosMode::absolute: return "pos_mode absolute: one table, BOS 0, the token at index k >= 1 -> s + k - 1" + offsets;
     case PosMode::none: return "pos_mode none: no position embeddings (causal attention alone)";
+    case PosMode::fire:
+      return "pos_mode fire: no position IDs and no table; every layer's attention scores get FIRE's learned bias "
+             "b_h(i, j) of the query's and key's token indices i, j (BOS 0), a function of log(|c| (i - j) + 1) / "
+             "log(|c| n_i + 1), n_i = max(i, L) or min(i, L) (fire_threshold) (Li et al. 2024)";
+    case PosMode::rope:
+      return "pos_mode rope: no position IDs and no table; every layer's queries and keys are rotated by their token "
+             "index (BOS 0), the pair (2k, 2k+1) by the angle index * 10000^(-2k/d_head) (Su et al. 2021)";
     case PosMode::abacus:
       return "pos_mode abacus: one table; each maximal run of digit tokens is numbered beta, beta + 1, ... from "
              "its first token, every other token 0; beta uniform in [1, abacus_k], one per batch, in training, 1 at "

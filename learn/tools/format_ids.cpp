@@ -220,8 +220,8 @@ int main(int argc, char** argv) {
   cli::add_int(app, "--n", n, "digits per operand (0 = the longest operand)", 0, 100'000'000);
   cli::add_string(app, "--task", task_s, "the task (" + task_names() + ") (default addition)");
   auto* o_mode = cli::add_string(app, "--pos-mode", mode,
-                                 "position IDs: coupled|coupled3|digits|absolute|none (learn/'s modes; default: the "
-                                 "task's coupling)");
+                                 "position IDs: coupled|coupled3|digits|absolute|none|abacus|fire|rope (learn/'s modes; "
+                                 "fire and rope have none; default: the task's coupling)");
   cli::add_int(app, "--s1", s1, "level-1 position offset", 1, 1'000'000);
   cli::add_int(app, "--s2", s2, "level-2 position offset", 1, 1'000'000);
   cli::add_int(app, "--s3", s3, "level-3 position offset", 1, 1'000'000);

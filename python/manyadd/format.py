@@ -27,6 +27,7 @@ The learned models' position modes (config.json model.pos_mode; learn/include/ma
     none      no position IDs (NoPE)
     abacus    one level from the tokens alone (McLeish et al. 2024, Sec. 3.1): the t-th token of every
               run of digit tokens beta + t - 1 (beta = s1), every other token 0 (abacus_ids)
+    fire, rope  no position IDs: the attention reads the token indices (FIRE's bias, RoPE's rotation)
 A learned model writes each problem in its own shape: n = its longest operand, m = its operand count,
 minimal padding. Training draws s1 in [1, max_offset1], s2 in [1, max_offset2] per sample; evaluation
 uses s1 = s2 = 1.
@@ -60,7 +61,7 @@ PLUS, EQ, ARROW, DOLLAR, STAR = 10, 11, 12, 13, 14
 BOS = EOS = DOLLAR
 POS_MODES = ("coupled", "digits", "absolute", "none")  # the modes of an addition model
 # and coupled3: three position tables, multiplication's tri-level coupling (learn/ takes every one)
-ALL_POS_MODES = POS_MODES + ("coupled3", "abacus")
+ALL_POS_MODES = POS_MODES + ("coupled3", "abacus", "fire", "rope")  # fire, rope: no IDs (token indices)
 PADDINGS = ("theorem", "minimal")
 # The C++ shape limits (construct/src/format.cpp): every index and ID fits 32/64-bit integers.
 MAX_DIGITS = MAX_OPERANDS = 100_000_000
@@ -291,7 +292,7 @@ def pos_levels(mode):
     """Position tables a learned model of this mode has (0, 1, 2 or 3)."""
     if mode not in ALL_POS_MODES:
         raise InputError("position mode %r unknown (%s)" % (mode, "|".join(ALL_POS_MODES)))
-    return {"coupled": 2, "digits": 1, "absolute": 1, "none": 0, "coupled3": 3, "abacus": 1}[mode]
+    return {"coupled": 2, "digits": 1, "absolute": 1, "none": 0, "coupled3": 3, "abacus": 1, "fire": 0, "rope": 0}[mode]
 
 
 def abacus_ids(tokens, beta):
@@ -372,10 +373,11 @@ class Example:
 def make_example(problem, mode, max_pos=None, s1=1, s2=1):
     """learn's make_example: the problem in its own shape (shape_of), IDs of `mode` at offsets (s1, s2),
     targets. max_pos = (max_pos1, max_pos2) checks the IDs fit the model's tables (InputError if not);
-    None skips the check. Offsets a mode does not use are not checked (s2 outside coupled, both for none)."""
+    None skips the check. Offsets a mode does not use are not checked (s2 outside coupled, both without IDs:
+    none, fire, rope)."""
     shape = shape_of(problem)
     if max_pos is not None:
-        bad1 = mode != "none" and not (1 <= s1 <= max_offset1(mode, max_pos[0], shape))
+        bad1 = pos_levels(mode) >= 1 and not (1 <= s1 <= max_offset1(mode, max_pos[0], shape))
         bad2 = mode == "coupled" and not (1 <= s2 <= max_offset2(mode, max_pos[1], shape))
         if bad1 or bad2:
             raise InputError("shape (n=%d, m=%d, l=%d) with offsets (%d, %d) needs position IDs beyond the model's "

@@ -13,15 +13,23 @@ against `evaluate --problem ... --json` and its attention against `dump_attentio
 
 The forward (shapes: B batch, T tokens, C d_model, H n_heads, D d_head, F d_ff, V = 14):
     x = tok_emb[tokens] + sum over levels lv of pos_emb.lv[pos[lv]]     (pos_mode: coupled 2 levels,
-                                                                         digits/absolute 1, none 0)
+                                                                         digits/absolute/abacus 1,
+                                                                         none/fire/rope 0)
     per layer:  x = attn_norm2(x + attn(attn_norm1(x)))                 (the reference's "PreNorm and
                 x = ffn_norm2(x + ffn(ffn_norm1(x)))                     PostNorm")
+                input_injection: layer l >= 1 reads x + x0, x0 the embedding (McLeish et al. 2024)
     logits = lm_head(final_norm(x))                                     (tie_readout false)
     logits = (final_norm(x) * d_model^-1/2) tok_emb^T                  (tie_readout true: T5's readout,
                                                                          no lm_head tensor)
     attn: q, k, v = x Wq^T, x Wk^T, x Wv^T split in H heads of D; causal softmax(q k^T * scale) v;
           output projection o (no biases anywhere); scale = 1/sqrt(D) (attn_scale inv_sqrt_dhead) or 1
           (attn_scale none: T5, the authors' model)
+          pos_mode rope: q, k rotated before the scores, the pair (2k, 2k+1) of token index p by the angle
+          p 10000^(-2k/D) (Su et al. 2021; learn/include/manyadd/learn/layers.hpp)
+          pos_mode fire: the scores plus FIRE's bias b (H, T, T), the same in every layer: b(i, j) =
+          mlp(u), u = log1p(|c| (i - j)) / (log1p(|c| n_i) + 1e-6), n_i = max(i, L) or min(i, L)
+          (fire_threshold), L = L_sqrt^2, mlp = Linear(1, W) ReLU Linear(W, W) ReLU Linear(W, H), no
+          biases (Li et al. 2024, as the paper-000 authors' code; layers.hpp)
     ffn: GEGLU, [gate | up] = x wi^T (2F), gelu_tanh(gate) * up, then wo
     norm: RMSNorm w * x / sqrt(mean(x^2) + norm_eps); the final norm RMSNorm (final_norm rms) or LayerNorm
           w * (x - mean) / sqrt(var + norm_eps) + b, biased variance (final_norm layer)
@@ -30,11 +38,13 @@ rows never see the padding) and read the logits of the real rows only.
 
 Hook points (TransformerLens names; shapes for a batch (B, T)):
     hook_embed (B, T, C)              token embedding
-    hook_pos_embed (B, T, C)          sum of the position embeddings (absent for pos_mode none)
+    hook_pos_embed (B, T, C)          sum of the position embeddings (absent without tables: none, fire, rope)
     blocks.{l}.hook_resid_pre         (B, T, C) block input
     blocks.{l}.ln1.hook_normalized    (B, T, C) attn_norm1 output
+    hook_fire_bias (H, T, T)          pos_mode fire: the bias every layer adds to its scores
     blocks.{l}.attn.hook_q/hook_k/hook_v   (B, T, H, D)
-    blocks.{l}.attn.hook_attn_scores  (B, H, T, T) scaled scores, -inf above the diagonal
+    blocks.{l}.attn.hook_rot_q/hook_rot_k  (B, T, H, D) pos_mode rope: q, k after the rotation
+    blocks.{l}.attn.hook_attn_scores  (B, H, T, T) scaled scores (+ FIRE's bias), -inf above the diagonal
     blocks.{l}.attn.hook_pattern      (B, H, T, T) post-softmax attention (row = query, column = key)
     blocks.{l}.attn.hook_z            (B, T, H, D) per-head attention output, before the projection
     blocks.{l}.hook_attn_out          (B, T, C) output projection
@@ -71,9 +81,12 @@ __all__ = ["LearnedConfig", "LearnedTransformer", "load_learned", "ARCHITECTURE_
 # Fields of config.json "model" and what each does to the forward.
 #   sizes: integers that shape the tensors; checked against the C++ limits (learn/src/model.cpp).
 _SIZES = {"vocab": (14, 15), "n_layers": (1, 64), "n_heads": (1, 64), "d_model": (1, 8192), "d_head": (1, 1024),
-          "d_ff": (1, 65536), "max_pos1": (2, 1_000_000), "max_pos2": (2, 1_000_000), "max_pos3": (2, 1_000_000)}
-# Sizes a config.json written before they existed lacks: the C++ default.
-_SIZE_DEFAULTS = {"max_pos3": 20}
+          "d_ff": (1, 65536), "max_pos1": (2, 1_000_000), "max_pos2": (2, 1_000_000), "max_pos3": (2, 1_000_000),
+          "fire_width": (1, 4096)}
+# Sizes a config.json written before they existed lacks (or, fire_width, one of another pos_mode): the C++ default.
+_SIZE_DEFAULTS = {"max_pos3": 20, "fire_width": 32}
+# Fields config.json has for pos_mode fire only (the C++ refuses them elsewhere).
+_FIRE_ONLY = ("fire_width", "fire_threshold")
 # Switches of the architecture: field -> {value this module implements: meaning}. A switch absent from
 # config.json takes its first value (what every `train` so far has done). A value not listed here is
 # refused: implementing one is adding its entry and its branch in the module below (and a test against
@@ -82,7 +95,13 @@ ARCHITECTURE_SWITCHES = {
     "pos_mode": {"coupled": "two position tables (significance, operand)", "digits": "level 1 only",
                  "absolute": "one ID per index", "none": "no position table (NoPE)",
                  "coupled3": "three position tables (multiplication's tri-level coupling)",
-                 "abacus": "one table read at Abacus IDs (each number's digits from its first token)"},
+                 "abacus": "one table read at Abacus IDs (each number's digits from its first token)",
+                 "fire": "FIRE's learned relative-position bias on the scores (fire.* tensors)",
+                 "rope": "RoPE: q and k rotated by the token index"},
+    "fire_threshold": {"max": "FIRE's normalizer psi(max(i, L)) (the FIRE paper)",
+                       "min": "psi(min(i, L)) (the paper-000 authors' code)"},
+    "input_injection": {False: "each layer reads its predecessor's output",
+                        True: "layers after the first read their predecessor's output + the embedding"},
     "attn_scale": {"inv_sqrt_dhead": "scores q.k / sqrt(d_head)", "none": "scores q.k unscaled (T5)"},
     "final_norm": {"rms": "RMSNorm with weight, eps norm_eps",
                    "layer": "LayerNorm with weight and bias, eps norm_eps (biased variance)"},
@@ -121,6 +140,11 @@ class LearnedConfig:
                 raise InputError("config.json: model.%s = %r is not implemented by this version of manyadd "
                                  "(python/manyadd/learned.py knows %s)" % (k, v, ", ".join(repr(a) for a in allowed)))
             setattr(self, k, v)
+        for k in _FIRE_ONLY:
+            if k in model and self.pos_mode != "fire":
+                raise InputError("config.json: model.%s applies to pos_mode fire only (pos_mode is %r)" % (k, self.pos_mode))
+        if self.pos_mode == "rope" and self.d_head % 2:
+            raise InputError("config.json: pos_mode rope needs an even d_head (got %d)" % self.d_head)
         eps = model.get("norm_eps")
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
             raise InputError("config.json: model.norm_eps must be a number in (0, 1) (got %r)" % (eps,))
@@ -160,6 +184,48 @@ class LearnedConfig:
                 % (self.n_layers, self.n_heads, self.d_model, self.d_head, self.d_ff, self.pos_mode, self.max_pos))
 
 
+ROPE_BASE = 10000.0  # learn's kRopeBase (the authors' rotary_base)
+
+
+def rope_tables(T, D, dtype, device):
+    """cos, sin (T, D/2) of the angles p 10000^(-2k/D), p = 0..T-1: in float64, then dtype (as the C++)."""
+    inv = torch.tensor([ROPE_BASE ** (-2.0 * float(k) / D) for k in range(D // 2)], dtype=torch.float64)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    return ang.cos().to(dtype=dtype, device=device), ang.sin().to(dtype=dtype, device=device)
+
+
+def rope_rotate(x, cos, sin):
+    """x (B, T, H, D): the pair (2k, 2k+1) of row t turned by the angle of (t, k) (learn's rope_rotate)."""
+    a, b = x[..., 0::2], x[..., 1::2]
+    c, s = cos[None, :, None, :], sin[None, :, None, :]
+    return torch.stack((a * c - b * s, a * s + b * c), dim=-1).flatten(-2)
+
+
+class Fire(nn.Module):
+    """FIRE's score bias (learn/include/manyadd/learn/layers.hpp, FIRE): parameters fire.mlp.0/2/4.weight,
+    fire.c, fire.L_sqrt as in model.safetensors."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        W = cfg.fire_width
+        self.mlp = nn.Sequential(nn.Linear(1, W, bias=False), nn.ReLU(), nn.Linear(W, W, bias=False), nn.ReLU(),
+                                 nn.Linear(W, cfg.n_heads, bias=False))
+        self.c = nn.Parameter(torch.full((1,), 0.1))
+        self.L_sqrt = nn.Parameter(torch.full((1,), 16.0))
+        self.max_threshold = cfg.fire_threshold == "max"
+
+    def forward(self, T):
+        """The bias (H, T, T) of token indices i (rows) and j (columns); 0 above the diagonal (masked)."""
+        dt, dev = self.c.dtype, self.c.device
+        i = torch.arange(T, dtype=dt, device=dev)
+        d = (i[:, None] - i[None, :]).clamp_min(0)
+        L = self.L_sqrt.square()
+        n = torch.maximum(i, L) if self.max_threshold else torch.minimum(i, L)
+        ac = self.c.abs()
+        u = torch.log1p(ac * d) / (torch.log1p(ac * n)[:, None] + 1e-6)
+        return self.mlp(u.unsqueeze(-1)).permute(2, 0, 1)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, C, eps, name):
         super().__init__()
@@ -195,19 +261,25 @@ class Attention(nn.Module):
         self.q, self.k, self.v = (nn.Linear(C, self.H * self.D, bias=False) for _ in range(3))
         self.o = nn.Linear(self.H * self.D, C, bias=False)
         self.scale = {"inv_sqrt_dhead": 1.0 / math.sqrt(self.D), "none": 1.0}[cfg.attn_scale]
+        self.rope = cfg.pos_mode == "rope"
         # torch's fused attention (torch >= 2.0) where nothing asks for the scores or the pattern: the same
         # mathematics, another summation order; off by default so that hooked and unhooked runs agree.
         self.fused = False
         p = "blocks.%d.attn." % l
-        for n in ("q", "k", "v", "attn_scores", "pattern", "z"):
+        for n in ("q", "k", "v", "attn_scores", "pattern", "z") + (("rot_q", "rot_k") if self.rope else ()):
             setattr(self, "hook_" + n, HookPoint(p + "hook_" + n))
 
-    def forward(self, x):
+    def forward(self, x, bias=None):
+        """bias: FIRE's (H, T, T) score bias, or None."""
         B, T, _ = x.shape
-        q = self.hook_q(self.q(x).view(B, T, self.H, self.D)).transpose(1, 2)  # (B, H, T, D)
-        k = self.hook_k(self.k(x).view(B, T, self.H, self.D)).transpose(1, 2)
+        q = self.hook_q(self.q(x).view(B, T, self.H, self.D))
+        k = self.hook_k(self.k(x).view(B, T, self.H, self.D))
+        if self.rope:
+            cos, sin = rope_tables(T, self.D, x.dtype, x.device)
+            q, k = self.hook_rot_q(rope_rotate(q, cos, sin)), self.hook_rot_k(rope_rotate(k, cos, sin))
+        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, T, D)
         v = self.hook_v(self.v(x).view(B, T, self.H, self.D)).transpose(1, 2)
-        if self.fused and hasattr(F, "scaled_dot_product_attention") \
+        if self.fused and bias is None and hasattr(F, "scaled_dot_product_attention") \
                 and not (self.hook_attn_scores.has_hooks() or self.hook_pattern.has_hooks()):
             if self.scale == 1.0 / math.sqrt(self.D):
                 z = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # scale 1/sqrt(D) by default
@@ -218,6 +290,8 @@ class Attention(nn.Module):
                     z = F.scaled_dot_product_attention(q * (self.scale * math.sqrt(self.D)), k, v, is_causal=True)
         else:
             s = (q @ k.transpose(-2, -1)) * self.scale
+            if bias is not None:
+                s = s + bias
             mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
             s = self.hook_attn_scores(s.masked_fill(mask, float("-inf")))
             z = self.hook_pattern(torch.softmax(s, dim=-1)) @ v
@@ -254,9 +328,9 @@ class Block(nn.Module):
         for n in ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"):
             setattr(self, "hook_" + n, HookPoint(p + "hook_" + n))
 
-    def forward(self, x):
+    def forward(self, x, bias=None):
         x = self.hook_resid_pre(x)
-        x = self.hook_resid_mid(self.attn_norm2(x + self.hook_attn_out(self.attn(self.attn_norm1(x)))))
+        x = self.hook_resid_mid(self.attn_norm2(x + self.hook_attn_out(self.attn(self.attn_norm1(x), bias))))
         return self.hook_resid_post(self.ffn_norm2(x + self.hook_mlp_out(self.ffn(self.ffn_norm1(x)))))
 
 
@@ -269,6 +343,7 @@ class LearnedTransformer(HookedModule):
         C, V = cfg.d_model, cfg.vocab
         self.tok_emb = nn.Embedding(V, C)
         self.pos_emb = nn.ModuleList(nn.Embedding(cfg.max_pos[lv] + 1, C) for lv in range(cfg.levels))
+        self.fire = Fire(cfg) if cfg.pos_mode == "fire" else None
         self.layers = nn.ModuleList(Block(cfg, l) for l in range(cfg.n_layers))
         self.final_norm = {"rms": RMSNorm, "layer": LayerNorm}[cfg.final_norm](C, cfg.norm_eps,
                                                                                  "ln_final.hook_normalized")
@@ -281,6 +356,7 @@ class LearnedTransformer(HookedModule):
             self.lm_head = nn.Linear(C, V, bias=False)
         self.hook_embed, self.hook_logits = HookPoint("hook_embed"), HookPoint("hook_logits")
         self.hook_pos_embed = HookPoint("hook_pos_embed") if cfg.levels else None
+        self.hook_fire_bias = HookPoint("hook_fire_bias") if self.fire is not None else None
         self._setup_hooks()
 
     def set_fused_attention(self, on=True):
@@ -292,7 +368,7 @@ class LearnedTransformer(HookedModule):
 
     def forward(self, tokens, pos=None):
         """tokens (B, T) or (T,) ids; pos: one (B, T) or (T,) tensor/list per position level (None for
-        pos_mode none). Returns logits (B, T, 14) (or (T, 14))."""
+        pos_mode none, fire, rope). Returns logits (B, T, 14) (or (T, 14))."""
         tok, pos, squeeze = self._batch(tokens, pos, self.cfg.levels, self.cfg.max_pos, self.cfg.vocab)
         x = self.hook_embed(self.tok_emb(tok))
         if self.cfg.levels:
@@ -301,8 +377,12 @@ class LearnedTransformer(HookedModule):
                 pe = pe + self.pos_emb[lv](pos[lv])
             # tok + (pos_1 + pos_2); the C++ adds (tok + pos_1) + pos_2: the same up to one rounding.
             x = x + self.hook_pos_embed(pe)
-        for blk in self.layers:
-            x = blk(x)
+        bias = self.hook_fire_bias(self.fire(tok.shape[1])) if self.fire is not None else None
+        x0 = x
+        for l, blk in enumerate(self.layers):
+            if self.cfg.input_injection and l > 0:
+                x = x + x0
+            x = blk(x, bias)
         xf = self.final_norm(x)
         if self.lm_head is None:  # tied: T5's readout through the token table
             logits = self.hook_logits((xf * self.readout_scale) @ self.tok_emb.weight.t())

@@ -25,5 +25,11 @@ void attention_forward(bf16* out, float* lse2, const bf16* q, const bf16* k, con
 void attention_backward(bf16* dq, bf16* dk, bf16* dv, float* dsum, const bf16* dout, const bf16* out,
                         const float* lse2, const bf16* q, const bf16* k, const bf16* v, const std::int32_t* offsets,
                         int B, int R, int NH, int HS, float scale);
+// The same with dq and dk written in fp32: the values the bf16 form rounds (bitwise: bf16 of these is
+// its output). RoPE's backward turns dq and dk back by the inverse rotation before their one rounding,
+// as learn's PackedCpuDevice does.
+void attention_backward(float* dq, float* dk, bf16* dv, float* dsum, const bf16* dout, const bf16* out,
+                        const float* lse2, const bf16* q, const bf16* k, const bf16* v, const std::int32_t* offsets,
+                        int B, int R, int NH, int HS, float scale);
 
 }  // namespace manyadd::kernels::flash

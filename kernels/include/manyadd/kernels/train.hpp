@@ -112,6 +112,24 @@ void attention_softmax_rows(bf16* P, float* lse, const float* S, int B, int T, i
 void attention_dscore_rows(bf16* dS, const float* S, const float* lse, const float* dP, int B, int T, int NH, int Tp,
                            float scale);
 
+// RoPE (learn::rope_tables / rope_rotate, Su et al. 2021, Eq. 34) on varlen rows (offsets as the
+// attention's: B + 1 of them in device memory): every head's pair (2k, 2k+1) of row r of sequence b is
+// turned by the angle of its index t = r - offsets[b] within the sequence. cs, sn: device tables (>= the
+// longest sequence's rows, HS / 2 each) from learn::rope_tables<float> (angles, cos and sin in double,
+// then float). forward: out (R, NH HS) = the rotation of the fp32 q or k in (a GEMM's fp32 output);
+// backward: dx = the inverse rotation (the transpose: -angle) of the fp32 gradient dy. Out fp32, or bf16
+// (the fp32 result rounded once: PackedCpuDevice rounds q, k and dq, dk after the rotation); out may be
+// in (in place). Each output is two products rounded on their own and their sum (no fused multiply-add;
+// kernels/src/rope_rows.cuh), so it is bitwise the CPU twin's. HS even.
+void rope_forward(float* out, const float* in, const float* cs, const float* sn, const std::int32_t* offsets, int B,
+                  int R, int NH, int HS);
+void rope_forward(bf16* out, const float* in, const float* cs, const float* sn, const std::int32_t* offsets, int B,
+                  int R, int NH, int HS);
+void rope_backward(float* dx, const float* dy, const float* cs, const float* sn, const std::int32_t* offsets, int B,
+                   int R, int NH, int HS);
+void rope_backward(bf16* dx, const float* dy, const float* cs, const float* sn, const std::int32_t* offsets, int B,
+                   int R, int NH, int HS);
+
 // Cross-entropy on rows with target >= 0: probs (R, V), losses (R) (0 elsewhere). fp32 only (the
 // logits are an fp32 GEMM output in the bf16 pipeline too).
 void crossentropy_forward(float* losses, float* probs, const float* logits, const std::int32_t* targets, int R, int V);

@@ -23,6 +23,7 @@ using Offsets = std::array<std::int64_t, kMaxPosLevels>;
 //   coupled   the task's two levels (a 2-level task only)      coupled3  its three levels (3-level only)
 //   digits    the task's level 1 only                           absolute  BOS 0, index k >= 1 -> s_1 + k - 1
 //   none      nothing                                           abacus    abacus_ids of the tokens at beta = s_1
+//   fire, rope nothing: they read the token indices in the attention (model.hpp)
 // pos[lv] is filled for the levels the mode reads, cleared for the others. InputError when a coupled
 // mode does not match the task's levels.
 void position_ids_for(const Written& w, PosMode mode, const Offsets& s, std::vector<std::int32_t> (&pos)[kMaxPosLevels]);
@@ -64,7 +65,7 @@ Example make_train_example(const Task& task, const Problem& p, const ModelConfig
 //   coupled  construct's bi-level IDs (Appendix D.4.2, Eqs. 1-2)
 //   digits   level 1 of those only (significance coupling)
 //   absolute BOS 0, index k >= 1 -> s1 + k - 1
-//   none     nothing
+//   none, fire, rope  nothing
 //   abacus   abacus_ids of the shape's tokens at beta = s1 (the digit layout depends on the shape only)
 void position_ids_for(const Shape& shape, PosMode mode, std::int64_t s1, std::int64_t s2, std::vector<std::int32_t>& p1,
                       std::vector<std::int32_t>& p2);

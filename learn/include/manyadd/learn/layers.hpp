@@ -14,8 +14,11 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include <Eigen/Core>
+
+#include "manyadd/learn/fire_pairs.hpp"
 
 namespace manyadd::learn {
 
@@ -154,7 +157,11 @@ void matmul_backward(S* dinp, S* dw, const S* dout, const S* inp, const S* w, in
 // position Tk - Tq + i and sees keys 0..Tk - Tq + i. Training runs Tq = Tk = T (att (NH, T, T), zero
 // above the diagonal); decoding with a key/value cache runs the new row(s) against every cached key.
 // att (NH, Tq, Tk) post-softmax, zero on masked keys; out (Tq, NH*HS) = per head att_h @ v_h. Scores
-// are q.k times `scale`: 1/sqrt(HS) (attention_scale(HS, true), the overload without it) or 1 (T5).
+// are q.k times `scale`: 1/sqrt(HS) (attention_scale(HS, true), the overload without it) or 1 (T5),
+// plus bias when given (FIRE's relative-position bias, below; read at j <= past + i only): entry (h, i, j)
+// at bias[(h bias_rows + i) bias_cols + j], i.e. the top-left (Tq, Tk) corner of an (NH, bias_rows,
+// bias_cols) array (0: Tq, Tk). FIRE's bias depends on the token indices alone, so every sequence of a
+// varlen batch reads its block from the corner of the one bias of the batch's longest sequence.
 template <class S>
 S attention_scale(int HS, bool inv_sqrt_dhead) {
   return inv_sqrt_dhead ? S(1) / std::sqrt(S(HS)) : S(1);
@@ -172,16 +179,23 @@ S round_to_bf16(S x) {
   return std::abs(r) >= S(0x1p128) ? std::copysign(std::numeric_limits<S>::infinity(), x) : r;
 }
 // One head's rows of the bf16 forward (attention_forward with bf16 = true): P holds the raw scores on
-// entry and the normalized weights on exit; O's head columns receive (sum_j bf16(w_j) v_j) / l.
+// entry and the normalized weights on exit; O's head columns receive (sum_j bf16(w_j) v_j) / l. bh: the
+// head's bias rows (bias_cols apart) or null.
 template <class S>
-void attention_rows_bf16(MapR<S>& O, MapR<S>& P, const CMapR<S>& Vv, int h, int HS, int past, S scale) {
+void attention_rows_bf16(MapR<S>& O, MapR<S>& P, const CMapR<S>& Vv, int h, int HS, int past, S scale, const S* bh,
+                         int bias_cols) {
   const S c2 = S(double(scale) * 1.4426950408889634074);  // log2(e) folded into the scale
+  const S l2e = S(1.4426950408889634074);                  // the bias's factor to base 2
   const int Tq = int(P.rows()), Tk = int(P.cols());
   Eigen::Matrix<S, 1, Eigen::Dynamic> w(Tk);
   for (int i = 0; i < Tq; ++i) {
     const int last = past + i;
     S mz = -std::numeric_limits<S>::infinity();
-    for (int j = 0; j <= last; ++j) mz = std::max(mz, P(i, j) = P(i, j) * c2);
+    for (int j = 0; j <= last; ++j) {
+      const S z = P(i, j) * c2;
+      P(i, j) = bh ? z + bh[std::int64_t(i) * bias_cols + j] * l2e : z;
+      mz = std::max(mz, P(i, j));
+    }
     const S M = std::ceil(mz);
     S l = 0;
     for (int j = 0; j <= last; ++j) {
@@ -203,27 +217,34 @@ void attention_rows_bf16(MapR<S>& O, MapR<S>& P, const CMapR<S>& Vv, int h, int 
 // and divided by the sum l of the unrounded weights: out_i = (sum_j bf16(w_j) v_j) / l. Because M is an
 // integer, bf16(w_j) 2^M does not depend on which integer the kernel's online max held when it rounded
 // (rounding commutes with scaling by powers of two), so the kernel rounds the same numbers. att holds the
-// normalized weights w_j / l unrounded (the backward rounds them where it multiplies by them).
+// normalized weights w_j / l unrounded (the backward rounds them where it multiplies by them). A bias b
+// (FIRE's, fp32) enters in base 2 too: z = fl(s c2) + fl(b fl(log2 e)), each product rounded on its own
+// and then their sum (the kernels do the same operations).
 template <class S>
 void attention_forward(S* out, S* att, const S* q, const S* k, const S* v, int Tq, int Tk, int NH, int HS, S scale,
-                       bool bf16 = false) {
+                       const S* bias = nullptr, int bias_rows = 0, int bias_cols = 0, bool bf16 = false) {
   const int D = NH * HS, past = Tk - Tq;
+  if (bias_rows == 0) bias_rows = Tq, bias_cols = Tk;
   CMapR<S> Q(q, Tq, D), K(k, Tk, D), Vv(v, Tk, D);
   MapR<S> O(out, Tq, D);
   for (int h = 0; h < NH; ++h) {
     MapR<S> P(att + std::int64_t(h) * Tq * Tk, Tq, Tk);
     P.noalias() = Q.middleCols(h * HS, HS) * K.middleCols(h * HS, HS).transpose();
+    const S* bh = bias ? bias + std::int64_t(h) * bias_rows * bias_cols : nullptr;
     if (bf16) {
-      attention_rows_bf16(O, P, Vv, h, HS, past, scale);
+      attention_rows_bf16(O, P, Vv, h, HS, past, scale, bh, bias_cols);
       continue;
     }
     for (int i = 0; i < Tq; ++i) {
       const int last = past + i;
       S mx = -std::numeric_limits<S>::infinity();
-      for (int j = 0; j <= last; ++j) mx = std::max(mx, P(i, j) * scale);
+      for (int j = 0; j <= last; ++j) {
+        P(i, j) = P(i, j) * scale + (bh ? bh[std::int64_t(i) * bias_cols + j] : S(0));
+        mx = std::max(mx, P(i, j));
+      }
       S sum = 0;
       for (int j = 0; j <= last; ++j) {
-        const S e = std::exp(P(i, j) * scale - mx);
+        const S e = std::exp(P(i, j) - mx);
         P(i, j) = e;
         sum += e;
       }
@@ -234,19 +255,24 @@ void attention_forward(S* out, S* att, const S* q, const S* k, const S* v, int T
     O.middleCols(h * HS, HS).noalias() = P * Vv.middleCols(h * HS, HS);
   }
 }
-// Reverse of the forward with Tq = Tk = T (training), per head, with P = att_h and S = scaled scores:
+// Reverse of the forward with Tq = Tk = T (training), per head, with P = att_h and S = scaled scores
+// plus bias:
 //   out_h = P v_h                 -> dP = dout_h v_h^T ; dv_h += P^T dout_h
-//   P = softmax_row(S) (causal)   -> dS_ij = P_ij (dP_ij - sum_j' P_ij' dP_ij')
-//   S = scale q_h k_h^T           -> dq_h += scale dS k_h ; dk_h += scale dS^T q_h
-// scratch: (T, T) workspace.
+//   P = softmax_row(S) (causal)   -> dS_ij = P_ij (dP_ij - sum_j' P_ij' dP_ij') ; dbias_h += dS (if given)
+//   S = scale q_h k_h^T + bias_h  -> dq_h += scale dS k_h ; dk_h += scale dS^T q_h
+// scratch: (T, T) workspace; dbias is accumulated on the top-left (T, T) corner of an (NH, bias_T,
+// bias_T) array (0: T), below the diagonal (the forward's bias layout).
 // out_bf16 set: the bf16 rounding points (FlashAttention-2's; the twin of kernels/src/flash_tc.cuh):
 // dv_h += bf16(P)^T dout_h; the row term is D_i = dout_i . out_i from the forward's output as rounded to
 // bf16 (out_bf16, (T, NH HS)), not sum_j P dP; dS = bf16(P (dP - D)) unscaled, then dq_h += scale (dS k_h),
-// dk_h += scale (dS^T q_h).
+// dk_h += scale (dS^T q_h); dbias_h += P (dP - D) unrounded (the bias is fp32 and no product reads its
+// gradient; the kernel holds the same fp32 value before it rounds dS).
 template <class S>
 void attention_backward(S* dq, S* dk, S* dv, S* scratch, const S* dout, const S* att, const S* q, const S* k,
-                        const S* v, int T, int NH, int HS, S scale, const S* out_bf16 = nullptr) {
+                        const S* v, int T, int NH, int HS, S scale, S* dbias = nullptr, int bias_T = 0,
+                        const S* out_bf16 = nullptr) {
   const int D = NH * HS;
+  if (bias_T == 0) bias_T = T;
   CMapR<S> Q(q, T, D), K(k, T, D), Vv(v, T, D), G(dout, T, D);
   MapR<S> dQ(dq, T, D), dK(dk, T, D), dV(dv, T, D);
   MapR<S> dP(scratch, T, T);
@@ -261,7 +287,12 @@ void attention_backward(S* dq, S* dk, S* dv, S* scratch, const S* dout, const S*
       for (int i = 0; i < T; ++i) {
         S Di = 0;
         for (int c = 0; c < HS; ++c) Di += G(i, h * HS + c) * O(i, h * HS + c);
-        for (int j = 0; j <= i; ++j) dP(i, j) = round_to_bf16(P(i, j) * (dP(i, j) - Di));
+        S* dbi = dbias ? dbias + (std::int64_t(h) * bias_T + i) * bias_T : nullptr;
+        for (int j = 0; j <= i; ++j) {
+          const S x = P(i, j) * (dP(i, j) - Di);
+          if (dbi) dbi[j] += x;
+          dP(i, j) = round_to_bf16(x);
+        }
         for (int j = i + 1; j < T; ++j) dP(i, j) = 0;
       }
       dQ.middleCols(h * HS, HS).noalias() += scale * (dP * K.middleCols(h * HS, HS));
@@ -273,10 +304,15 @@ void attention_backward(S* dq, S* dk, S* dv, S* scratch, const S* dout, const S*
     CMapR<S> P(att + std::int64_t(h) * T * T, T, T);
     dV.middleCols(h * HS, HS).noalias() += P.transpose() * G.middleCols(h * HS, HS);
     dP.noalias() = G.middleCols(h * HS, HS) * Vv.middleCols(h * HS, HS).transpose();
+    S* db = dbias ? dbias + std::int64_t(h) * bias_T * bias_T : nullptr;
     for (int i = 0; i < T; ++i) {
       S dot = 0;
       for (int j = 0; j <= i; ++j) dot += P(i, j) * dP(i, j);
-      for (int j = 0; j <= i; ++j) dP(i, j) = scale * P(i, j) * (dP(i, j) - dot);
+      for (int j = 0; j <= i; ++j) {
+        const S diff = dP(i, j) - dot;
+        if (db) db[std::int64_t(i) * bias_T + j] += P(i, j) * diff;
+        dP(i, j) = scale * P(i, j) * diff;  // in this order: the trainer's numbers stay bit for bit
+      }
       for (int j = i + 1; j < T; ++j) dP(i, j) = 0;
     }
     dQ.middleCols(h * HS, HS).noalias() += dP * K.middleCols(h * HS, HS);
@@ -293,6 +329,138 @@ template <class S>
 void attention_backward(S* dq, S* dk, S* dv, S* scratch, const S* dout, const S* att, const S* q, const S* k,
                         const S* v, int T, int NH, int HS) {
   attention_backward(dq, dk, dv, scratch, dout, att, q, k, v, T, NH, HS, attention_scale<S>(HS, true));
+}
+
+// ---- RoPE (Su et al. 2021, "RoFormer", Eq. 34): q and k rotated by their token index --------------
+// Row t of one sequence's rows x (T, NH*HS) is position p = past + t (its index within the sequence:
+// in a varlen batch each sequence is rotated from its own first row, never by its row in the batch). In
+// every head, the pair (x_2k, x_2k+1), k < HS/2, turns by the angle p theta_k, theta_k = base^(-2k/HS):
+//   x'_2k = x_2k cos - x_2k+1 sin ;  x'_2k+1 = x_2k sin + x_2k+1 cos
+// so q'.k' depends on the two positions through their difference only. Interleaved pairs and the whole
+// head rotated, base 10000: the authors' "rotary_new" (position-coupling, positional_embeddings.py:
+// FixedRotaryPositionalEmbedding, apply_rotary_pos_emb_new with rotate_every_two; rotary_dim = d_head,
+// rotary_base = 10000 in their parity and addition scripts). Angles, cos and sin in double, then S.
+// HS must be even (ModelConfig::validate).
+template <class S>
+void rope_tables(std::vector<S>& cs, std::vector<S>& sn, int past, int T, int HS, double base) {
+  const int K = HS / 2;
+  cs.resize(std::size_t(T) * std::size_t(K)), sn.resize(std::size_t(T) * std::size_t(K));
+  for (int t = 0; t < T; ++t)
+    for (int k = 0; k < K; ++k) {
+      const double a = double(past + t) * std::pow(base, -2.0 * double(k) / double(HS));
+      cs[std::size_t(t) * std::size_t(K) + std::size_t(k)] = S(std::cos(a));
+      sn[std::size_t(t) * std::size_t(K) + std::size_t(k)] = S(std::sin(a));
+    }
+}
+// In place on one sequence's rows x (T, NH*HS), row t by the tables' row t (the tables hold at least T
+// rows); sign +1 rotates (forward), -1 rotates back (the backward: the rotation is orthogonal, so
+// d x = R^T d x' = R(-angle) d x'). Each output is two products rounded on their own and their sum (no
+// fused multiply-add): the CUDA kernel (kernels/src/rope_rows.cuh) does the same operations.
+template <class S>
+void rope_rotate(S* x, const std::vector<S>& cs, const std::vector<S>& sn, int T, int NH, int HS, int sign) {
+  const int K = HS / 2;
+  for (int t = 0; t < T; ++t) {
+    const S* c = cs.data() + std::size_t(t) * std::size_t(K);
+    const S* s = sn.data() + std::size_t(t) * std::size_t(K);
+    S* row = x + std::int64_t(t) * NH * HS;
+    for (int h = 0; h < NH; ++h)
+      for (int k = 0; k < K; ++k) {
+        S* v = row + h * HS + 2 * k;
+        const S a = v[0], b2 = v[1], sk = S(sign) * s[k];
+        v[0] = a * c[k] - b2 * sk;
+        v[1] = a * sk + b2 * c[k];
+      }
+  }
+}
+
+// ---- FIRE (Li et al. 2024, "Functional Interpolation for Relative Positions Improves Long Context
+// Transformers", Eq. 5 and Sec. 3.3) as the paper-000 authors' code has it -------------------------
+// An attention bias per head, added to every layer's scores (the authors compute it in the first layer
+// and pass it on, HuggingFace T5's convention for position biases: custom_t5_decoder_only.py, class FIRE
+// in positional_embeddings.py):
+//   b_h(i, j) = f(u(i, j))_h ,  u(i, j) = psi(i - j) / (psi(n_i) + eps) ,  psi(x) = log(|c| x + 1)
+//   n_i = max(i, L) (threshold max: the FIRE paper's progressive interpolation) or min(i, L) (threshold
+//   min: the authors' code, `rel_distance_max.clamp_max_(L_sqrt^2)`, whose comment says max{L, i})
+//   L = L_sqrt^2, c and L_sqrt learned (init 0.1 and 16), eps = 1e-6
+//   f(u) = W3 relu(W2 relu(W1 u)): Linear(1, H) - ReLU - Linear(H, H) - ReLU - Linear(H, NH), no biases
+// for query position i and key j <= i (token indices, BOS 0). u depends on (n_i, i - j) only: rows whose
+// n_i is L share their values, so f runs once per distinct pair (FirePairs) and the bias reads them.
+// At i = L exactly the gradient goes to i's side (L gets none), as torch's clamp_max.
+// u (P) of every pair for c; log1p(|c| x) is psi.
+template <class S>
+void fire_distances(S* u, const FirePairs& fp, S c) {
+  const S ac = std::abs(c);
+  for (std::int64_t p = 0; p < fp.pairs(); ++p) {
+    const S a = std::log1p(ac * S(fp.dist[std::size_t(p)]));
+    const S b = std::log1p(ac * S(fp.norm[std::size_t(fp.group[std::size_t(p)])])) + S(kFireEps);
+    u[p] = a / b;
+  }
+}
+// The MLP on the P pairs: h1 = relu(u W1^T) (P, H), h2 = relu(h1 W2^T) (P, H), out = h2 W3^T (P, NH).
+// W1 (H, 1), W2 (H, H), W3 (NH, H).
+template <class S>
+void fire_mlp_forward(S* out, S* h1, S* h2, const S* u, const S* w1, const S* w2, const S* w3, std::int64_t P, int H,
+                      int NH) {
+  MapR<S> H1(h1, P, H), H2(h2, P, H);
+  H1.noalias() = CMapR<S>(u, P, 1) * CMapR<S>(w1, H, 1).transpose();
+  H1 = H1.cwiseMax(S(0));
+  H2.noalias() = H1 * CMapR<S>(w2, H, H).transpose();
+  H2 = H2.cwiseMax(S(0));
+  MapR<S>(out, P, NH).noalias() = H2 * CMapR<S>(w3, NH, H).transpose();
+}
+// Reverse (relu' read from the saved outputs: h > 0); accumulates dW1..dW3 and writes du (P).
+// scratch: (P, 2 H).
+template <class S>
+void fire_mlp_backward(S* du, S* dw1, S* dw2, S* dw3, S* scratch, const S* dout, const S* h1, const S* h2, const S* u,
+                       const S* w1, const S* w2, const S* w3, std::int64_t P, int H, int NH) {
+  CMapR<S> G(dout, P, NH), H1(h1, P, H), H2(h2, P, H);
+  MapR<S> dH2(scratch, P, H), dH1(scratch + P * H, P, H);
+  MapR<S>(dw3, NH, H).noalias() += G.transpose() * H2;
+  dH2.noalias() = G * CMapR<S>(w3, NH, H);
+  dH2 = dH2.cwiseProduct((H2.array() > S(0)).template cast<S>().matrix());
+  MapR<S>(dw2, H, H).noalias() += dH2.transpose() * H1;
+  dH1.noalias() = dH2 * CMapR<S>(w2, H, H);
+  dH1 = dH1.cwiseProduct((H1.array() > S(0)).template cast<S>().matrix());
+  MapR<S>(dw1, H, 1).noalias() += dH1.transpose() * CMapR<S>(u, P, 1);
+  MapR<S>(du, P, 1).noalias() = dH1 * CMapR<S>(w1, H, 1);
+}
+// d u -> d c and d L_sqrt (accumulated). With a = psi(d), b = psi(n) + eps, u = a / b:
+//   du/dc = sgn(c) (d / (|c| d + 1) / b - a n / ((|c| n + 1) b^2))
+//   du/dL_sqrt = -a |c| / ((|c| n + 1) b^2) 2 L_sqrt   where n = L (on_L), else 0
+template <class S>
+void fire_distances_backward(S* dc, S* dLs, const S* du, const FirePairs& fp, S c, S L_sqrt) {
+  const S ac = std::abs(c), sg = c > 0 ? S(1) : c < 0 ? S(-1) : S(0);
+  S gc = 0, gl = 0;
+  for (std::int64_t p = 0; p < fp.pairs(); ++p) {
+    const std::size_t g = std::size_t(fp.group[std::size_t(p)]);
+    const S d = S(fp.dist[std::size_t(p)]), n = S(fp.norm[g]);
+    const S a = std::log1p(ac * d), b = std::log1p(ac * n) + S(kFireEps);
+    gc += du[p] * sg * (d / (ac * d + 1) / b - a * n / ((ac * n + 1) * b * b));
+    if (fp.on_L[g]) gl += du[p] * (-a * ac / ((ac * n + 1) * b * b)) * 2 * L_sqrt;
+  }
+  *dc += gc, *dLs += gl;
+}
+// bias (NH, T, Tk) from the pairs' outputs (P, NH): row t, key j <= past + t reads pair base[t] + past + t
+// - j; keys above the diagonal get 0 (attention never reads them). And its reverse: d out (P, NH) of d bias
+// (NH, T, T) (training: past 0), the masked part ignored.
+template <class S>
+void fire_bias_scatter(S* bias, const S* out, const FirePairs& fp, int past, int T, int Tk, int NH) {
+  for (int h = 0; h < NH; ++h)
+    for (int t = 0; t < T; ++t) {
+      S* row = bias + (std::int64_t(h) * T + t) * Tk;
+      const std::int64_t i = std::int64_t(past) + t, b = fp.base[std::size_t(t)];
+      for (std::int64_t j = 0; j < Tk; ++j) row[j] = j <= i ? out[(b + i - j) * NH + h] : S(0);
+    }
+}
+template <class S>
+void fire_bias_gather(S* dout, const S* dbias, const FirePairs& fp, int T, int NH) {
+  std::fill(dout, dout + fp.pairs() * NH, S(0));
+  for (int h = 0; h < NH; ++h)
+    for (int t = 0; t < T; ++t) {
+      const S* row = dbias + (std::int64_t(h) * T + t) * T;
+      const std::int64_t b = fp.base[std::size_t(t)];
+      for (std::int64_t j = 0; j <= t; ++j) dout[(b + t - j) * NH + h] += row[j];
+    }
 }
 
 // ---- GEGLU: inp (R, 2F) = [a | b] (gate, up), out (R, F) = gelu(a) * b ---------------------------

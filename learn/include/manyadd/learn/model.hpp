@@ -18,6 +18,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "manyadd/format.hpp"
+#include "manyadd/learn/fire_pairs.hpp"
 
 namespace manyadd::learn {
 
@@ -32,7 +33,13 @@ namespace manyadd::learn {
 //   abacus   Abacus Embeddings (McLeish et al. 2024, Sec. 3.1): one table; every maximal run of digit
 //            tokens numbered beta, beta + 1, ... from its first token, every other token 0, whatever
 //            the task; beta uniform in [1, abacus_k] once per training batch, 1 at test (data.hpp)
-enum class PosMode { coupled, digits, absolute, none, coupled3, abacus };
+//   fire     FIRE (Li et al. 2024): no table; a learned relative-position bias on every layer's scores,
+//            a small MLP of the normalized log distance of the token indices (layers.hpp)
+//   rope     RoPE (Su et al. 2021): no table; q and k rotated by their token index (layers.hpp)
+enum class PosMode { coupled, digits, absolute, none, coupled3, abacus, fire, rope };
+// Every mode, for the code and tests that must cover each (a new mode joins this list).
+inline constexpr PosMode kPosModes[] = {PosMode::coupled, PosMode::digits,   PosMode::absolute, PosMode::none,
+                                        PosMode::coupled3, PosMode::abacus, PosMode::fire,     PosMode::rope};
 inline constexpr int kMaxPosLevels = 3;  // position tables a model may have
 PosMode parse_pos_mode(const std::string& s);  // throws InputError
 const char* pos_mode_name(PosMode m);
@@ -48,12 +55,20 @@ enum class AttnScale { inv_sqrt_dhead, none };
 enum class InitScheme { normal, t5 };
 // Final norm: RMSNorm (weight) or LayerNorm (weight and bias), both with norm_eps.
 enum class NormKind { rms, layer };
+// pos_mode fire: FIRE's normalizer psi(n_i) for query position i: n_i = max(i, L), the FIRE paper's
+// progressive interpolation (Li et al. 2024, Sec. 3.3), or min(i, L), what the paper-000 authors' code
+// computes (layers.hpp, FIRE).
+enum class FireThreshold { max, min };
 AttnScale parse_attn_scale(const std::string& s);  // throw InputError
 InitScheme parse_init(const std::string& s);
 NormKind parse_norm_kind(const std::string& s);
+FireThreshold parse_fire_threshold(const std::string& s);
 const char* attn_scale_name(AttnScale a);
 const char* init_name(InitScheme i);
 const char* norm_kind_name(NormKind n);
+const char* fire_threshold_name(FireThreshold f);
+// RoPE's base (Su et al.; the authors' rotary_base): theta_k = base^(-2k/d_head).
+inline constexpr double kRopeBase = 10000.0;
 
 // Arithmetic of a forward/backward. fp32: every value in float (the reference; bitwise tests). bf16:
 // mixed precision as PyTorch autocast trains the authors' model, emulated on floats with round to
@@ -83,6 +98,14 @@ struct ModelConfig {
   // pos_mode abacus only: the paper's k, the largest training offset beta (their default 100; they
   // draw beta in U[1, k]). In config.json only for abacus models.
   int abacus_k = 100;
+  // pos_mode fire only (in config.json only for fire models): the MLP's hidden width (the authors'
+  // d_fire, default 32) and the threshold's direction (FireThreshold).
+  int fire_width = 32;
+  FireThreshold fire_threshold = FireThreshold::max;
+  // Input injection (McLeish et al. 2024, Sec. 2 and their code's input_injection_type "add"): every
+  // block after the first reads its predecessor's output plus the embedding x0 (the first reads x0).
+  // In config.json only when true.
+  bool input_injection = false;
   float norm_eps = 1e-6f;
   float init_std = 0.02f;  // init normal only
   AttnScale attn_scale = AttnScale::inv_sqrt_dhead;
@@ -113,6 +136,9 @@ struct Layout {
     std::int64_t attn_norm1, wq, wk, wv, wo, attn_norm2, ffn_norm1, wi, wo_ff, ffn_norm2;
   };
   std::int64_t wte = 0, wpe[kMaxPosLevels] = {0, 0, 0}, final_norm = 0;
+  // pos_mode fire: the MLP's three matrices (fire.mlp.0/2/4.weight: (H, 1), (H, H), (n_heads, H), the
+  // indices of the authors' nn.Sequential) and the scalars fire.c, fire.L_sqrt (shape (1)); -1 otherwise.
+  std::int64_t fire_w1 = -1, fire_w2 = -1, fire_w3 = -1, fire_c = -1, fire_L_sqrt = -1;
   std::int64_t final_norm_bias = -1;  // final_norm layer only
   std::int64_t lm_head = -1;          // -1 when the readout is tied to tok_emb
   std::int64_t readout() const { return lm_head >= 0 ? lm_head : wte; }  // the readout matrix (vocab, C)
@@ -122,7 +148,9 @@ struct Layout {
 };
 
 // Deterministic initialization (InitScheme): one standard normal draw per matrix or table entry, in
-// layout order, scaled by that tensor's std; norm weights 1 and LayerNorm biases 0 take no draw.
+// layout order, scaled by that tensor's std; norm weights 1 and LayerNorm biases 0 take no draw. FIRE's
+// tensors take the authors' initialization in both schemes (their FIRE init inside the attention
+// module): W1 N(0, 1), W2 and W3 N(0, fire_width^-1/2), c = 0.1, L_sqrt = 16 (no draws for the scalars).
 template <class S>
 std::vector<S> init_params(const ModelConfig& c, const Layout& lay, std::uint64_t seed);
 
@@ -177,7 +205,14 @@ struct Acts {
   int B = 0, T = 0, Tk = 0;
   std::int64_t R = 0;  // rows
   std::vector<S> x0;  // (R, C) embedding
+  // pos_mode fire: the pairs of this call's rows and keys, the MLP's activations, the bias (NH, T, Tk) of
+  // positions past..past+T-1 (T the longest sequence: a shorter one of a varlen batch reads its corner)
+  FirePairs fire;
+  std::vector<S> fire_u, fire_h1, fire_h2, fire_out, fire_bias;
+  // pos_mode rope: cos and sin (T, d_head / 2) of positions past..past+T-1 (row t: every sequence's row t)
+  std::vector<S> rope_cos, rope_sin;
   struct Block {
+    std::vector<S> xin;     // (R, C) input_injection, blocks after the first: previous output + x0
     std::vector<S> n1, r1;  // (R, C), (R) attn pre-norm out, its rstd
     std::vector<S> q;       // (R, NH*HS)
     std::vector<S> k, v;    // (B, Tk, NH*HS)
@@ -210,6 +245,8 @@ struct GradScratch {
   std::vector<S> dlogits, dxf, dx, dres, dn, dh, dg, dao, dq, dk, dv;  // (R, ...) as the activations
   std::vector<S> dres16;                                               // bf16: dres rounded (a product's input)
   std::vector<S> datt;                                                 // (T, T)
+  std::vector<S> dx0;                                                  // input_injection: d x0 from the blocks
+  std::vector<S> dfire_bias, dfire_out, dfire_u, dfire_h;              // pos_mode fire
   void resize(const ModelConfig& c, std::int64_t R, int T);
 };
 
