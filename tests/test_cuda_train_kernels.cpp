@@ -44,12 +44,42 @@
 #include <string>
 #include <vector>
 
+// The kernels' gradient-slot stores (score_bias.hpp's MANYADD_SLOT_STORE), counted per slot while a
+// replay runs with a bias: every slot must be stored exactly once (a second store of the same value
+// would pass every value check, and would be a race on the device). skip: the index of a slot whose
+// store is dropped (the control of a missing slot: it must stay NaN and fail the check).
+namespace slot_stores {
+inline float* base = nullptr;  // null: not counting
+inline std::vector<int> counts;
+inline long long outside = 0, skip = -1;
+inline void store(float* p, float x) {
+  if (base) {
+    const long long i = p - base;
+    if (i == skip) return;
+    if (i < 0 || i >= (long long)counts.size()) ++outside;
+    else ++counts[std::size_t(i)];
+  }
+  *p = x;
+}
+// Starts counting the stores into slots (n of them).
+inline void start(float* slots, std::size_t n) { base = slots, counts.assign(n, 0), outside = 0; }
+// Stops; returns how many slots were not stored exactly once, plus the stores outside them.
+inline std::size_t stop() {
+  base = nullptr;
+  std::size_t bad = std::size_t(outside);
+  for (int c : counts) bad += c != 1;
+  return bad;
+}
+}  // namespace slot_stores
+#define MANYADD_SLOT_STORE(p, x) ::slot_stores::store((p), (x))
+
 #include "attention_rows.cuh"  // kernels/src: the attention kernels' row arithmetic, replayed below
 #include "cuda_train_test_util.hpp"
 #include "attention_gemm_steps.hpp"  // kernels/src: the tensor-core attention's steps, replayed below
 #include "embedding_rows.cuh"  // kernels/src: the embedding kernels' arithmetic, replayed below
 #include "flash_tc.cuh"  // kernels/src: the tensor-core flash attention's arithmetic, replayed below
 #include "rope_rows.cuh"  // kernels/src: the RoPE kernels' arithmetic, replayed below
+#include "fire_rows.cuh"  // kernels/src: FIRE's kernels' arithmetic, replayed below
 #include "manyadd/core/safetensors.hpp"
 #include "manyadd/kernels/attention_gemm.hpp"
 #include "manyadd/kernels/bf16.hpp"
@@ -69,6 +99,7 @@ namespace AG = manyadd::kernels::attention_gemm_steps;
 namespace ER = manyadd::kernels::embedding_rows;
 namespace FTC = manyadd::kernels::flash_tc;
 namespace RR = manyadd::kernels::rope_rows;
+namespace FR = manyadd::kernels::fire_rows;
 using kernels::bf16;
 
 namespace {
@@ -430,9 +461,38 @@ struct AttIn {
   float scale;
   std::vector<float> q, k, v, dout;  // (R, NH HS); bf16 values for bf16 I/O
   std::vector<std::int32_t> off;     // (B + 1)
+  std::vector<float> bias;           // empty, or a score bias table (NH, tri(T)) (score_bias.hpp: FIRE's)
   int R() const { return off.back(); }
   int len(int b) const { return off[std::size_t(b) + 1] - off[std::size_t(b)]; }
+  long long pairs() const { return (long long)T * (T + 1) / 2; }
+  // the bias of (h, i, j <= i) of every sequence, and where the kernels write its gradient: slot
+  // NH soff[b] + h tri(T_b) + tri(i) + i - j (score_bias.hpp)
+  double b(int h, int i, int j) const { return bias[std::size_t(h * pairs() + (long long)i * (i + 1) / 2 + i - j)]; }
+  std::vector<long long> soff() const {
+    std::vector<long long> o(1, 0);
+    for (int s = 0; s < B; ++s) o.push_back(o.back() + (long long)len(s) * (len(s) + 1) / 2);
+    return o;
+  }
+  std::size_t slot(int s, int h, int i, int j) const {
+    return std::size_t((long long)NH * soff()[std::size_t(s)] + (long long)h * len(s) * (len(s) + 1) / 2 +
+                       (long long)i * (i + 1) / 2 + i - j);
+  }
 };
+// A bias table of N(0, sd^2) fp32 values for in (FIRE's bias is O(1): an MLP of a bounded input).
+AttIn with_bias(AttIn in, std::uint32_t seed, float sd = 1.f) {
+  in.bias = randn(std::size_t(in.NH * in.pairs()), seed, sd);
+  return in;
+}
+// The control's bias bug: each row's pairs reversed, i.e. the kernel reads b(i, j) where it should read
+// b(i, i - j) (a table indexed by the key instead of the distance).
+AttIn reversed_bias(AttIn in) {
+  for (int h = 0; h < in.NH; ++h)
+    for (int i = 0; i < in.T; ++i) {
+      float* row = in.bias.data() + h * in.pairs() + (long long)i * (i + 1) / 2;
+      std::reverse(row, row + i + 1);
+    }
+  return in;
+}
 // Scores scale q.k with standard deviation `spread` (q, k ~ N(0, sd^2): var = scale^2 HS sd^4).
 AttIn attention_inputs(const std::vector<int>& lengths, int NH, int HS, float scale, double spread, bool bf16_io,
                        std::uint32_t seed) {
@@ -441,7 +501,7 @@ AttIn attention_inputs(const std::vector<int>& lengths, int NH, int HS, float sc
   const std::size_t n = std::size_t(off.back()) * NH * HS;
   const float sd = float(std::pow(spread * spread / (double(scale) * scale * HS), 0.25));
   AttIn in{int(lengths.size()), *std::max_element(lengths.begin(), lengths.end()), NH, HS, scale,
-           randn(n, seed, sd), randn(n, seed + 1, sd), randn(n, seed + 2), randn(n, seed + 3), off};
+           randn(n, seed, sd), randn(n, seed + 1, sd), randn(n, seed + 2), randn(n, seed + 3), off, {}};
   if (bf16_io) in.q = rounded(in.q), in.k = rounded(in.k), in.v = rounded(in.v), in.dout = rounded(in.dout);
   return in;
 }
@@ -450,6 +510,8 @@ AttIn attention_inputs(int B, int T, int NH, int HS, float scale, double spread,
 }
 struct AttOut {
   std::vector<float> out, lse, dq, dk, dv;
+  std::vector<float> dbias;  // with a bias: the gradient's slots (AttIn::slot)
+  std::size_t slots_not_once = 0;  // replays with a bias: slots not stored exactly once (slot_stores)
 };
 
 // The host executor of attention_rows.cuh: one thread plays the 32 lanes.
@@ -505,34 +567,43 @@ struct HostWarp {
 // The launchers' work on the host: every warp (row) of each kernel, pass 1 before pass 2.
 template <int NPL, class IO>
 void replay_rows(const AttIn& in, std::vector<IO>& out, std::vector<float>& lse, std::vector<IO>& dq,
-                 std::vector<IO>& dk, std::vector<IO>& dv) {
+                 std::vector<IO>& dk, std::vector<IO>& dv, const AR::Bias& bs) {
   const auto q = to_io<IO>(in.q), k = to_io<IO>(in.k), v = to_io<IO>(in.v), dout = to_io<IO>(in.dout);
   std::vector<float> dsum(lse.size());
   const long long rows = (long long)in.NH * in.R();
   auto row = [&](long long w) { return AR::row_of(w, in.off.data(), in.B, in.NH, in.HS); };
   for (long long w = 0; w < rows; ++w)
     AR::forward_warp<NPL>(HostWarp{}, out.data(), lse.data(), q.data(), k.data(), v.data(), row(w), in.NH, in.HS,
-                          in.scale);
+                          in.scale, bs);
   for (long long w = 0; w < rows; ++w)
     AR::dq_warp<NPL>(HostWarp{}, dq.data(), dsum.data(), dout.data(), lse.data(), q.data(), k.data(), v.data(), row(w),
-                     in.NH, in.HS, in.scale);
+                     in.NH, in.HS, in.scale, bs);
   for (long long w = 0; w < rows; ++w)
     AR::dkv_warp<NPL>(HostWarp{}, dk.data(), dv.data(), dout.data(), lse.data(), dsum.data(), q.data(), k.data(),
-                      v.data(), row(w), in.NH, in.HS, in.scale);
+                      v.data(), row(w), in.NH, in.HS, in.scale, bs);
 }
+// With a bias (in.bias), the gradient's slots start as NaN: a slot the kernels do not write fails the check.
 template <class IO>
 AttOut attention_replay(const AttIn& in) {
   const std::size_t n = in.q.size(), nl = std::size_t(in.NH) * std::size_t(in.R());
   std::vector<IO> out(n), dq(n), dk(n), dv(n);
-  std::vector<float> lse(nl);
-  switch (AR::dims_per_lane(in.HS)) {
-    case 1: replay_rows<1>(in, out, lse, dq, dk, dv); break;
-    case 2: replay_rows<2>(in, out, lse, dq, dk, dv); break;
-    case 4: replay_rows<4>(in, out, lse, dq, dk, dv); break;
-    case 8: replay_rows<8>(in, out, lse, dq, dk, dv); break;
-    default: replay_rows<16>(in, out, lse, dq, dk, dv); break;
+  std::vector<float> lse(nl), slots;
+  const auto soff = in.soff();
+  AR::Bias bs;
+  if (!in.bias.empty()) {
+    slots.assign(std::size_t(in.NH * soff.back()), NAN);
+    bs = {in.bias.data(), in.pairs(), slots.data(), soff.data()};
+    slot_stores::start(slots.data(), slots.size());
   }
-  return {to_float(out), lse, to_float(dq), to_float(dk), to_float(dv)};
+  switch (AR::dims_per_lane(in.HS)) {
+    case 1: replay_rows<1>(in, out, lse, dq, dk, dv, bs); break;
+    case 2: replay_rows<2>(in, out, lse, dq, dk, dv, bs); break;
+    case 4: replay_rows<4>(in, out, lse, dq, dk, dv, bs); break;
+    case 8: replay_rows<8>(in, out, lse, dq, dk, dv, bs); break;
+    default: replay_rows<16>(in, out, lse, dq, dk, dv, bs); break;
+  }
+  const std::size_t not_once = slots.empty() ? 0 : slot_stores::stop();
+  return {to_float(out), lse, to_float(dq), to_float(dk), to_float(dv), slots, not_once};
 }
 
 // The tensor-core path on the host: attention_gemm_steps.hpp with a reference GEMM of cuBLAS's
@@ -587,7 +658,7 @@ AttOut attention_gemm_replay(const AttIn& in, bool flip_first_transpose = false)
               in.scale);
   AG::backward(e, dq.data(), dk.data(), dv.data(), dP.data(), dS.data(), g.data(), lse.data(), S.data(), P.data(),
                q.data(), k.data(), v.data(), in.B, in.T, in.NH, in.HS, in.scale);
-  return {to_float(out), lse, to_float(dq), to_float(dk), to_float(dv)};
+  return {to_float(out), lse, to_float(dq), to_float(dk), to_float(dv), {}};
 }
 
 // Reference: layers.hpp attention_forward/backward in double per sequence. Its scores are q.k / sqrt(HS),
@@ -613,6 +684,9 @@ AttOut attention_gemm_replay(const AttIn& in, bool flip_first_transpose = false)
 //  Gemm:  out_ic: sum_j P_ij |v_jc| (ep_i + ub + (T + 2) us); dv_jc: sum_{i >= j} P_ij |dout_ic| (ep_i + ub + (T + 2) us)
 //         dS_ij errs by g_ij = scale P_ij (|dP_ij - D_i| (ep_i + ub + 3u + (T + 2) us) + edp_ij + dD_i), the
 //         GEMM's accumulation included: dq_ic: sum_j g_ij |k_jc|; dk_jc: sum_{i >= j} g_ij |q_ic|.
+//  With a bias (Flash; in.bias): s_ij = scale q.k + b_ij, one more rounding: es_ij += u |s_ij|; the
+//    bias's gradient x_ij = P_ij (dP_ij - D_i) (pass 2's g): P_ij (|dP_ij - D_i| (ep_i + (T + 2) u) +
+//    edp_ij + dD_i) + 2u |x_ij| (its subtraction and product).
 //  Each doubled.
 enum class AttPath { Flash, Gemm };
 void check_attention(const AttIn& in, const AttOut& o, bool bf16_out, Check& ck, AttPath path = AttPath::Flash) {
@@ -623,6 +697,9 @@ void check_attention(const AttIn& in, const AttOut& o, bool bf16_out, Check& ck,
   std::vector<double> out(n), dq(n, 0.0), dk(n, 0.0), dv(n, 0.0), lse(std::size_t(NH) * std::size_t(in.R()));
   std::vector<double> tout(n, 0.0), tdq(n, 0.0), tdk(n, 0.0), tdv(n, 0.0), tlse(lse.size());
   std::vector<double> att(std::size_t(NH) * in.T * in.T), scratch(std::size_t(in.T) * in.T);
+  const bool biased = !in.bias.empty();
+  const std::size_t nslots = biased ? std::size_t(NH * in.soff().back()) : 0;
+  std::vector<double> dbias(nslots), tdbias(nslots);
   for (int b = 0; b < B; ++b) {  // sequence b: its own rows, its own length
     const int T = in.len(b);
     const double TT = T;
@@ -631,9 +708,16 @@ void check_attention(const AttIn& in, const AttOut& o, bool bf16_out, Check& ck,
     auto qs = slice(in.q, o0, TD);
     for (auto& x : qs) x *= pre;
     const auto ks = slice(in.k, o0, TD), vs = slice(in.v, o0, TD), gs = slice(in.dout, o0, TD);
-    attention_forward(out.data() + o0, att.data(), qs.data(), ks.data(), vs.data(), T, T, NH, HS);
+    // the bias as learn's attention takes it: (NH, T, T), zero above the diagonal; its gradient likewise
+    std::vector<double> bd(biased ? std::size_t(NH) * T * T : 0, 0.0), dbd(bd.size(), 0.0);
+    for (int h = 0; h < (biased ? NH : 0); ++h)
+      for (int i = 0; i < T; ++i)
+        for (int j = 0; j <= i; ++j) bd[(std::size_t(h) * T + i) * T + j] = in.b(h, i, j);
+    const double rs = attention_scale<double>(HS, true);  // q pre-scaled: rs q' . k = scale q . k
+    attention_forward(out.data() + o0, att.data(), qs.data(), ks.data(), vs.data(), T, T, NH, HS, rs,
+                      biased ? bd.data() : nullptr);
     attention_backward(dq.data() + o0, dk.data() + o0, dv.data() + o0, scratch.data(), gs.data(), att.data(),
-                       qs.data(), ks.data(), vs.data(), T, NH, HS);
+                       qs.data(), ks.data(), vs.data(), T, NH, HS, rs, biased ? dbd.data() : nullptr);
     for (std::size_t i = o0; i < o0 + TD; ++i) dq[i] *= pre;
     for (int h = 0; h < NH; ++h) {
       const double* P = att.data() + std::size_t(h) * T * T;
@@ -653,9 +737,10 @@ void check_attention(const AttIn& in, const AttOut& o, bool bf16_out, Check& ck,
             dot += Q(i, c) * Kk(j, c), adot += std::abs(Q(i, c) * Kk(j, c));
             g += G(i, c) * Vv(j, c), ag += std::abs(G(i, c) * Vv(j, c));
           }
-          s[std::size_t(j)] = sc * dot;
-          esmax = std::max(esmax, (HS + 5) * us * sc * adot + u * std::abs(sc * dot));
-          smax = std::max(smax, sc * dot), smin = std::min(smin, sc * dot);
+          const double sj = sc * dot + (biased ? in.b(h, i, j) : 0.0);
+          s[std::size_t(j)] = sj;
+          esmax = std::max(esmax, (HS + 5) * us * sc * adot + u * std::abs(sc * dot) + (biased ? u * std::abs(sj) : 0.0));
+          smax = std::max(smax, sj), smin = std::min(smin, sj);
           dP[ij(i, j)] = g, edp[ij(i, j)] = (HS + 5) * us * ag;
         }
         double l = 0;
@@ -715,8 +800,18 @@ void check_attention(const AttIn& in, const AttOut& o, bool bf16_out, Check& ck,
           tdk[at(j, c)] = gemm ? 2 * tk : 2 * (sc * tk + u * std::abs(dk[at(j, c)]));
           tdv[at(j, c)] = 2 * tv;
         }
+      for (int i = 0; i < (biased ? T : 0); ++i)
+        for (int j = 0; j <= i; ++j) {
+          const double x = dbd[(std::size_t(h) * T + i) * T + j], p = P[ij(i, j)];
+          const double e2 = ep[std::size_t(i)] + (TT + 2) * u;
+          dbias[in.slot(b, h, i, j)] = x;
+          tdbias[in.slot(b, h, i, j)] =
+              2 * (p * (std::abs(dP[ij(i, j)] - Dd[std::size_t(i)]) * e2 + edp[ij(i, j)] + dD[std::size_t(i)]) +
+                   2 * u * std::abs(x));
+        }
     }
   }
+  if (biased) ck.all("attention dbias", o.dbias, dbias, tdbias, false);
   ck.all("attention out", o.out, out, tout, bf16_out);
   ck.all("attention lse", o.lse, lse, tlse, false);
   ck.all("attention dq", o.dq, dq, tdq, bf16_out);
@@ -838,8 +933,14 @@ AttOut flash_replay_at(const AttIn& in, FlashFault fault) {
   };
   const auto q = bits(in.q), k = bits(in.k), v = bits(in.v), g = bits(in.dout);
   std::vector<FTC::u16> out(n), dq(n), dk(n), dv(n);
-  std::vector<float> lse(nl), dsum(nl), dq32(n, NAN), dk32(n, NAN);
+  std::vector<float> lse(nl), dsum(nl), dq32(n, NAN), dk32(n, NAN), slots;
+  const auto soff = in.soff();
   FTC::Params p;
+  if (!in.bias.empty()) {  // the gradient's slots start as NaN: one the dq kernel does not write fails
+    slots.assign(std::size_t(in.NH * soff.back()), NAN);
+    p.bias = in.bias.data(), p.bias_stride = in.pairs(), p.dslots = slots.data(), p.soff = soff.data();
+    slot_stores::start(slots.data(), slots.size());
+  }
   p.q = q.data(), p.k = k.data(), p.v = v.data(), p.o = out.data(), p.dout = g.data();
   p.out = out.data(), p.dq = dq.data(), p.dk = dk.data(), p.dv = dv.data(), p.lse = lse.data(), p.dsum = dsum.data();
   if (fault.dqdk_fp32) p.dq = p.dk = nullptr, p.dq32 = dq32.data(), p.dk32 = dk32.data();
@@ -857,16 +958,26 @@ AttOut flash_replay_at(const AttIn& in, FlashFault fault) {
         body(reinterpret_cast<char*>(smem.data()), x, h);
       }
   };
-  each_cta([&](char* s, int x, int h) { FTC::forward_cta<HSP>(cta, s, p, x, h); });
-  each_cta([&](char* s, int x, int h) { FTC::dq_cta<HSP>(cta, s, p, x, h); });
-  each_cta([&](char* s, int x, int h) { FTC::dkv_cta<HSP>(cta, s, p, x, h); });
+  auto run = [&](auto variant) {  // the kernels' compile-time variant of these parameters
+    constexpr int V = decltype(variant)::value;
+    each_cta([&](char* s, int x, int h) { FTC::forward_cta<HSP, V & FTC::kBias>(cta, s, p, x, h); });
+    each_cta([&](char* s, int x, int h) { FTC::dq_cta<HSP, V>(cta, s, p, x, h); });
+    each_cta([&](char* s, int x, int h) { FTC::dkv_cta<HSP, V>(cta, s, p, x, h); });
+  };
+  switch (FTC::variant(p)) {
+    case 0: run(std::integral_constant<int, 0>{}); break;
+    case FTC::kBias: run(std::integral_constant<int, FTC::kBias>{}); break;
+    case FTC::kF32Grad: run(std::integral_constant<int, FTC::kF32Grad>{}); break;
+    default: run(std::integral_constant<int, FTC::kBias | FTC::kF32Grad>{}); break;
+  }
   auto widen_all = [](const std::vector<FTC::u16>& b) {
     std::vector<float> o(b.size());
     for (std::size_t i = 0; i < b.size(); ++i) o[i] = bf16_to_float(b[i]);
     return o;
   };
-  if (fault.dqdk_fp32) return {widen_all(out), lse, dq32, dk32, widen_all(dv)};
-  return {widen_all(out), lse, widen_all(dq), widen_all(dk), widen_all(dv)};
+  const std::size_t not_once = slots.empty() ? 0 : slot_stores::stop();
+  if (fault.dqdk_fp32) return {widen_all(out), lse, dq32, dk32, widen_all(dv), slots, not_once};
+  return {widen_all(out), lse, widen_all(dq), widen_all(dk), widen_all(dv), slots, not_once};
 }
 AttOut flash_replay(const AttIn& in, FlashFault fault = {}) {
   switch (FTC::padded_head(in.HS)) {
@@ -901,9 +1012,11 @@ AttOut flash_replay(const AttIn& in, FlashFault fault = {}) {
 //    edS; bf16(P) within its interval eP^.
 //  dq_ic = scale sum_j dS_ij k_jc: scale (sum_j edS |k| + (KT + 2) us sum_j |dS k|) + u |dq|; dk likewise
 //  over i >= j with q; dv_jc = sum_i bf16(P_ij) dout_ic: sum_i eP^ |dout| + (KT + 2) us sum_i bf16(P) |dout|.
-// reference_rounds = false: the same bounds against learn's fp32-semantics attention (no rounding of P or
-// dS, D = sum_j P dP): the control that the bounds see a missing rounding point. dqdk_bf16 = false: dq
-// and dk are the kernel's fp32 form (the same bounds, no bf16 rounding of the outputs).
+// With a bias (in.bias): z = s c2 + b log2 e, the kernel's fl(fl(s c2) + fl(b fl(log2 e))) adds 2u |b log2 e|
+// + u |z| to dz; the bias's gradient x_ij = P (dP - D) (the dq kernel's fp32 value before dS's rounding)
+// within 2 rho_ij (rho as above). reference_rounds = false: the same bounds against learn's fp32-semantics
+// attention (no rounding of P or dS, D = sum_j P dP): the control that the bounds see a missing rounding
+// point. dqdk_bf16 = false: dq and dk are the kernel's fp32 form (the same bounds, no bf16 rounding).
 void check_flash(const AttIn& in, const AttOut& o, Check& ck, bool reference_rounds = true, bool dqdk_bf16 = true) {
   const int B = in.B, NH = in.NH, HS = in.HS, D = NH * HS, HSP = FTC::padded_head(HS);
   const double sc = in.scale, c2 = double(in.scale) * FTC::kLog2e, u = kU, us = kUTc, ln2 = std::log(2.0);
@@ -911,10 +1024,12 @@ void check_flash(const AttIn& in, const AttOut& o, Check& ck, bool reference_rou
   auto r16 = [](double x) { return round_to_bf16(x); };
   auto flip = [&](double x, double rho) { return r16(x + 2 * rho) - r16(x - 2 * rho); };
   const std::size_t n = in.q.size();
-  const double* nobias = nullptr;
-  double* nodbias = nullptr;
+  const bool biased = !in.bias.empty();
+  const double l2e = double(FTC::kLog2eF);
   std::vector<double> out(n), dq(n, 0.0), dk(n, 0.0), dv(n, 0.0), lse(std::size_t(NH) * std::size_t(in.R()));
   std::vector<double> tout(n, 0.0), tdq(n, 0.0), tdk(n, 0.0), tdv(n, 0.0), tlse(lse.size());
+  const std::size_t nslots = biased ? std::size_t(NH * in.soff().back()) : 0;
+  std::vector<double> dbias(nslots), tdbias(nslots);
   for (int b = 0; b < B; ++b) {
     const int T = in.len(b);
     const double KT = T + 64;
@@ -922,12 +1037,17 @@ void check_flash(const AttIn& in, const AttOut& o, Check& ck, bool reference_rou
                       l0 = std::size_t(NH) * std::size_t(in.off[std::size_t(b)]);
     const auto qs = slice(in.q, o0, TD), ks = slice(in.k, o0, TD), vs = slice(in.v, o0, TD), gs = slice(in.dout, o0, TD);
     std::vector<double> att(std::size_t(NH) * T * T), scratch(std::size_t(T) * T), os(TD);
-    attention_forward(os.data(), att.data(), qs.data(), ks.data(), vs.data(), T, T, NH, HS, sc, nobias, 0, 0,
-                      reference_rounds);
+    std::vector<double> bd(biased ? std::size_t(NH) * T * T : 0, 0.0), dbd(bd.size(), 0.0);
+    for (int h = 0; h < (biased ? NH : 0); ++h)
+      for (int i = 0; i < T; ++i)
+        for (int j = 0; j <= i; ++j) bd[(std::size_t(h) * T + i) * T + j] = in.b(h, i, j);
+    attention_forward(os.data(), att.data(), qs.data(), ks.data(), vs.data(), T, T, NH, HS, sc,
+                      biased ? bd.data() : nullptr, 0, 0, reference_rounds);
     std::vector<double> o16(os);
     for (auto& x : o16) x = r16(x);
     attention_backward(dq.data() + o0, dk.data() + o0, dv.data() + o0, scratch.data(), gs.data(), att.data(), qs.data(),
-                       ks.data(), vs.data(), T, NH, HS, sc, nodbias, 0, reference_rounds ? o16.data() : nullptr);
+                       ks.data(), vs.data(), T, NH, HS, sc, biased ? dbd.data() : nullptr, 0,
+                       reference_rounds ? o16.data() : nullptr);
     std::copy(os.begin(), os.end(), out.begin() + long(o0));
     for (int h = 0; h < NH; ++h) {
       auto at = [&](int i, int c) { return std::size_t(i) * D + std::size_t(h) * HS + std::size_t(c); };
@@ -940,8 +1060,10 @@ void check_flash(const AttIn& in, const AttOut& o, Check& ck, bool reference_rou
         for (int j = 0; j <= i; ++j) {
           double s = 0, as = 0;
           for (int c = 0; c < HS; ++c) s += qs[at(i, c)] * ks[at(j, c)], as += std::abs(qs[at(i, c)] * ks[at(j, c)]);
-          z[ij(i, j)] = s * c2;
-          dz[ij(i, j)] = c2 * (HSP + 2) * us * as + 2 * u * std::abs(s * c2);
+          const double zb = biased ? in.b(h, i, j) * l2e : 0.0;
+          z[ij(i, j)] = s * c2 + zb;
+          dz[ij(i, j)] = c2 * (HSP + 2) * us * as + 2 * u * std::abs(s * c2) +
+                         (biased ? 2 * u * std::abs(zb) + u * std::abs(s * c2 + zb) : 0.0);
           mz = std::max(mz, z[ij(i, j)]);
         }
         const double M = std::ceil(mz);
@@ -984,6 +1106,10 @@ void check_flash(const AttIn& in, const AttOut& o, Check& ck, bool reference_rou
                              std::abs(x) * (eP + u);
           dS[ij(i, j)] = r16(x), edS[ij(i, j)] = flip(x, rho);
           Ph[ij(i, j)] = r16(p), ePh[ij(i, j)] = flip(p, p * eP);
+          if (biased) {
+            dbias[in.slot(b, h, i, j)] = dbd[(std::size_t(h) * T + i) * T + j];
+            tdbias[in.slot(b, h, i, j)] = 2 * rho + tiny;
+          }
         }
       for (int i = 0; i < T; ++i)
         for (int c = 0; c < HS; ++c) {
@@ -1009,10 +1135,28 @@ void check_flash(const AttIn& in, const AttOut& o, Check& ck, bool reference_rou
   ck.all("flash dq", o.dq, dq, tdq, dqdk_bf16);
   ck.all("flash dk", o.dk, dk, tdk, dqdk_bf16);
   ck.all("flash dv", o.dv, dv, tdv, true);
+  if (biased) ck.all("flash dbias", o.dbias, dbias, tdbias, false);
 }
 
 #if MANYADD_WITH_CUDA
 // ---- the device runs of the same checks -------------------------------------------------------------------
+// in's bias table, its gradient slots (NaN to start: an unwritten slot fails) and their offsets on the device.
+struct DevBias {
+  bool on;
+  long long stride;
+  Dev<float> bias, slots;
+  Dev<long long> soff;
+  explicit DevBias(const AttIn& in)
+      : on(!in.bias.empty()), stride(in.pairs()), bias(on ? in.bias : std::vector<float>(1)),
+        slots(std::vector<float>(on ? std::size_t(in.NH * in.soff().back()) : 1, NAN)), soff(in.soff()) {}
+  kernels::ScoreBias forward() const {
+    return on ? kernels::ScoreBias{bias.p, stride, nullptr, nullptr} : kernels::ScoreBias{};
+  }
+  kernels::ScoreBias backward() const {
+    return on ? kernels::ScoreBias{bias.p, stride, slots.p, soff.p} : kernels::ScoreBias{};
+  }
+  std::vector<float> slots_or_none() const { return on ? slots.get() : std::vector<float>{}; }
+};
 GemmOut gemm_gpu(kernels::Blas& blas, const GemmIn& in) {
   const int R = in.R, C = in.C, OC = in.OC;
   Dev<bf16> x(to_io<bf16>(in.x)), w(to_io<bf16>(in.w)), g(to_io<bf16>(in.g));
@@ -1072,10 +1216,12 @@ AttOut attention_gpu(const AttIn& in, std::size_t offset = 0) {
   Dev<float> lse(nl), scr(nl);
   Dev<std::int32_t> off(in.off);
   const std::size_t f = offset;
-  K::attention_forward(out.p + f, lse.p, q.p + f, k.p + f, v.p + f, off.p, in.B, in.R(), in.NH, in.HS, in.scale);
+  DevBias db(in);
+  K::attention_forward(out.p + f, lse.p, q.p + f, k.p + f, v.p + f, off.p, in.B, in.R(), in.NH, in.HS, in.scale,
+                       db.forward());
   K::attention_backward(dq.p + f, dk.p + f, dv.p + f, scr.p, g.p + f, lse.p, q.p + f, k.p + f, v.p + f, off.p, in.B,
-                        in.R(), in.NH, in.HS, in.scale);
-  return {tail(out), lse.get(), tail(dq), tail(dk), tail(dv)};
+                        in.R(), in.NH, in.HS, in.scale, db.backward());
+  return {tail(out), lse.get(), tail(dq), tail(dk), tail(dv), db.slots_or_none()};
 }
 AttOut attention_gemm_gpu(kernels::Blas& blas, const AttIn& in) {
   const std::size_t n = in.q.size(), nl = std::size_t(in.B) * in.NH * in.T,
@@ -1086,7 +1232,7 @@ AttOut attention_gemm_gpu(kernels::Blas& blas, const AttIn& in) {
   kernels::attention_gemm_forward(blas, out.p, lse.p, S.p, P.p, q.p, k.p, v.p, in.B, in.T, in.NH, in.HS, in.scale);
   kernels::attention_gemm_backward(blas, dq.p, dk.p, dv.p, dP.p, dS.p, g.p, lse.p, S.p, P.p, q.p, k.p, v.p, in.B, in.T,
                                    in.NH, in.HS, in.scale);
-  return {to_float(out.get()), lse.get(), to_float(dq.get()), to_float(dk.get()), to_float(dv.get())};
+  return {to_float(out.get()), lse.get(), to_float(dq.get()), to_float(dk.get()), to_float(dv.get()), {}};
 }
 // The tensor-core flash kernels (flash_tc.hpp); offset as attention_gpu's (1: misaligned rows, scalar fills);
 // dqdk_fp32: the backward's fp32 dq, dk form.
@@ -1106,17 +1252,18 @@ AttOut flash_gpu(const AttIn& in, std::size_t offset = 0, bool dqdk_fp32 = false
       dv(f + n);
   Dev<float> lse(nl), dsum(nl);
   Dev<std::int32_t> off(in.off);
+  DevBias db(in);
   kernels::flash::attention_forward(out.p + f, lse.p, q.p + f, k.p + f, v.p + f, off.p, in.B, in.R(), in.NH, in.HS,
-                                    in.scale);
+                                    in.scale, db.forward());
   if (dqdk_fp32) {
     Dev<float> dq32(n), dk32(n);
     kernels::flash::attention_backward(dq32.p, dk32.p, dv.p + f, dsum.p, g.p + f, out.p + f, lse.p, q.p + f, k.p + f,
-                                       v.p + f, off.p, in.B, in.R(), in.NH, in.HS, in.scale);
-    return {tail(out), lse.get(), dq32.get(), dk32.get(), tail(dv)};
+                                       v.p + f, off.p, in.B, in.R(), in.NH, in.HS, in.scale, db.backward());
+    return {tail(out), lse.get(), dq32.get(), dk32.get(), tail(dv), db.slots_or_none()};
   }
   kernels::flash::attention_backward(dq.p + f, dk.p + f, dv.p + f, dsum.p, g.p + f, out.p + f, lse.p, q.p + f, k.p + f,
-                                     v.p + f, off.p, in.B, in.R(), in.NH, in.HS, in.scale);
-  return {tail(out), lse.get(), tail(dq), tail(dk), tail(dv)};
+                                     v.p + f, off.p, in.B, in.R(), in.NH, in.HS, in.scale, db.backward());
+  return {tail(out), lse.get(), tail(dq), tail(dk), tail(dv), db.slots_or_none()};
 }
 #endif
 
@@ -1603,6 +1750,127 @@ TEST(CudaKernelsGpu, FlashAttentionMatchesLearnsBf16Attention) {
     for (std::size_t i = 0; i < x->size(); ++i) same += (*x)[i] == (*y)[i], ++all;
   std::cout << "[ flash    ] device outputs bitwise equal to the host replay's: " << same << " of " << all << "\n";
 }
+
+// FIRE's score bias on the device, within the bounds of the replay tests (check_attention, check_flash:
+// the device differs from its replay only by expf/exp2f/logf and the MMA's order, which the bounds cover):
+// the CUDA-core kernels in fp32 and bf16 I/O and the tensor-core kernels (every head-size instance; the
+// fp32 dq, dk form), varlen batches with sequences shorter than the longest, a sharp bias; the slots start
+// as NaN (an unwritten one fails). A second run is bitwise the first (slots included: no atomics).
+TEST(CudaKernelsGpu, AttentionWithAScoreBiasMatchesTheReference) {
+  REQUIRE_DEVICE();
+  Check ck16, ck32, ckf, ckf32;
+  std::uint32_t seed = 840;
+  const std::vector<int> lengths = {7, 1, 33, 2, 12, 250};
+  for (int HS : {16, 96, 512}) {
+    SCOPED_TRACE("CUDA-core HS " + std::to_string(HS));
+    const auto v16 = with_bias(attention_inputs(lengths, 3, HS, 1.f, 2.0, true, seed), seed + 50);
+    check_attention(v16, attention_gpu<bf16>(v16), true, ck16);
+    const auto v32 =
+        with_bias(attention_inputs(lengths, 3, HS, float(1 / std::sqrt(double(HS))), 2.0, false, seed + 1), seed + 51);
+    check_attention(v32, attention_gpu<float>(v32), false, ck32);
+    seed += 2;
+  }
+  for (int HS : {16, 20, 32, 64, 96, 128, 200, 256, 512}) {
+    const float scale = (seed % 2) ? 1.f : float(1 / std::sqrt(double(HS)));
+    SCOPED_TRACE("tensor-core HS " + std::to_string(HS));
+    const auto in = with_bias(attention_inputs(lengths, 2, HS, scale, 2.0, true, seed), seed + 100);
+    check_flash(in, flash_gpu(in), ckf);
+    check_flash(in, flash_gpu(in, 0, true), ckf32, true, false);
+    ++seed;
+  }
+  const auto sharp = with_bias(attention_inputs(std::vector<int>{250, 17}, 2, 64, 1.f, 2.0, true, 860), 861, 4.f);
+  check_flash(sharp, flash_gpu(sharp), ckf);
+  check_attention(sharp, attention_gpu<bf16>(sharp), true, ck16);
+  ck16.expect_ok("CUDA-core bf16 attention with a bias");
+  ck32.expect_ok("CUDA-core fp32 attention with a bias");
+  ckf.expect_ok("tensor-core flash attention with a bias");
+  ckf32.expect_ok("tensor-core flash attention with a bias, fp32 dq and dk");
+  const auto in = with_bias(attention_inputs(lengths, 4, 64, 1.f, 2.0, true, 870), 871);
+  const AttOut a = flash_gpu(in), b = flash_gpu(in);
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(a.dq, b.dq);
+  EXPECT_EQ(a.dbias, b.dbias);
+  const AttOut c = attention_gpu<float>(in), d = attention_gpu<float>(in);
+  EXPECT_EQ(c.out, d.out);
+  EXPECT_EQ(c.dk, d.dk);
+  EXPECT_EQ(c.dbias, d.dbias);
+}
+
+// FIRE's element-wise kernels (fire.cu) against their host replay (fire_rows.cuh, itself bitwise the CPU
+// twin: CudaFireReplay): the slot offsets, the bias gradient's reduction over two layers' slots, ReLU and
+// its backward are bitwise (the same fp32 operations); u, h1 and the d c / d L_sqrt terms differ by log1pf
+// (CUDA: <= 1 ulp, i.e. 2^-23 relative, where glibc's is correctly rounded or nearly): u = a / b with a and
+// b each from one log1pf (b then + eps, rounded) differs by <= ~(2 + 2 + 1) 2^-24 relative; h1 = relu(u w)
+// inherits it; 2^-20 relative (x 3 margin). A term du (t1 - t2) can cancel, so its bound is relative to
+// |du| (|t1| + |t2|): t1 and t2 each carry <= 3 log1pf errors and ~6 roundings, 2^-19 of that (margin 2).
+TEST(CudaKernelsGpu, FireKernelsMatchTheReplay) {
+  REQUIRE_DEVICE();
+  const int T = 45, H = 7, NH = 3;
+  const long long P = FR::tri(T);
+  const auto w1 = randn(std::size_t(H), 921), du = randn(std::size_t(P), 922);
+  for (bool max_thr : {true, false})
+    for (float Ls : {4.5f, 16.f})
+      for (float c : {0.1f, -0.37f}) {
+        SCOPED_TRACE(std::string(max_thr ? "max" : "min") + " L_sqrt " + std::to_string(Ls) + " c " + std::to_string(c));
+        const std::size_t nP = std::size_t(P), nPH = nP * std::size_t(H);
+        std::vector<float> u(nP), h1(nPH), tc(nP), tl(nP);
+        for (long long p = 0; p < P; ++p) {
+          FR::mlp_input_entry(u.data(), h1.data(), w1.data(), p, H, c, FR::mul_rn(Ls, Ls), max_thr);
+          FR::scalar_terms_entry(tc.data(), tl.data(), du.data(), p, c, Ls, FR::mul_rn(Ls, Ls), max_thr);
+        }
+        Dev<float> dw1(w1), ddu(du), dc(std::vector<float>{c}), dLs(std::vector<float>{Ls}), gu(nP), gh1(nPH), gtc(nP),
+            gtl(nP);
+        K::fire_mlp_input(gu.p, gh1.p, dw1.p, dc.p, dLs.p, T, H, max_thr);
+        K::fire_scalar_terms(gtc.p, gtl.p, ddu.p, dc.p, dLs.p, T, max_thr);
+        const auto du_ = gu.get(), dh1 = gh1.get(), dtc = gtc.get(), dtl = gtl.get();
+        for (long long p = 0; p < P; ++p) {
+          const std::size_t q = std::size_t(p);
+          ASSERT_LE(std::abs(du_[q] - u[q]), 0x1p-20 * std::abs(u[q])) << "u " << p;
+          for (int k = 0; k < H; ++k)
+            ASSERT_LE(std::abs(dh1[q * H + std::size_t(k)] - h1[q * H + std::size_t(k)]),
+                      0x1p-20 * std::abs(double(u[q]) * w1[std::size_t(k)]))
+                << "h1 " << p;
+          const int i = FR::pair_row(p);
+          const FR::Norm nm = FR::norm_of(i, FR::mul_rn(Ls, Ls), max_thr);
+          const double d = double(p - FR::tri(i)), n = nm.n, ac = std::abs(c);
+          const double a = std::log1p(ac * d), b = std::log1p(ac * n) + 1e-6, den = (ac * n + 1) * b * b;
+          const double mag = std::abs(du[q]) * (d / (ac * d + 1) / b + a * n / den);
+          ASSERT_LE(std::abs(dtc[q] - tc[q]), 0x1p-19 * mag + 1e-30) << "d c term " << p;
+          const double magl = std::abs(du[q]) * a * ac / den * 2 * Ls;
+          ASSERT_LE(std::abs(dtl[q] - tl[q]), 0x1p-19 * magl + 1e-30) << "d L_sqrt term " << p;
+        }
+      }
+  // ReLU and its backward, bitwise
+  const auto x = randn(1000, 923), g = randn(1000, 924);
+  Dev<float> dx(x), dg(g);
+  K::relu_forward(dx.p, 1000);
+  const auto y = dx.get();
+  K::relu_backward(dg.p, dx.p, 1000);
+  const auto gy = dg.get();
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(y[i], x[i] > 0.f ? x[i] : 0.f) << i;
+    ASSERT_EQ(gy[i], x[i] > 0.f ? g[i] : 0.f) << i;
+  }
+  // the slot offsets and the reduction of two layers' slots into a nonzero start, bitwise the replay
+  const std::vector<std::int32_t> off = {0, 5, 6, 15, 18, 27, 73};
+  const int B = 6, Tb = 46;
+  const long long Pb = FR::tri(Tb);
+  std::vector<long long> soff(std::size_t(B) + 1);
+  FR::slot_offsets(soff.data(), off.data(), B);
+  Dev<std::int32_t> doff(off);
+  Dev<long long> dsoff(std::size_t(B) + 1);
+  K::fire_slot_offsets(dsoff.p, doff.p, B);
+  ASSERT_EQ(dsoff.get(), soff);
+  auto db = randn(std::size_t(NH * Pb), 925);
+  Dev<float> ddb(db);
+  for (int layer = 0; layer < 2; ++layer) {
+    const auto slots = randn(std::size_t(NH * soff[std::size_t(B)]), 926 + std::uint32_t(layer));
+    for (long long e = 0; e < NH * Pb; ++e) FR::dbias_reduce_entry(db.data(), slots.data(), soff.data(), off.data(), B, NH, Pb, e);
+    Dev<float> dslots(slots);
+    K::fire_dbias_reduce(ddb.p, dslots.p, dsoff.p, doff.p, B, NH, Tb);
+  }
+  EXPECT_EQ(ddb.get(), db);
+}
 #endif  // MANYADD_WITH_CUDA
 
 // ==== on the CPU: the attention kernels replayed, and the bounds' controls ===============================
@@ -1756,6 +2024,57 @@ TEST(CudaAttentionReplay, BoundsRejectWrongResults) {
   EXPECT_EQ(right.bad, 0u);
 }
 
+// FIRE's score bias in the CUDA-core kernels (attention_rows.cuh; score_bias.hpp's table and slots): the
+// replay against learn's attention with the bias (layers.hpp in double, the bias as (NH, T, T) per
+// sequence), out, lse, dq, dk, dv and the bias's gradient slots (check_attention), varlen lengths (7, 1,
+// 33, 2, 12: sequences shorter than the longest read a corner of the table), bf16 and fp32 I/O, both
+// scales, HS {16, 96, 512}; a sharp bias (sd 4) on long rows. Every slot is stored exactly once
+// (slot_stores). Controls: the kernel reading the table by key instead of distance (each row's pairs
+// reversed) and a kernel that ignores the bias (a zero table) leave the bounds; a slot whose store is
+// dropped stays NaN and fails the check; the right replay stays inside.
+TEST(CudaAttentionReplay, WithAScoreBiasMatchesTheReferenceAndRejectsWrongBiases) {
+  Check ck16, ck32;
+  std::uint32_t seed = 140;
+  const std::vector<int> lengths = {7, 1, 33, 2, 12};
+  auto once = [](const AttOut& o) {
+    EXPECT_EQ(o.slots_not_once, 0u) << "gradient slots not stored exactly once";
+    return o;
+  };
+  for (int HS : {16, 96, 512}) {
+    SCOPED_TRACE("HS " + std::to_string(HS));
+    const auto v16 = with_bias(attention_inputs(lengths, 3, HS, 1.f, 2.0, true, seed), seed + 50);
+    check_attention(v16, once(attention_replay<bf16>(v16)), true, ck16);
+    const auto v32 =
+        with_bias(attention_inputs(lengths, 3, HS, float(1 / std::sqrt(double(HS))), 2.0, false, seed + 1), seed + 51);
+    check_attention(v32, once(attention_replay<float>(v32)), false, ck32);
+    seed += 2;
+  }
+  const auto sharp = with_bias(attention_inputs(std::vector<int>{250, 17}, 2, 64, 1.f, 2.0, false, 150), 151, 4.f);
+  check_attention(sharp, once(attention_replay<float>(sharp)), false, ck32);
+  ck16.expect_ok("replayed bf16 attention with a bias");
+  ck32.expect_ok("replayed fp32 attention with a bias");
+  const auto in = with_bias(attention_inputs(lengths, 2, 64, 1.f, 2.0, false, 160), 161);
+  AttIn zero = in;
+  std::fill(zero.bias.begin(), zero.bias.end(), 0.f);
+  Check right, reversed, ignored, missing;
+  check_attention(in, once(attention_replay<float>(in)), false, right);
+  EXPECT_EQ(right.bad, 0u) << right.first_bad;
+  check_attention(in, attention_replay<float>(reversed_bias(in)), false, reversed);
+  EXPECT_GT(reversed.bad, reversed.n / 4) << "a bias read by the key instead of the distance passes";
+  check_attention(in, attention_replay<float>(zero), false, ignored);
+  EXPECT_GT(ignored.bad, ignored.n / 4) << "an ignored bias passes";
+  slot_stores::skip = in.slot(2, 1, 20, 3);  // sequence 2 (33 rows), head 1, (i, j) = (20, 3)
+  const AttOut dropped = attention_replay<float>(in);
+  slot_stores::skip = -1;
+  EXPECT_EQ(dropped.slots_not_once, 1u);
+  EXPECT_TRUE(std::isnan(dropped.dbias[in.slot(2, 1, 20, 3)]));
+  check_attention(in, dropped, false, missing);
+  EXPECT_EQ(missing.bad, 1u) << "a missing gradient slot passes";
+  std::cout << "[ controls ] CUDA-core attention with a bias, out of bounds of " << right.n << ": the bias read by the "
+            << "key " << reversed.bad << ", ignored " << ignored.bad << ", one slot not stored " << missing.bad
+            << ", right " << right.bad << "\n";
+}
+
 // The tensor-core path's steps (every GEMM's transposes, leading dimensions, strides, offsets) and row
 // functions on the host, against the reference within its bounds; a layout bug (one GEMM reading its A
 // transposed) and a 5% scale error fail.
@@ -1804,6 +2123,148 @@ TEST(CudaFlashReplay, MatchesLearnsBf16Attention) {
   const auto longest = attention_inputs(std::vector<int>{2013}, 1, 16, 1.f, 2.0, true, 691);
   check_flash(longest, flash_replay(longest), ck);
   ck.expect_ok("replayed flash attention");
+}
+
+// FIRE's score bias in the tensor-core flash kernels (the kBias instances: z = fl(s c2) + fl(b fl(log2 e)),
+// the dq kernel's fp32 P (dP - D) into the slots) against learn's bf16 attention with the bias in double
+// (check_flash): every head-size instance, varlen lengths (shorter sequences than the longest; 250 and
+// 129 span several query and key blocks), both scales, NH 2; a sharp bias (sd 4); the fp32 dq, dk form
+// (kBias | kF32Grad). Every slot stored exactly once. Controls: the table read by key instead of
+// distance, and an ignored bias (a zero table), leave the bounds; a slot whose store is dropped stays
+// NaN and fails; the right replay stays inside.
+TEST(CudaFlashReplay, WithAScoreBiasMatchesLearnsBf16AttentionAndRejectsWrongBiases) {
+  Check ck, c32;
+  std::uint32_t seed = 740;
+  auto once = [](const AttOut& o) {
+    EXPECT_EQ(o.slots_not_once, 0u) << "gradient slots not stored exactly once";
+    return o;
+  };
+  for (int HS : {16, 20, 32, 64, 128, 256, 512}) {
+    const float scale = (seed % 2) ? 1.f : float(1 / std::sqrt(double(HS)));
+    SCOPED_TRACE("HS " + std::to_string(HS) + " scale " + std::to_string(scale));
+    const std::vector<int> lengths =
+        HS >= 256 ? std::vector<int>{33, 1, 70, 7} : std::vector<int>{33, 1, 250, 7, 64, 65, 2, 129};
+    const auto in = with_bias(attention_inputs(lengths, 2, HS, scale, 2.0, true, seed), seed + 100);
+    check_flash(in, once(flash_replay(in)), ck);
+    ++seed;
+  }
+  const auto sharp = with_bias(attention_inputs(std::vector<int>{250, 17}, 2, 64, 1.f, 2.0, true, 760), 761, 4.f);
+  check_flash(sharp, once(flash_replay(sharp)), ck);
+  ck.expect_ok("replayed flash attention with a bias");
+  {  // kBias | kF32Grad: the same slots, dq and dk the fp32 values the bf16 form rounds
+    const auto in = with_bias(attention_inputs(std::vector<int>{33, 1, 70}, 2, 64, 1.f, 2.0, true, 765), 766);
+    FlashFault f32;
+    f32.dqdk_fp32 = true;
+    const AttOut a = once(flash_replay(in, f32)), b = flash_replay(in);
+    check_flash(in, a, c32, true, false);
+    EXPECT_EQ(a.dbias, b.dbias);
+    for (std::size_t i = 0; i < a.dq.size(); ++i) {
+      ASSERT_EQ(rbf(a.dq[i]), b.dq[i]) << i;
+      ASSERT_EQ(rbf(a.dk[i]), b.dk[i]) << i;
+    }
+    c32.expect_ok("replayed flash attention with a bias, fp32 dq and dk");
+  }
+  const auto in = with_bias(attention_inputs(std::vector<int>{20, 45}, 2, 64, 1.f, 2.0, true, 770), 771);
+  AttIn zero = in;
+  std::fill(zero.bias.begin(), zero.bias.end(), 0.f);
+  Check right, reversed, ignored, missing;
+  check_flash(in, once(flash_replay(in)), right);
+  EXPECT_EQ(right.bad, 0u) << right.first_bad;
+  check_flash(in, flash_replay(reversed_bias(in)), reversed);
+  EXPECT_GT(reversed.bad, reversed.n / 4) << "a bias read by the key instead of the distance passes";
+  check_flash(in, flash_replay(zero), ignored);
+  EXPECT_GT(ignored.bad, ignored.n / 4) << "an ignored bias passes";
+  slot_stores::skip = in.slot(1, 0, 40, 17);  // sequence 1 (45 rows: its second query block), head 0
+  const AttOut dropped = flash_replay(in);
+  slot_stores::skip = -1;
+  EXPECT_EQ(dropped.slots_not_once, 1u);
+  EXPECT_TRUE(std::isnan(dropped.dbias[in.slot(1, 0, 40, 17)]));
+  check_flash(in, dropped, missing);
+  EXPECT_EQ(missing.bad, 1u) << "a missing gradient slot passes";
+  std::cout << "[ controls ] flash attention with a bias, out of bounds of " << right.n << ": the bias read by the key "
+            << reversed.bad << ", ignored " << ignored.bad << ", one slot not stored " << missing.bad << ", right "
+            << right.bad << "\n";
+}
+
+// FIRE's kernels (fire_rows.cuh) replayed on the host, bitwise the CPU twin (learn/layers.hpp), for both
+// thresholds with L inside the sequence (rows on both sides of it; L = 16, an integer, puts row 16 on the
+// threshold: it takes n = i and gives L no gradient, as torch's clamp_max) and c of both signs:
+//  * u and h1 = relu(u W1^T) of every pair (i, d) against the twin's fire_distances / fire_mlp_forward
+//    on its merged pairs (pair base[i] + d: the rows on L share theirs);
+//  * each pair's terms of d c and d L_sqrt against fire_distances_backward on that pair alone;
+//  * the bias gradient's reduction over sequences and layers against model.cpp's order (a dense (NH, T,
+//    T) gradient, layer by layer, each layer's sequences in order), through slot_offsets' slots.
+// The merging is exercised: rows on L and rows off it both occur for every case.
+TEST(CudaFireReplay, IsBitwiseTheCpuTwin) {
+  const int T = 40, H = 5, NH = 3;
+  const auto w1 = randn(std::size_t(H), 901), w2 = randn(std::size_t(H * H), 902), w3 = randn(std::size_t(NH * H), 903);
+  const long long P = FR::tri(T);
+  const auto du = randn(std::size_t(P), 904);
+  for (bool max_thr : {true, false})
+    for (float Ls : {4.5f, 4.f})
+      for (float c : {0.1f, -0.37f}) {
+        SCOPED_TRACE(std::string(max_thr ? "max" : "min") + " L_sqrt " + std::to_string(Ls) + " c " + std::to_string(c));
+        FirePairs fp;
+        fire_pairs(fp, 0, T, double(Ls * Ls), max_thr);
+        const std::int64_t Pt = fp.pairs();
+        const std::size_t np = std::size_t(Pt), nh = np * std::size_t(H);
+        std::vector<float> ut(np), h1t(nh), h2t(nh), outt(np * std::size_t(NH));
+        fire_distances(ut.data(), fp, c);
+        fire_mlp_forward(outt.data(), h1t.data(), h2t.data(), ut.data(), w1.data(), w2.data(), w3.data(), Pt, H, NH);
+        const std::size_t nP = std::size_t(P);
+        std::vector<float> u(nP), h1(nP * std::size_t(H)), tc(nP), tl(nP);
+        for (long long p = 0; p < P; ++p) {
+          FR::mlp_input_entry(u.data(), h1.data(), w1.data(), p, H, c, FR::mul_rn(Ls, Ls), max_thr);
+          FR::scalar_terms_entry(tc.data(), tl.data(), du.data(), p, c, Ls, FR::mul_rn(Ls, Ls), max_thr);
+        }
+        int on_L = 0;
+        for (int i = 0; i < T; ++i) {
+          const std::size_t g = std::size_t(fp.group[std::size_t(fp.base[std::size_t(i)])]);
+          on_L += fp.on_L[g];
+          for (int d = 0; d <= i; ++d) {
+            const std::size_t p = std::size_t(FR::tri(i) + d), pt = std::size_t(fp.base[std::size_t(i)] + d);
+            ASSERT_EQ(u[p], ut[pt]) << "u(" << i << ", " << d << ")";
+            for (int k = 0; k < H; ++k) ASSERT_EQ(h1[p * H + std::size_t(k)], h1t[pt * H + std::size_t(k)]) << i << " " << d;
+            FirePairs one;
+            one.base = {0}, one.dist = {d}, one.group = {0}, one.norm = {fp.norm[g]}, one.on_L = {fp.on_L[g]};
+            float gc = 0.f, gl = 0.f;
+            fire_distances_backward(&gc, &gl, du.data() + p, one, c, Ls);
+            ASSERT_EQ(tc[p], gc) << "d c term (" << i << ", " << d << ")";
+            ASSERT_EQ(tl[p], gl) << "d L_sqrt term (" << i << ", " << d << ")";
+          }
+        }
+        EXPECT_GT(on_L, 1);
+        EXPECT_LT(on_L, T - 1);
+      }
+  // The reduction: two layers' slots over a varlen batch, into a nonzero start.
+  const std::vector<int> off = {0, 5, 6, 15, 18, 27};
+  const int B = 5, Tb = 9;
+  const long long Pb = FR::tri(Tb);
+  std::vector<long long> soff(std::size_t(B) + 1);
+  FR::slot_offsets(soff.data(), off.data(), B);
+  const auto start = randn(std::size_t(NH * Pb), 905);
+  std::vector<float> db = start;
+  std::vector<float> densef(std::size_t(NH) * Tb * Tb, 0.f);
+  for (int h = 0; h < NH; ++h)
+    for (int i = 0; i < Tb; ++i)
+      for (int j = 0; j <= i; ++j) densef[(std::size_t(h) * Tb + i) * Tb + j] = start[std::size_t(h * Pb + FR::tri(i) + i - j)];
+  for (int layer = 0; layer < 2; ++layer) {
+    const auto slots = randn(std::size_t(NH * soff[std::size_t(B)]), 906 + std::uint32_t(layer));
+    for (long long e = 0; e < NH * Pb; ++e) FR::dbias_reduce_entry(db.data(), slots.data(), soff.data(), off.data(), B, NH, Pb, e);
+    long long at = 0;  // model.cpp: each sequence's (NH, T_b, T_b) block added into the corner, in order
+    for (int b = 0; b < B; ++b) {
+      const int Tl = off[std::size_t(b) + 1] - off[std::size_t(b)];
+      for (int h = 0; h < NH; ++h)
+        for (int i = 0; i < Tl; ++i)
+          for (int j = 0; j <= i; ++j) densef[(std::size_t(h) * Tb + i) * Tb + j] += slots[std::size_t(at + h * FR::tri(Tl) + FR::tri(i) + i - j)];
+      at += NH * FR::tri(Tl);
+    }
+    ASSERT_EQ(at, NH * soff[std::size_t(B)]);
+  }
+  for (int h = 0; h < NH; ++h)
+    for (int i = 0; i < Tb; ++i)
+      for (int j = 0; j <= i; ++j)
+        ASSERT_EQ(db[std::size_t(h * Pb + FR::tri(i) + i - j)], densef[(std::size_t(h) * Tb + i) * Tb + j]) << h << " " << i << " " << j;
 }
 
 // The fp32 dq, dk form (flash_tc.hpp's second attention_backward: RoPE's inverse rotation reads them

@@ -32,6 +32,8 @@
 
 #include <cmath>
 
+#include "manyadd/kernels/score_bias.hpp"
+
 #if defined(__CUDACC__)
 #define MANYADD_HD __host__ __device__ inline
 #else
@@ -63,6 +65,20 @@ MANYADD_HD float mul_rn(float a, float b) {
   return a * b;
 #endif
 }
+MANYADD_HD float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+// A score bias (kernels/score_bias.hpp: FIRE's): entry (h, i, j) of every sequence at bias[h stride +
+// tri(i) + i - j], added to the scaled score (s scale + b: learn's fp32 attention). The backward's pass 2
+// writes x_ij = P_ij (dP_ij - dsum_i) to dslots[NH soff[seq] + h tri(T) + tri(i) + i - j] (its key row's
+// warp, lane 0: one writer per entry).
+using Bias = ScoreBias;
+MANYADD_HD int tri(int i) { return i * (i + 1) / 2; }  // i <= 46340 (the launchers check the rows)
 
 // This lane's part of a dot product over its NPL dims, in dim order.
 template <int NPL>
@@ -78,6 +94,7 @@ struct Row {
   long long stat;  // offset of (b, h, 0) in an lse or dsum buffer: NH off_b + h T_b
   int i;           // the row within the sequence (query row in forward and dq, key row in dkv)
   int T;           // the sequence's rows T_b
+  int b, h;        // the sequence and the head
 };
 // offsets (B + 1, increasing strictly: every sequence has >= 1 row); w < NH offsets[B].
 MANYADD_HD Row row_of(long long w, const int* offsets, int B, int NH, int HS) {
@@ -90,19 +107,21 @@ MANYADD_HD Row row_of(long long w, const int* offsets, int B, int NH, int HS) {
   const long long o = offsets[lo], local = w - NH * o;
   const int T = offsets[lo + 1] - offsets[lo];
   const int h = int(local / T), i = int(local % T);
-  return {o * NH * HS + (long long)h * HS, NH * o + (long long)h * T, i, T};
+  return {o * NH * HS + (long long)h * HS, NH * o + (long long)h * T, i, T, lo, h};
 }
 
 // ---- forward: out_i = sum_{j <= i} softmax_j(scale q_i.k_j) v_j, lse_i = log sum_j exp(scale q_i.k_j) --
 // Keys in order 0..i with a running max mx, running sum l and running weighted sum acc (online softmax):
 // a new max rescales l and acc by exp(mx_old - mx_new), which is 0 for the first key (mx = -inf).
+// With a bias: the score is s scale + b_ij (one more rounding), everything after it unchanged.
 template <int NPL, class W, class IO>
 MANYADD_HD void forward_warp(W w, IO* out, float* lse, const IO* q, const IO* k, const IO* v, const Row& r, int NH,
-                             int HS, float scale) {
+                             int HS, float scale, const Bias& bs = {}) {
   constexpr int L = W::kLanes;
   const long long D = (long long)NH * HS;
   const IO* k0 = k + r.base;
   const IO* v0 = v + r.base;
+  const float* bh = bs.bias ? bs.bias + r.h * bs.stride + tri(r.i) + r.i : nullptr;  // bh[-j]: key j
   float qv[L][NPL], acc[L][NPL];
   for (int l = 0; l < L; ++l) {
     w.template load<NPL>(qv[l], q + r.base + r.i * D, w.lane(l), HS);
@@ -116,7 +135,8 @@ MANYADD_HD void forward_warp(W w, IO* out, float* lse, const IO* q, const IO* k,
       w.template load<NPL>(kr, k0 + j * D, w.lane(l), HS);
       part[l] = lane_dot<NPL>(qv[l], kr);
     }
-    const float s = mul_rn(w.sum(part), scale);
+    float s = mul_rn(w.sum(part), scale);
+    if (bh) s = add_rn(s, bh[-j]);
     if (s > mx) {
       const float sc = w.exp(mx - s);
       sum = mul_rn(sum, sc);
@@ -148,11 +168,12 @@ MANYADD_HD void forward_warp(W w, IO* out, float* lse, const IO* q, const IO* k,
 // all three sums in one pass over keys 0..i.
 template <int NPL, class W, class IO>
 MANYADD_HD void dq_warp(W w, IO* dq, float* dsum, const IO* dout, const float* lse, const IO* q, const IO* k,
-                        const IO* v, const Row& r, int NH, int HS, float scale) {
+                        const IO* v, const Row& r, int NH, int HS, float scale, const Bias& bs = {}) {
   constexpr int L = W::kLanes;
   const long long D = (long long)NH * HS;
   const IO* k0 = k + r.base;
   const IO* v0 = v + r.base;
+  const float* bh = bs.bias ? bs.bias + r.h * bs.stride + tri(r.i) + r.i : nullptr;  // bh[-j]: key j
   float qv[L][NPL], dov[L][NPL], a[L][NPL], b[L][NPL];
   for (int l = 0; l < L; ++l) {
     w.template load<NPL>(qv[l], q + r.base + r.i * D, w.lane(l), HS);
@@ -170,7 +191,9 @@ MANYADD_HD void dq_warp(W w, IO* dq, float* dsum, const IO* dout, const float* l
       ps[l] = lane_dot<NPL>(qv[l], kr[l]);
       pd[l] = lane_dot<NPL>(dov[l], vr);
     }
-    const float p = w.exp(mul_rn(w.sum(ps), scale) - Li);
+    float s = mul_rn(w.sum(ps), scale);
+    if (bh) s = add_rn(s, bh[-j]);
+    const float p = w.exp(s - Li);
     const float pdp = mul_rn(p, w.sum(pd));
     ds += pdp;
     for (int l = 0; l < L; ++l)
@@ -190,14 +213,17 @@ MANYADD_HD void dq_warp(W w, IO* dq, float* dsum, const IO* dout, const float* l
 // ---- backward, pass 2 (key rows; after pass 1 has written dsum): dk_j and dv_j ----------------------
 //   dv_j = sum_{i >= j} P_ij dout_i ;  dk_j = scale sum_{i >= j} P_ij (dP_ij - dsum_i) q_i
 // P_ij and dP_ij are recomputed with the same lane partials and tree as in the forward and pass 1
-// (fma(a, b, c) = fma(b, a, c)) and the same operations after them, so P_ij is the P_ij of pass 1.
+// (fma(a, b, c) = fma(b, a, c)) and the same operations after them, so P_ij is the P_ij of pass 1. With
+// a bias, g = P_ij (dP_ij - dsum_i) is also the bias's gradient: written to its slot (lane 0).
 template <int NPL, class W, class IO>
 MANYADD_HD void dkv_warp(W w, IO* dk, IO* dv, const IO* dout, const float* lse, const float* dsum, const IO* q,
-                         const IO* k, const IO* v, const Row& r, int NH, int HS, float scale) {
+                         const IO* k, const IO* v, const Row& r, int NH, int HS, float scale, const Bias& bs = {}) {
   constexpr int L = W::kLanes;
   const long long D = (long long)NH * HS;
   const IO* q0 = q + r.base;
   const IO* do0 = dout + r.base;
+  const float* bh = bs.bias ? bs.bias + r.h * bs.stride - r.i : nullptr;  // bh[tri(i) + i]: query i
+  float* sl = bs.bias && bs.dslots ? bs.dslots + NH * bs.soff[r.b] + r.h * (long long)tri(r.T) - r.i : nullptr;
   float kv[L][NPL], vv[L][NPL], ak[L][NPL], av[L][NPL];
   for (int l = 0; l < L; ++l) {
     w.template load<NPL>(kv[l], k + r.base + r.i * D, w.lane(l), HS);
@@ -212,8 +238,11 @@ MANYADD_HD void dkv_warp(W w, IO* dk, IO* dv, const IO* dout, const float* lse, 
       ps[l] = lane_dot<NPL>(kv[l], qr[l]);
       pd[l] = lane_dot<NPL>(vv[l], dr[l]);
     }
-    const float p = w.exp(mul_rn(w.sum(ps), scale) - lse[r.stat + i]);
+    float s = mul_rn(w.sum(ps), scale);
+    if (bh) s = add_rn(s, bh[tri(i) + i]);
+    const float p = w.exp(s - lse[r.stat + i]);
     const float g = mul_rn(p, w.sum(pd) - dsum[r.stat + i]);
+    if (sl && w.lane(0) == 0) MANYADD_SLOT_STORE(sl + tri(i) + i, g);
     for (int l = 0; l < L; ++l)
       for (int e = 0; e < NPL; ++e) {
         av[l][e] = fma_rn(p, dr[l][e], av[l][e]);

@@ -91,23 +91,23 @@ struct DevCta {
   }
 };
 
-template <int HSP>
+template <int HSP, int V>
 __global__ void __launch_bounds__(F::Cfg<HSP>::THREADS) forward_kernel(F::Params p) {
   extern __shared__ __align__(16) char smem[];
   DevCta cta;
-  F::forward_cta<HSP>(cta, smem, p, int(blockIdx.x), int(blockIdx.y));
+  F::forward_cta<HSP, V>(cta, smem, p, int(blockIdx.x), int(blockIdx.y));
 }
-template <int HSP>
+template <int HSP, int V>
 __global__ void __launch_bounds__(F::Cfg<HSP>::THREADS) dq_kernel(F::Params p) {
   extern __shared__ __align__(16) char smem[];
   DevCta cta;
-  F::dq_cta<HSP>(cta, smem, p, int(blockIdx.x), int(blockIdx.y));
+  F::dq_cta<HSP, V>(cta, smem, p, int(blockIdx.x), int(blockIdx.y));
 }
-template <int HSP>
+template <int HSP, int V>
 __global__ void __launch_bounds__(F::Cfg<HSP>::THREADS) dkv_kernel(F::Params p) {
   extern __shared__ __align__(16) char smem[];
   DevCta cta;
-  F::dkv_cta<HSP>(cta, smem, p, int(blockIdx.x), int(blockIdx.y));
+  F::dkv_cta<HSP, V>(cta, smem, p, int(blockIdx.x), int(blockIdx.y));
 }
 
 // A launch of kernel k with the shared memory it needs (above 48 KB a kernel must opt in, once).
@@ -134,7 +134,7 @@ bool vec_ok(int NH, int HS, std::initializer_list<const void*> ptrs) {
   return true;
 }
 
-#define FLASH_DISPATCH(HSPV, CALL)                 \
+#define FLASH_DISPATCH_H(HSPV, CALL)               \
   switch (HSPV) {                                  \
     case 16: { constexpr int H_ = 16; CALL; break; }   \
     case 32: { constexpr int H_ = 32; CALL; break; }   \
@@ -143,25 +143,39 @@ bool vec_ok(int NH, int HS, std::initializer_list<const void*> ptrs) {
     case 256: { constexpr int H_ = 256; CALL; break; } \
     default: { constexpr int H_ = 512; CALL; break; }  \
   }
+// Every (head size, variant) instance: V_ the compile-time variant (flash_tc.cuh: kBias | kF32Grad).
+#define FLASH_DISPATCH(HSPV, VV, CALL)                                                  \
+  switch (VV) {                                                                         \
+    case 0: { constexpr int V_ = 0; FLASH_DISPATCH_H(HSPV, CALL); break; }                \
+    case F::kBias: { constexpr int V_ = F::kBias; FLASH_DISPATCH_H(HSPV, CALL); break; }    \
+    case F::kF32Grad: { constexpr int V_ = F::kF32Grad; FLASH_DISPATCH_H(HSPV, CALL); break; } \
+    default: { constexpr int V_ = F::kBias | F::kF32Grad; FLASH_DISPATCH_H(HSPV, CALL); break; } \
+  }
 }  // namespace
 
 void attention_forward(bf16* out, float* lse2, const bf16* q, const bf16* k, const bf16* v,
-                       const std::int32_t* offsets, int B, int R, int NH, int HS, float scale) {
+                       const std::int32_t* offsets, int B, int R, int NH, int HS, float scale, const ScoreBias& sb) {
   const int hsp = checked_head(HS);
   if (B <= 0 || R <= 0 || NH <= 0) return;
   F::Params p;
   p.q = reinterpret_cast<const u16*>(q), p.k = reinterpret_cast<const u16*>(k), p.v = reinterpret_cast<const u16*>(v);
   p.out = reinterpret_cast<u16*>(out), p.lse = lse2, p.off = offsets;
   p.B = B, p.R = R, p.NH = NH, p.HS = HS, p.scale = scale, p.c2 = F::scale_log2e(scale);
+  p.bias = sb.bias, p.bias_stride = sb.stride;
   p.vec = vec_ok(NH, HS, {q, k, v});
-  FLASH_DISPATCH(hsp, (launch(forward_kernel<H_>, F::Cfg<H_>::fwd_smem, F::Cfg<H_>::THREADS, p, F::Cfg<H_>::BR)));
+  // (the forward has no kF32Grad instances: its variant is kBias or 0)
+  if (p.bias)
+    FLASH_DISPATCH_H(hsp, (launch(forward_kernel<H_, F::kBias>, F::Cfg<H_>::fwd_smem, F::Cfg<H_>::THREADS, p,
+                                  F::Cfg<H_>::BR)))
+  else
+    FLASH_DISPATCH_H(hsp, (launch(forward_kernel<H_, 0>, F::Cfg<H_>::fwd_smem, F::Cfg<H_>::THREADS, p, F::Cfg<H_>::BR)))
 }
 
 namespace {
 // dq, dk: bf16 (dq16, dk16) or fp32 (dq32, dk32), the other pair null.
 void backward(u16* dq16, u16* dk16, float* dq32, float* dk32, bf16* dv, float* dsum, const bf16* dout, const bf16* out,
               const float* lse2, const bf16* q, const bf16* k, const bf16* v, const std::int32_t* offsets, int B, int R,
-              int NH, int HS, float scale) {
+              int NH, int HS, float scale, const ScoreBias& sb) {
   const int hsp = checked_head(HS);
   if (B <= 0 || R <= 0 || NH <= 0) return;
   F::Params p;
@@ -169,24 +183,26 @@ void backward(u16* dq16, u16* dk16, float* dq32, float* dk32, bf16* dv, float* d
   p.o = reinterpret_cast<const u16*>(out), p.dout = reinterpret_cast<const u16*>(dout);
   p.dq = dq16, p.dk = dk16, p.dq32 = dq32, p.dk32 = dk32, p.dv = reinterpret_cast<u16*>(dv);
   p.lse = const_cast<float*>(lse2), p.dsum = dsum, p.off = offsets;  // the backward only reads lse
+  p.bias = sb.bias, p.bias_stride = sb.stride, p.dslots = sb.dslots, p.soff = sb.soff;
   p.B = B, p.R = R, p.NH = NH, p.HS = HS, p.scale = scale, p.c2 = F::scale_log2e(scale);
   p.vec = vec_ok(NH, HS, {q, k, v, dout});
   // dq first: it writes D, which the dk/dv kernel reads (the default stream orders them).
-  FLASH_DISPATCH(hsp, (launch(dq_kernel<H_>, F::Cfg<H_>::dq_smem, F::Cfg<H_>::THREADS, p, F::Cfg<H_>::BR)));
-  FLASH_DISPATCH(hsp, (launch(dkv_kernel<H_>, F::Cfg<H_>::dkv_smem, F::Cfg<H_>::THREADS, p, F::Cfg<H_>::BR)));
+  const int var = F::variant(p);
+  FLASH_DISPATCH(hsp, var, (launch(dq_kernel<H_, V_>, F::Cfg<H_>::dq_smem, F::Cfg<H_>::THREADS, p, F::Cfg<H_>::BR)));
+  FLASH_DISPATCH(hsp, var, (launch(dkv_kernel<H_, V_>, F::Cfg<H_>::dkv_smem, F::Cfg<H_>::THREADS, p, F::Cfg<H_>::BR)));
 }
 }  // namespace
 
 void attention_backward(bf16* dq, bf16* dk, bf16* dv, float* dsum, const bf16* dout, const bf16* out,
                         const float* lse2, const bf16* q, const bf16* k, const bf16* v, const std::int32_t* offsets,
-                        int B, int R, int NH, int HS, float scale) {
+                        int B, int R, int NH, int HS, float scale, const ScoreBias& sb) {
   backward(reinterpret_cast<u16*>(dq), reinterpret_cast<u16*>(dk), nullptr, nullptr, dv, dsum, dout, out, lse2, q, k, v,
-           offsets, B, R, NH, HS, scale);
+           offsets, B, R, NH, HS, scale, sb);
 }
 void attention_backward(float* dq, float* dk, bf16* dv, float* dsum, const bf16* dout, const bf16* out,
                         const float* lse2, const bf16* q, const bf16* k, const bf16* v, const std::int32_t* offsets,
-                        int B, int R, int NH, int HS, float scale) {
-  backward(nullptr, nullptr, dq, dk, dv, dsum, dout, out, lse2, q, k, v, offsets, B, R, NH, HS, scale);
+                        int B, int R, int NH, int HS, float scale, const ScoreBias& sb) {
+  backward(nullptr, nullptr, dq, dk, dv, dsum, dout, out, lse2, q, k, v, offsets, B, R, NH, HS, scale, sb);
 }
 
 }  // namespace manyadd::kernels::flash

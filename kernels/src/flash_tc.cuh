@@ -19,6 +19,9 @@
 //          dS_ij = bf16(P_ij (dP_ij - D_i)) before it multiplies k or q, dv_j = sum_i bf16(P_ij) dout_i,
 //          dq_i = bf16(scale sum_j dS_ij k_j), dk_j = bf16(scale sum_i dS_ij q_i) (the scale after the sum;
 //          or fp32 dq, dk, the same values unrounded, for RoPE's inverse rotation before the rounding).
+// With a score bias b (FIRE's; kernels/score_bias.hpp), z_ij = fl(s_ij c2) + fl(b_ij fl(log2 e)) (each
+// product rounded on its own, then the sum), everywhere z is formed; the dq kernel writes the bias's
+// gradient x_ij = P_ij (dP_ij - D_i) (fp32, before dS's rounding) to its slot.
 // No atomics: three kernels, each owning its outputs: the forward and dq by query blocks (dq also
 // writes D for the third), dk and dv by key blocks; each sums its partner blocks in order.
 //
@@ -45,6 +48,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "manyadd/kernels/score_bias.hpp"
+
 #if defined(__CUDACC__)
 #define FTC_HD __host__ __device__ __forceinline__
 #else
@@ -63,6 +68,7 @@ using u32 = std::uint32_t;
 
 constexpr int kMaxHeadDim = 512;
 constexpr double kLog2e = 1.4426950408889634074;
+constexpr float kLog2eF = float(kLog2e);  // fl(log2 e): a bias's factor to base 2 (learn's twin: the same)
 
 // The kernel instance for a head size: the next of 16, 32, ..., 512 (HS in [1, 512]).
 constexpr int padded_head(int HS) {
@@ -101,6 +107,10 @@ struct Params {
   float* lse = nullptr;    // forward: written; backward: read
   float* dsum = nullptr;   // backward: D, written by the dq kernel, read by the dk/dv kernel
   const int* off = nullptr;
+  const float* bias = nullptr;     // score bias (score_bias.hpp) or null; head h's entries from h bias_stride
+  long long bias_stride = 0;
+  float* dslots = nullptr;         // dq kernel: the bias's gradient slots, or null
+  const long long* soff = nullptr;
   int B = 0, R = 0, NH = 0, HS = 0;
   float scale = 1.f, c2 = 1.f;
   bool vec = false;  // 16-byte fills: HS % 8 == 0 and every row 16-byte aligned
@@ -175,6 +185,19 @@ FTC_HD float bf16_bits_to_float(u16 b) {
 }
 FTC_HD int ceil_div(int a, int b) { return (a + b - 1) / b; }
 FTC_HD int min_i(int a, int b) { return a < b ? a : b; }
+FTC_HD int tri(int i) { return i * (i + 1) / 2; }  // the bias table's pairs before row i (i <= 46340)
+// The kernels' compile-time variants: kBias (a score bias, Params::bias; the dq kernel writes its gradient
+// to Params::dslots when set), kF32Grad (dq, dk written in fp32 to Params::dq32, dk32). Separate instances,
+// so that the plain kernel carries none of their code or registers.
+constexpr int kBias = 1, kF32Grad = 2;
+FTC_HD int variant(const Params& p) { return (p.bias ? kBias : 0) | (p.dq32 ? kF32Grad : 0); }
+// z of a valid (i, j): fl(s c2), plus fl(b fl(log2 e)) with a bias (bh: the head's entries).
+template <bool BIAS>
+FTC_HD float score_z(float s, float c2, const float* bh, int i, int j) {
+  const float z = mul_rn(s, c2);
+  if constexpr (BIAS) return add_rn(z, mul_rn(bh[tri(i) + i - j], kLog2eF));
+  else return (void)bh, (void)i, (void)j, z;
+}
 
 // ---- where a CTA works ---------------------------------------------------------------------------------
 // Sequence b owns CTAs [F(b), F(b + 1)), F(b) = b + ceil(off_b / BR): at least ceil(T_b / BR) of them (the
@@ -315,9 +338,9 @@ struct FwdState {
 
 // Phase A: z = fl(s c2) on this warp's NS keys of the block (-inf where masked: key after the row or
 // past the sequence), and the block max of each row, to `red` (WC > 1) or the state.
-template <int HSP, class W>
+template <int HSP, bool BIAS, class W>
 FTC_HD void fwd_scores(W& w, FwdState<HSP, W::kLanes>& st, int warp, const u16* sQ, const u16* sK, float* red,
-                       float c2, int i0, int j0, int T) {
+                       float c2, const float* bh, int i0, int j0, int T) {
   using G = Cfg<HSP>;
   constexpr int L = W::kLanes;
   const int wr = warp / G::WC, wc = warp % G::WC;
@@ -335,7 +358,11 @@ FTC_HD void fwd_scores(W& w, FwdState<HSP, W::kLanes>& st, int warp, const u16* 
       for (int nt = 0; nt < G::NT; ++nt)
         for (int e = 0; e < 2; ++e) {
           const int j = j0 + wc * G::NS + 8 * nt + 2 * t + e;
-          const float z = (j <= i && j < T) ? mul_rn(st.s[nt][l][2 * r + e], c2) : -INFINITY;
+          // (rows past the sequence, i >= T, are computed and never stored: no bias read there)
+          const float x = st.s[nt][l][2 * r + e];
+          const float z = !(j <= i && j < T) ? -INFINITY
+                          : (BIAS && i < T)  ? score_z<true>(x, c2, bh, i, j)
+                                             : mul_rn(x, c2);
           st.s[nt][l][2 * r + e] = z;
           m = max_f(m, z);
         }
@@ -453,8 +480,9 @@ FTC_HD void fwd_store(W& w, FwdState<HSP, W::kLanes>& st, int warp, const float*
 }
 
 // One CTA of the forward: owner block x of the (sequence, head) grid, head h.
-template <int HSP, class C>
+template <int HSP, int V, class C>
 FTC_HD void forward_cta(C& cta, char* smem, const Params& p, int x, int h) {
+  constexpr bool BIAS = (V & kBias) != 0;
   using G = Cfg<HSP>;
   using W = typename C::W;
   Place pl;
@@ -463,6 +491,7 @@ FTC_HD void forward_cta(C& cta, char* smem, const Params& p, int x, int h) {
   const long long base = pl.row0 * ld + (long long)h * p.HS;
   const int i0 = pl.blk * G::BR, T = pl.T;
   const int nkb = min_i(ceil_div(i0 + G::BR, G::BC), ceil_div(T, G::BC));  // key blocks 0 .. nkb - 1
+  const float* bh = BIAS ? p.bias + h * p.bias_stride : nullptr;
   u16* sQ = reinterpret_cast<u16*>(smem);
   u16* sK = sQ + G::BR * G::LD;
   u16* sV = sK + G::BC * G::LD;
@@ -490,7 +519,7 @@ FTC_HD void forward_cta(C& cta, char* smem, const Params& p, int x, int h) {
     cta.sync();
     for (int w = cta.warp_begin(); w < cta.warp_end(); ++w) {
       W ww = cta.warp(w);
-      fwd_scores<HSP>(ww, st[cta.slot(w)], w, sQ, sK, red, p.c2, i0, j0, T);
+      fwd_scores<HSP, BIAS>(ww, st[cta.slot(w)], w, sQ, sK, red, p.c2, bh, i0, j0, T);
     }
     cta.sync();  // every warp done with K; the block maxima visible
     const bool more = kb + 1 < nkb;
@@ -569,9 +598,9 @@ FTC_HD void dq_rowdot(W& w, int warp, int warps, int rows, float* sD, float* Dg,
 
 // Phase A: S = Q K^T and dP = dO V^T on this warp's NS keys; P = exp2(fl(S c2) - lse2), x = P (dP - D),
 // 0 where masked; bf16(x) = dS into the tile.
-template <int HSP, class W>
+template <int HSP, bool BIAS, class W>
 FTC_HD void dq_scores(W& w, DqState<HSP, W::kLanes>& st, int warp, const u16* sQ, const u16* sdO, const u16* sK,
-                      const u16* sV, u16* sdS, float c2, int i0, int j0, int T) {
+                      const u16* sV, u16* sdS, float c2, const float* bh, float* sl, int i0, int j0, int T) {
   using G = Cfg<HSP>;
   constexpr int L = W::kLanes;
   const int wr = warp / G::WC, wc = warp % G::WC;
@@ -591,16 +620,21 @@ FTC_HD void dq_scores(W& w, DqState<HSP, W::kLanes>& st, int warp, const u16* sQ
         for (int e = 0; e < 2; ++e) {
           const int j = j0 + wc * G::NS + 8 * nt + 2 * t + e;
           const bool valid = j <= i && i < T;
-          const float P = valid ? w.exp2(sub_rn(mul_rn(s[nt][l][2 * r + e], c2), st.lse[r][l])) : 0.f;
-          s[nt][l][2 * r + e] = valid ? mul_rn(P, sub_rn(dp[nt][l][2 * r + e], st.D[r][l])) : 0.f;
+          const float P =
+              valid ? w.exp2(sub_rn(score_z<BIAS>(s[nt][l][2 * r + e], c2, bh, i, j), st.lse[r][l])) : 0.f;
+          const float x = valid ? mul_rn(P, sub_rn(dp[nt][l][2 * r + e], st.D[r][l])) : 0.f;
+          if constexpr (BIAS)
+            if (sl && valid) MANYADD_SLOT_STORE(sl + tri(i) + i - j, x);  // the bias's gradient, unrounded
+          s[nt][l][2 * r + e] = x;
         }
     }
   }
   store_pairs<G::NT>(w, s, sdS + 16 * wr * G::LDP + wc * G::NS, G::LDP);
 }
 
-template <int HSP, class C>
+template <int HSP, int V, class C>
 FTC_HD void dq_cta(C& cta, char* smem, const Params& p, int x, int h) {
+  constexpr bool BIAS = (V & kBias) != 0, F32G = (V & kF32Grad) != 0;
   using G = Cfg<HSP>;
   using W = typename C::W;
   Place pl;
@@ -610,6 +644,8 @@ FTC_HD void dq_cta(C& cta, char* smem, const Params& p, int x, int h) {
   const long long stat = (long long)p.NH * pl.row0 + (long long)h * pl.T;
   const int i0 = pl.blk * G::BR, T = pl.T;
   const int nkb = min_i(ceil_div(i0 + G::BR, G::BC), ceil_div(T, G::BC));
+  const float* bh = BIAS ? p.bias + h * p.bias_stride : nullptr;
+  float* sl = BIAS && p.dslots ? p.dslots + (long long)p.NH * p.soff[pl.b] + (long long)h * tri(T) : nullptr;
   u16* sQ = reinterpret_cast<u16*>(smem);
   u16* sdO = sQ + G::BR * G::LD;
   u16* sK = sdO + G::BR * G::LD;
@@ -647,7 +683,7 @@ FTC_HD void dq_cta(C& cta, char* smem, const Params& p, int x, int h) {
             const int row = 16 * (w / G::WC) + ww.lane(l) / 4 + 8 * r;
             s.lse[r][l] = sL[row], s.D[r][l] = sD[row];
           }
-      dq_scores<HSP>(ww, s, w, sQ, sdO, sK, sV, sdS, p.c2, i0, j0, T);
+      dq_scores<HSP, BIAS>(ww, s, w, sQ, sdO, sK, sV, sdS, p.c2, bh, sl, i0, j0, T);
     }
     cta.sync();  // dS visible
     for (int w = cta.warp_begin(); w < cta.warp_end(); ++w) {
@@ -674,7 +710,7 @@ FTC_HD void dq_cta(C& cta, char* smem, const Params& p, int x, int h) {
             const int col = wc * G::CH + 8 * n + 2 * t + e;
             if (col >= p.HS) continue;
             const float dqx = mul_rn(p.scale, s.acc[n][l][2 * r + e]);
-            if (p.dq32) p.dq32[base + i * ld + col] = dqx;
+            if constexpr (F32G) p.dq32[base + i * ld + col] = dqx;
             else p.dq[base + i * ld + col] = u16(ww.pack(dqx, 0.f) & 0xffffu);
           }
       }
@@ -691,9 +727,9 @@ struct DkvState {
 
 // Phase A, transposed: S^T = K Q^T and dP^T = V dO^T on this warp's NS query columns; P (as in dq_scores,
 // the same expressions) rounded to bf16 into the P^T tile, x = P (dP - D) rounded into the dS^T tile.
-template <int HSP, class W>
+template <int HSP, bool BIAS, class W>
 FTC_HD void dkv_scores(W& w, int warp, const u16* sK, const u16* sV, const u16* sQ, const u16* sdO, const float* sL,
-                       const float* sD, u16* sPt, u16* sdSt, float c2, int j0, int i0, int T) {
+                       const float* sD, u16* sPt, u16* sdSt, float c2, const float* bh, int j0, int i0, int T) {
   using G = Cfg<HSP>;
   constexpr int L = W::kLanes;
   const int wr = warp / G::WC, wc = warp % G::WC;
@@ -713,7 +749,7 @@ FTC_HD void dkv_scores(W& w, int warp, const u16* sK, const u16* sV, const u16* 
         for (int e = 0; e < 2; ++e) {
           const int col = wc * G::NS + 8 * nt + 2 * t + e, i = i0 + col;
           const bool valid = j <= i && i < T;
-          const float P = valid ? w.exp2(sub_rn(mul_rn(s[nt][l][2 * r + e], c2), sL[col])) : 0.f;
+          const float P = valid ? w.exp2(sub_rn(score_z<BIAS>(s[nt][l][2 * r + e], c2, bh, i, j), sL[col])) : 0.f;
           s[nt][l][2 * r + e] = P;
           dp[nt][l][2 * r + e] = valid ? mul_rn(P, sub_rn(dp[nt][l][2 * r + e], sD[col])) : 0.f;
         }
@@ -723,8 +759,9 @@ FTC_HD void dkv_scores(W& w, int warp, const u16* sK, const u16* sV, const u16* 
   store_pairs<G::NT>(w, dp, sdSt + 16 * wr * G::LDP + wc * G::NS, G::LDP);
 }
 
-template <int HSP, class C>
+template <int HSP, int V, class C>
 FTC_HD void dkv_cta(C& cta, char* smem, const Params& p, int x, int h) {
+  constexpr bool BIAS = (V & kBias) != 0, F32G = (V & kF32Grad) != 0;
   using G = Cfg<HSP>;
   using W = typename C::W;
   Place pl;
@@ -734,6 +771,7 @@ FTC_HD void dkv_cta(C& cta, char* smem, const Params& p, int x, int h) {
   const long long stat = (long long)p.NH * pl.row0 + (long long)h * pl.T;
   const int j0 = pl.blk * G::BR, T = pl.T;
   const int qb0 = j0 / G::BC, nqb = ceil_div(T, G::BC);  // query blocks holding rows >= j0
+  const float* bh = BIAS ? p.bias + h * p.bias_stride : nullptr;
   u16* sK = reinterpret_cast<u16*>(smem);
   u16* sV = sK + G::BR * G::LD;
   u16* sQ = sV + G::BR * G::LD;
@@ -765,7 +803,7 @@ FTC_HD void dkv_cta(C& cta, char* smem, const Params& p, int x, int h) {
     cta.sync();
     for (int w = cta.warp_begin(); w < cta.warp_end(); ++w) {
       W ww = cta.warp(w);
-      dkv_scores<HSP>(ww, w, sK, sV, sQ, sdO, sL, sD, sPt, sdSt, p.c2, j0, i0, T);
+      dkv_scores<HSP, BIAS>(ww, w, sK, sV, sQ, sdO, sL, sD, sPt, sdSt, p.c2, bh, j0, i0, T);
     }
     cta.sync();
     for (int w = cta.warp_begin(); w < cta.warp_end(); ++w) {
@@ -795,7 +833,7 @@ FTC_HD void dkv_cta(C& cta, char* smem, const Params& p, int x, int h) {
             if (col >= p.HS) continue;
             p.dv[base + j * ld + col] = u16(ww.pack(s.accv[n][l][2 * r + e], 0.f) & 0xffffu);
             const float dkx = mul_rn(p.scale, s.acck[n][l][2 * r + e]);
-            if (p.dk32) p.dk32[base + j * ld + col] = dkx;
+            if constexpr (F32G) p.dk32[base + j * ld + col] = dkx;
             else p.dk[base + j * ld + col] = u16(ww.pack(dkx, 0.f) & 0xffffu);
           }
       }

@@ -371,29 +371,29 @@ __global__ void attention_dscore_kernel(IO* dS, const float* S, const float* lse
 template <int NPL, class IO>
 __global__ void attention_forward_kernel(IO* out, float* lse, const IO* q, const IO* k, const IO* v,
                                          const std::int32_t* offsets, int B, int R, int NH, int HS, float scale,
-                                         bool vec) {
+                                         bool vec, AR::Bias bs) {
   const long long w = warp_index();
   if (w >= (long long)NH * R) return;
   AR::forward_warp<NPL>(DeviceWarp{int(threadIdx.x % 32), vec}, out, lse, q, k, v, AR::row_of(w, offsets, B, NH, HS),
-                        NH, HS, scale);
+                        NH, HS, scale, bs);
 }
 template <int NPL, class IO>
 __global__ void attention_dq_kernel(IO* dq, float* dsum, const IO* dout, const float* lse, const IO* q, const IO* k,
                                     const IO* v, const std::int32_t* offsets, int B, int R, int NH, int HS, float scale,
-                                    bool vec) {
+                                    bool vec, AR::Bias bs) {
   const long long w = warp_index();
   if (w >= (long long)NH * R) return;
   AR::dq_warp<NPL>(DeviceWarp{int(threadIdx.x % 32), vec}, dq, dsum, dout, lse, q, k, v,
-                   AR::row_of(w, offsets, B, NH, HS), NH, HS, scale);
+                   AR::row_of(w, offsets, B, NH, HS), NH, HS, scale, bs);
 }
 template <int NPL, class IO>
 __global__ void attention_dkv_kernel(IO* dk, IO* dv, const IO* dout, const float* lse, const float* dsum, const IO* q,
                                      const IO* k, const IO* v, const std::int32_t* offsets, int B, int R, int NH,
-                                     int HS, float scale, bool vec) {
+                                     int HS, float scale, bool vec, AR::Bias bs) {
   const long long w = warp_index();
   if (w >= (long long)NH * R) return;
   AR::dkv_warp<NPL>(DeviceWarp{int(threadIdx.x % 32), vec}, dk, dv, dout, lse, dsum, q, k, v,
-                    AR::row_of(w, offsets, B, NH, HS), NH, HS, scale);
+                    AR::row_of(w, offsets, B, NH, HS), NH, HS, scale, bs);
 }
 
 // ---- cross-entropy: one thread per row ----------------------------------------------------------------
@@ -649,14 +649,14 @@ bool vector_loads(int HS, int npl, std::initializer_list<const void*> rows) {
 
 template <class IO>
 void attention_forward_impl(IO* out, float* lse, const IO* q, const IO* k, const IO* v, const std::int32_t* offsets,
-                            int B, int R, int NH, int HS, float scale) {
+                            int B, int R, int NH, int HS, float scale, const ScoreBias& sb) {
   const int npl = dims_per_lane_checked(HS);
   const long long rows = (long long)NH * R;
   if (rows <= 0 || B <= 0) return;
   const bool vec = vector_loads(HS, npl, {q, k, v});
   const int grid = blocks_for(rows * 32, kAttThreads);
   ATT_DISPATCH(npl, (attention_forward_kernel<N_, IO><<<grid, kAttThreads>>>(out, lse, q, k, v, offsets, B, R, NH, HS,
-                                                                              scale, vec)));
+                                                                              scale, vec, sb)));
   LAUNCH_CHECK();
 }
 // Pass 1 (dq and dsum per query row), then pass 2 (dk, dv per key row), which reads pass 1's dsum:
@@ -664,38 +664,38 @@ void attention_forward_impl(IO* out, float* lse, const IO* q, const IO* k, const
 template <class IO>
 void attention_backward_impl(IO* dq, IO* dk, IO* dv, float* dsum, const IO* dout, const float* lse, const IO* q,
                              const IO* k, const IO* v, const std::int32_t* offsets, int B, int R, int NH, int HS,
-                             float scale) {
+                             float scale, const ScoreBias& sb) {
   const int npl = dims_per_lane_checked(HS);
   const long long rows = (long long)NH * R;
   if (rows <= 0 || B <= 0) return;
   const bool vec = vector_loads(HS, npl, {dout, q, k, v});
   const int grid = blocks_for(rows * 32, kAttThreads);
   ATT_DISPATCH(npl, (attention_dq_kernel<N_, IO><<<grid, kAttThreads>>>(dq, dsum, dout, lse, q, k, v, offsets, B, R,
-                                                                         NH, HS, scale, vec)));
+                                                                         NH, HS, scale, vec, sb)));
   LAUNCH_CHECK();
   ATT_DISPATCH(npl, (attention_dkv_kernel<N_, IO><<<grid, kAttThreads>>>(dk, dv, dout, lse, dsum, q, k, v, offsets, B,
-                                                                          R, NH, HS, scale, vec)));
+                                                                          R, NH, HS, scale, vec, sb)));
   LAUNCH_CHECK();
 }
 }  // namespace
 
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                       const std::int32_t* offsets, int B, int R, int NH, int HS, float scale) {
-  attention_forward_impl(out, lse, q, k, v, offsets, B, R, NH, HS, scale);
+                       const std::int32_t* offsets, int B, int R, int NH, int HS, float scale, const ScoreBias& sb) {
+  attention_forward_impl(out, lse, q, k, v, offsets, B, R, NH, HS, scale, sb);
 }
 void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const std::int32_t* offsets,
-                       int B, int R, int NH, int HS, float scale) {
-  attention_forward_impl(out, lse, q, k, v, offsets, B, R, NH, HS, scale);
+                       int B, int R, int NH, int HS, float scale, const ScoreBias& sb) {
+  attention_forward_impl(out, lse, q, k, v, offsets, B, R, NH, HS, scale, sb);
 }
 void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout, const float* lse,
                         const float* q, const float* k, const float* v, const std::int32_t* offsets, int B, int R,
-                        int NH, int HS, float scale) {
-  attention_backward_impl(dq, dk, dv, scratch, dout, lse, q, k, v, offsets, B, R, NH, HS, scale);
+                        int NH, int HS, float scale, const ScoreBias& sb) {
+  attention_backward_impl(dq, dk, dv, scratch, dout, lse, q, k, v, offsets, B, R, NH, HS, scale, sb);
 }
 void attention_backward(bf16* dq, bf16* dk, bf16* dv, float* scratch, const bf16* dout, const float* lse,
                         const bf16* q, const bf16* k, const bf16* v, const std::int32_t* offsets, int B, int R, int NH,
-                        int HS, float scale) {
-  attention_backward_impl(dq, dk, dv, scratch, dout, lse, q, k, v, offsets, B, R, NH, HS, scale);
+                        int HS, float scale, const ScoreBias& sb) {
+  attention_backward_impl(dq, dk, dv, scratch, dout, lse, q, k, v, offsets, B, R, NH, HS, scale, sb);
 }
 
 void attention_softmax_rows(bf16* P, float* lse, const float* S, int B, int T, int NH, int Tp, float scale) {

@@ -12,24 +12,28 @@
 #include <cstdint>
 
 #include "manyadd/kernels/bf16.hpp"
+#include "manyadd/kernels/score_bias.hpp"
 
 namespace manyadd::kernels::flash {
 
 // out (R, NH HS) rounded to bf16 (it feeds the output projection); lse2 (NH R, sequence b's (NH, T_b)
 // block from NH offsets[b]): the BASE-2 log-sum-exp of each query row's scores in base 2,
-// lse2_i = log2 sum_j 2^(scale log2(e) q_i.k_j) (= lse_i / ln 2), saved for the backward.
+// lse2_i = log2 sum_j 2^(scale log2(e) q_i.k_j) (= lse_i / ln 2), saved for the backward. sb: a score
+// bias (FIRE's, score_bias.hpp), added in base 2: z = fl(scale log2(e) q.k) + fl(b fl(log2 e)).
 void attention_forward(bf16* out, float* lse2, const bf16* q, const bf16* k, const bf16* v,
-                       const std::int32_t* offsets, int B, int R, int NH, int HS, float scale);
+                       const std::int32_t* offsets, int B, int R, int NH, int HS, float scale,
+                       const ScoreBias& sb = {});
 // Writes (not accumulates) dq, dk, dv (R, NH HS) bf16 from dout, the forward's out and lse2; dsum (NH R,
-// lse2's layout) receives D_i = dout_i . out_i (the first kernel writes it, the second reads it).
+// lse2's layout) receives D_i = dout_i . out_i (the first kernel writes it, the second reads it). sb: the
+// forward's bias; with dslots, the dq kernel writes the bias's gradient P (dP - D) (fp32) to them.
 void attention_backward(bf16* dq, bf16* dk, bf16* dv, float* dsum, const bf16* dout, const bf16* out,
                         const float* lse2, const bf16* q, const bf16* k, const bf16* v, const std::int32_t* offsets,
-                        int B, int R, int NH, int HS, float scale);
+                        int B, int R, int NH, int HS, float scale, const ScoreBias& sb = {});
 // The same with dq and dk written in fp32: the values the bf16 form rounds (bitwise: bf16 of these is
 // its output). RoPE's backward turns dq and dk back by the inverse rotation before their one rounding,
 // as learn's PackedCpuDevice does.
 void attention_backward(float* dq, float* dk, bf16* dv, float* dsum, const bf16* dout, const bf16* out,
                         const float* lse2, const bf16* q, const bf16* k, const bf16* v, const std::int32_t* offsets,
-                        int B, int R, int NH, int HS, float scale);
+                        int B, int R, int NH, int HS, float scale, const ScoreBias& sb = {});
 
 }  // namespace manyadd::kernels::flash

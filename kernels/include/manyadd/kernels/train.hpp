@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "manyadd/kernels/bf16.hpp"
+#include "manyadd/kernels/score_bias.hpp"
 
 namespace manyadd::kernels::train {
 
@@ -87,22 +88,24 @@ void geglu_backward(bf16* dinp, const bf16* dout, const bf16* inp, int R, int F)
 // rows, causally. Flash style (no T x T matrix; one warp per (sequence, head, row), online softmax;
 // kernels/src/attention_rows.cuh): q, k, v, out (R, D) fp32 or bf16 (all the same type), fp32 math;
 // lse (NH R) fp32, sequence b's (NH, T_b) block from NH offsets[b]: the log-sum-exp of each query row's
-// scaled scores, saved for backward. Scores are scale q.k: 1 / sqrt(HS) or 1 (T5: unscaled).
+// scaled scores, saved for backward. Scores are scale q.k: 1 / sqrt(HS) or 1 (T5: unscaled), plus sb's
+// bias when it has one (FIRE's: score_bias.hpp; s scale + b, learn's fp32 attention with a bias).
 // 1 <= HS <= 512. A uniform batch (B sequences of T rows) is offsets b T.
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                       const std::int32_t* offsets, int B, int R, int NH, int HS, float scale);
+                       const std::int32_t* offsets, int B, int R, int NH, int HS, float scale,
+                       const ScoreBias& sb = {});
 void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const std::int32_t* offsets,
-                       int B, int R, int NH, int HS, float scale);
+                       int B, int R, int NH, int HS, float scale, const ScoreBias& sb = {});
 // Writes (not accumulates) dq, dk, dv (R, D), of the I/O type (bf16: they feed the q/k/v GEMMs), from
 // dout and the forward's lse; the probabilities are recomputed. scratch: NH R floats (lse's layout),
 // filled with the row terms dsum_i = sum_j P_ij dP_ij (computed from P and dP, so the forward output is
-// not needed).
+// not needed). sb: the forward's bias; with dslots, the bias's gradient written to them (score_bias.hpp).
 void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout, const float* lse,
                         const float* q, const float* k, const float* v, const std::int32_t* offsets, int B, int R,
-                        int NH, int HS, float scale);
+                        int NH, int HS, float scale, const ScoreBias& sb = {});
 void attention_backward(bf16* dq, bf16* dk, bf16* dv, float* scratch, const bf16* dout, const float* lse,
                         const bf16* q, const bf16* k, const bf16* v, const std::int32_t* offsets, int B, int R, int NH,
-                        int HS, float scale);
+                        int HS, float scale, const ScoreBias& sb = {});
 
 // The row kernels of the tensor-core attention (attention_gemm.hpp), on (B, NH, T, Tp) score matrices
 // (Tp >= T the row stride): P_ij = exp(scale S_ij - lse_i) (j <= i; 0 for i < j < T) rounded to bf16, and
@@ -129,6 +132,33 @@ void rope_backward(float* dx, const float* dy, const float* cs, const float* sn,
                    int R, int NH, int HS);
 void rope_backward(bf16* dx, const float* dy, const float* cs, const float* sn, const std::int32_t* offsets, int B,
                    int R, int NH, int HS);
+
+// ---- FIRE (learn/layers.hpp fire_*, Li et al. 2024; kernels/README.md "FIRE on CUDA"; src/fire.cu, the
+// arithmetic in src/fire_rows.cuh) --------------------------------------------------------------------------
+// The bias table of score_bias.hpp for sequences up to T rows: one MLP row per pair (query index i,
+// distance d <= i), pair tri(i) + d, fire_pairs(T) = T (T + 1) / 2 of them (the rows whose normalizer is L
+// are not merged, as the CPU twin's FirePairs merge them: which rows they are depends on L_sqrt, a
+// parameter on the device). T <= 46340. c, L_sqrt and w1 (H) are device pointers into the parameters.
+long long fire_pairs(int T);
+// u (P) = log1p(|c| d) / (log1p(|c| n_i) + 1e-6), n_i = L = L_sqrt^2 where the threshold binds (max: L > i;
+// min: L < i) else i; h1 (P, H) = relu(u w1^T): the MLP's first layer (the twin's fire_distances and
+// fire_mlp_forward's first product, bitwise but for log1pf).
+void fire_mlp_input(float* u, float* h1, const float* w1, const float* c, const float* L_sqrt, int T, int H,
+                    bool max_threshold);
+// x = max(x, 0) in place; dx = 0 where y <= 0 (ReLU's backward from its output, as the twin's h > 0).
+void relu_forward(float* x, std::int64_t n);
+void relu_backward(float* dx, const float* y, std::int64_t n);
+// Each pair's terms of d c and d L_sqrt from du (P) (fire_distances_backward's expression per pair):
+// tc, tl (P); their sums (reduce_sum) are the scalars' gradients.
+void fire_scalar_terms(float* tc, float* tl, const float* du, const float* c, const float* L_sqrt, int T,
+                       bool max_threshold);
+// g[0] += float(s[0]): a reduce_sum result added to a gradient entry on the device.
+void add_double(float* g, const double* s);
+// soff (B + 1): the bias gradient's slot offsets of score_bias.hpp (soff[b] = sum_{b' < b} tri(T_b')).
+void fire_slot_offsets(long long* soff, const std::int32_t* offsets, int B);
+// dbias (NH, fire_pairs(T)) += the slots of one layer's attention backward, each pair's in sequence order.
+void fire_dbias_reduce(float* dbias, const float* slots, const long long* soff, const std::int32_t* offsets, int B,
+                       int NH, int T);
 
 // Cross-entropy on rows with target >= 0: probs (R, V), losses (R) (0 elsewhere). fp32 only (the
 // logits are an fp32 GEMM output in the bf16 pipeline too).
