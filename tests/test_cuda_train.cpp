@@ -108,15 +108,20 @@ void expect_step_matches(const ModelConfig& mc, const TrainConfig& tc) {
 // One batch's loss and every gradient tensor from the initial weights, GPU against the packed CPU twin
 // (fp32 both); the bounds are EveryGradientMatchesPackedCpuTwin's. Returns each tensor's largest
 // |gradient| on the CPU, by name.
-std::map<std::string, double> expect_gradients_match(const ModelConfig& mc, const TrainConfig& tc) {
+// adjust: a change to the initial weights before both devices take them (FIRE: L inside the sequences).
+using Adjust = std::function<void(std::vector<float>&, const Layout&)>;
+std::map<std::string, double> expect_gradients_match(const ModelConfig& mc, const TrainConfig& tc,
+                                                     const Adjust& adjust = {}) {
   Trainer tr(mc, tc);
   const PackedBatch pb = tr.packed_batch(1);
   const Layout lay = Layout::make(mc);
   auto cpu = make_packed_cpu_device(mc);
   auto gpu = make_cuda_device(mc);
-  const std::vector<float> zeros(tr.params().size(), 0.f);
-  cpu->set_state(tr.params(), zeros, zeros);
-  gpu->set_state(tr.params(), zeros, zeros);
+  std::vector<float> params = tr.params();
+  if (adjust) adjust(params, lay);
+  const std::vector<float> zeros(params.size(), 0.f);
+  cpu->set_state(params, zeros, zeros);
+  gpu->set_state(params, zeros, zeros);
   std::vector<float> gc, gg;
   const float scale = 1.f / float(pb.counted_targets);
   const double lc = cpu->gradient(pb, scale, gc), lg = gpu->gradient(pb, scale, gg);
@@ -365,7 +370,7 @@ TEST(CudaTrainGpu, DeterministicAndResumeIsBitIdentical) {
 //    at most half of |G_bf16 - G_fp32| on the CPU. A device that skipped a rounding point (computed it
 //    in fp32) or rounded elsewhere differs from the twin by a full rounding's effect and fails this.
 namespace {
-void expect_bf16_gradients_match(const ModelConfig& mc) {
+void expect_bf16_gradients_match(const ModelConfig& mc, const Adjust& adjust = {}) {
   constexpr double kU = 1.0 / 256;
   {
     TrainConfig tc = train_cfg();
@@ -375,8 +380,10 @@ void expect_bf16_gradients_match(const ModelConfig& mc) {
     const Layout lay = Layout::make(mc);
     auto cpu16 = make_packed_cpu_device(mc, Precision::bf16), cpu32 = make_packed_cpu_device(mc);
     auto gpu = make_cuda_device(mc, Precision::bf16);
-    const std::vector<float> zeros(tr.params().size(), 0.f);
-    for (auto* d : {cpu16.get(), cpu32.get(), gpu.get()}) d->set_state(tr.params(), zeros, zeros);
+    std::vector<float> params = tr.params();
+    if (adjust) adjust(params, lay);
+    const std::vector<float> zeros(params.size(), 0.f);
+    for (auto* d : {cpu16.get(), cpu32.get(), gpu.get()}) d->set_state(params, zeros, zeros);
     std::vector<float> gc, g32, gg;
     const float scale = 1.f / float(pb.counted_targets);
     const double lc = cpu16->gradient(pb, scale, gc), lg = gpu->gradient(pb, scale, gg);
@@ -447,6 +454,98 @@ TEST(CudaTrainGpu, RopeAndInputInjectionMatchPackedCpuTwin) {
     expect_gradients_match(mc, train_cfg());
     expect_step_matches(mc, train_cfg());
     expect_bf16_gradients_match(mc);
+  }
+}
+
+// FIRE (both thresholds) on the GPU against the packed CPU twin, with the bounds and reasons of the tests
+// above: every gradient tensor of one batch in fp32 (1e-4 of the tensor's largest entry; FIRE's c and
+// L_sqrt are sums over the pairs whose fp32 order differs: the GPU sums their terms in double, the CPU in
+// float; CudaTrainFire.ScalarGradientsAreWellConditionedInFp32 bounds the CPU's own error at 1e-5), one whole step from a
+// trained state (loss 1e-5, gradient norm 1e-4 relative, weights within 1% of a step), and the bf16
+// gradient (Bf16GradientMatchesPackedCpuTwin's bounds: the bias and its MLP are fp32 on both sides, no
+// rounding point added). The gradients from the initial weights run twice: as initialized (L = 256, beyond
+// every sequence: max puts every row on L, min none) and with L = 6.25 and c = 0.7, inside the sequences
+// (rows on both sides of the threshold, L_sqrt's gradient from the rows on L only). The GPU's MLP runs on
+// every pair unmerged (kernels/README "FIRE on CUDA"), the twin's on the merged pairs: the same values,
+// summed in another order. A bias read by the key instead of the distance, one layer's or sequence's
+// gradient left out, or the MLP's backward on the wrong operand gives O(1) differences in fire.* (and the
+// attention weights); CudaFireReplay and CudaAttentionReplay / CudaFlashReplay's controls catch each in
+// the kernels on the CPU.
+// FIRE's models of FireMatchesPackedCpuTwin, and the change to their weights that puts L inside the sequences.
+namespace {
+const Adjust kFireInside = [](std::vector<float>& p, const Layout& lay) {
+  p[std::size_t(lay.fire_L_sqrt)] = 2.5f, p[std::size_t(lay.fire_c)] = 0.7f;
+};
+std::vector<ModelConfig> fire_models() {
+  std::vector<ModelConfig> models;
+  for (auto thr : {FireThreshold::max, FireThreshold::min}) {
+    ModelConfig mc = model(thr == FireThreshold::max ? 1 : 2, thr == FireThreshold::max ? 4 : 2, 64);
+    mc.pos_mode = PosMode::fire, mc.fire_threshold = thr;
+    models.push_back(mc);
+  }
+  ModelConfig authors = with_options(model(2, 2, 128));
+  authors.pos_mode = PosMode::fire, authors.fire_threshold = FireThreshold::min;
+  models.push_back(authors);
+  return models;
+}
+}  // namespace
+
+// The CPU side of FireMatchesPackedCpuTwin's bound for FIRE's scalars (runs everywhere): c's and L_sqrt's
+// gradients are sums over every pair and sequence in which terms of both signs meet, so their fp32 value
+// could lose digits to cancellation, and the GPU sums in another order (per-pair terms in double). The
+// packed CPU twin's fp32 gradients of fire.* against the same model in double (model_backward<double>,
+// the exact arithmetic up to 1e-15): within 1e-5 of each tensor's largest entry, a tenth of the GPU
+// test's 1e-4 (so two fp32 orders, each this close to the exact value, pass it).
+TEST(CudaTrainFire, ScalarGradientsAreWellConditionedInFp32) {
+  for (const auto& mc : fire_models())
+    for (const Adjust& adj : {Adjust{}, kFireInside}) {
+      SCOPED_TRACE(describe(mc) + " threshold " + fire_threshold_name(mc.fire_threshold) +
+                   (adj ? " L 6.25, c 0.7" : " as initialized"));
+      Trainer tr(mc, train_cfg());
+      const PackedBatch pb = tr.packed_batch(1);
+      const Layout lay = Layout::make(mc);
+      std::vector<float> params = tr.params();
+      if (adj) adj(params, lay);
+      auto cpu = make_packed_cpu_device(mc);
+      const std::vector<float> zeros(params.size(), 0.f);
+      cpu->set_state(params, zeros, zeros);
+      std::vector<float> gc;
+      const float scale = 1.f / float(pb.counted_targets);
+      cpu->gradient(pb, scale, gc);
+      const std::vector<double> pd(params.begin(), params.end());
+      const ModelView<double> md{mc, lay, pd.data()};
+      Acts<double> a;
+      GradScratch<double> g;
+      std::vector<double> gd(pd.size(), 0.0);
+      model_forward(a, md, batch_of(pb));
+      model_backward(gd.data(), g, a, md, batch_of(pb), double(scale));
+      for (const auto& ts : lay.tensors) {
+        if (ts.name.rfind("fire.", 0) != 0) continue;
+        double m = 0, e = 0;
+        for (std::int64_t i = ts.offset; i < ts.offset + ts.size; ++i)
+          m = std::max(m, std::abs(gd[std::size_t(i)])), e = std::max(e, std::abs(gc[std::size_t(i)] - gd[std::size_t(i)]));
+        EXPECT_LE(e, 1e-5 * m) << ts.name << ": max |fp32 - double| " << e << ", max |double| " << m;
+        std::printf("[ fire fp32 ] %s %s: %.1e of the largest entry\n", describe(mc).c_str(), ts.name.c_str(),
+                    m > 0 ? e / m : 0.0);
+      }
+    }
+}
+
+TEST(CudaTrainGpu, FireMatchesPackedCpuTwin) {
+  REQUIRE_DEVICE();
+  const Adjust& inside = kFireInside;
+  const std::vector<ModelConfig> models = fire_models();
+  for (const auto& mc : models) {
+    SCOPED_TRACE(describe(mc) + " pos_mode fire threshold " + fire_threshold_name(mc.fire_threshold));
+    for (const Adjust& adj : {Adjust{}, inside}) {
+      SCOPED_TRACE(adj ? "L 6.25, c 0.7" : "as initialized");
+      const auto largest = expect_gradients_match(mc, train_cfg(), adj);
+      for (const char* name : {"fire.mlp.0.weight", "fire.mlp.2.weight", "fire.mlp.4.weight", "fire.c"})
+        EXPECT_GT(largest.at(name), 0.0) << name << " has no gradient";
+      if (adj || mc.fire_threshold == FireThreshold::max) EXPECT_GT(largest.at("fire.L_sqrt"), 0.0);
+      expect_bf16_gradients_match(mc, adj);
+    }
+    expect_step_matches(mc, train_cfg());
   }
 }
 

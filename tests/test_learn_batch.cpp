@@ -328,31 +328,35 @@ TEST(CudaDeviceOptions, EveryOptionIsAcceptedAndOnlyWideHeadsAreRefused) {
   }
 }
 
-// FIRE is refused by the CUDA device's check, by name, in both precisions and before any device is looked
-// for: make_cuda_device throws the same message on machines with and without a GPU (never "no CUDA
-// device"). RoPE and input injection (and both together) pass the check; without a GPU make_cuda_device
-// then fails for the missing device alone, with one it builds. The packed CPU twin runs all three
+// FIRE (both thresholds), RoPE and input injection (and RoPE with injection) pass the CUDA device's
+// check in both precisions; without a GPU make_cuda_device then fails for the missing device alone, with
+// one it builds. A d_head the attention kernels cannot hold is refused by name, before any device is
+// looked for (the same message on machines with and without a GPU). The packed CPU twin runs all of them
 // (PackedPipeline above).
-TEST(CudaDeviceOptions, FireIsRefusedByNameRopeAndInputInjectionAreAccepted) {
+TEST(CudaDeviceOptions, FireRopeAndInputInjectionAreAcceptedWideHeadsRefusedByName) {
   std::string why;
   const bool gpu = cuda_training_available(&why);
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < 6; ++k) {
     ModelConfig c;
     c.n_layers = 2;
-    if (k == 0) c.pos_mode = PosMode::fire;
-    if (k == 1 || k == 3) c.pos_mode = PosMode::rope;
-    if (k >= 2) c.input_injection = true;
+    if (k == 0 || k == 1) c.pos_mode = PosMode::fire;
+    if (k == 1) c.fire_threshold = FireThreshold::min;
+    if (k == 2 || k == 4) c.pos_mode = PosMode::rope;
+    if (k == 3 || k == 4) c.input_injection = true;
+    if (k == 5) c.d_head = 520, c.d_model = 520, c.n_heads = 1;
+    const bool refused = k == 5;
     for (auto prec : {Precision::fp32, Precision::bf16})
       for (int via_make = 0; via_make < 2; ++via_make) {
         SCOPED_TRACE(std::string(pos_mode_name(c.pos_mode)) + (c.input_injection ? " input_injection " : " ") +
-                     precision_name(prec) + (via_make ? " make_cuda_device" : " check_cuda_supports"));
+                     "d_head " + std::to_string(c.d_head) + " " + precision_name(prec) +
+                     (via_make ? " make_cuda_device" : " check_cuda_supports"));
         try {
           if (via_make) make_cuda_device(c, prec);
           else check_cuda_supports(c, prec);
-          EXPECT_TRUE(k > 0 && (gpu || !via_make)) << "accepted";
+          EXPECT_TRUE(!refused && (gpu || !via_make)) << "accepted";
         } catch (const InputError& e) {
-          const std::string want = k == 0 ? "--device cuda does not support pos_mode fire" : "no CUDA device: ";
-          EXPECT_TRUE(k == 0 || (via_make && !gpu)) << e.what();
+          const std::string want = refused ? "--device cuda does not support d_head" : "no CUDA device: ";
+          EXPECT_TRUE(refused || (via_make && !gpu)) << e.what();
           EXPECT_EQ(std::string(e.what()).rfind(want, 0), 0u) << e.what();
         }
       }

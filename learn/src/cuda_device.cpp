@@ -68,6 +68,8 @@ using kernels::bf16;
 template <class T>
 using Buf = kernels::DeviceBuffer<T>;
 static_assert(K::kMaxPosLevels == kMaxPosLevels, "the embedding kernels read every position level a model has");
+using kernels::ScoreBias;
+constexpr int kFireMaxRows = 46340;  // the attention kernels index the bias table in int: tri(T) < 2^31
 
 template <class A>
 struct BlockActs {  // one block's activations, (R, ...) as learn::Acts::Block (Tk = T), lse (NH R; base 2 in bf16) instead of att
@@ -195,6 +197,15 @@ class CudaDevice final : public TrainDevice {
   Buf<float> rope_cs_, rope_sn_;
   std::size_t rope_rows_ = 0;
   Buf<float> qf_, kf_;
+  // pos_mode fire (kernels/README.md "FIRE on CUDA"), fp32 in both precisions: the MLP on every pair (i,
+  // d <= i) of the batch's longest sequence (fire_P_ = tri(T) pairs; score_bias.hpp's table): u (P), h1, h2
+  // (P, H), the bias (NH, P); backward: its gradient (NH, P), one layer's slots (NH sum_b tri(T_b)) and
+  // their offsets (B + 1), the MLP's gradients, the scalars' per-pair terms and their two sums.
+  long long fire_P_ = 0;
+  Buf<float> fire_u_, fire_h1_, fire_h2_, fire_bias_, fire_dbias_, fire_slots_, fire_dh1_, fire_dh2_, fire_du_,
+      fire_tc_, fire_tl_;
+  Buf<long long> fire_soff_;
+  Buf<double> fire_sums_;
   std::vector<float> host_logits_;
 
   const float* P(std::int64_t off) const { return params_.get() + off; }
@@ -284,6 +295,18 @@ class CudaDevice final : public TrainDevice {
       }
       if constexpr (kBf16) qf_.resize(R * D), kf_.resize(R * D);
     }
+    if (c_.pos_mode == PosMode::fire) {
+      if (pb.T > kFireMaxRows)
+        throw InputError("--device cuda: pos_mode fire takes sequences of at most " + std::to_string(kFireMaxRows) +
+                         " tokens (got " + std::to_string(pb.T) + "; the CPU devices run longer ones)");
+      const std::size_t P = std::size_t(K::fire_pairs(pb.T)), H = std::size_t(c_.fire_width),
+                        NHs = std::size_t(c_.n_heads);
+      std::size_t slots = 0;
+      for (int b = 0; b < pb.B; ++b) slots += std::size_t(K::fire_pairs(pb.length(b)));
+      fire_u_.resize(P), fire_h1_.resize(P * H), fire_h2_.resize(P * H), fire_bias_.resize(NHs * P);
+      fire_dbias_.resize(NHs * P), fire_slots_.resize(NHs * slots), fire_dh1_.resize(P * H), fire_dh2_.resize(P * H);
+      fire_du_.resize(P), fire_tc_.resize(P), fire_tl_.resize(P), fire_soff_.resize(bcap_), fire_sums_.resize(2);
+    }
     upload(pb);
   }
   void upload(const PackedBatch& pb) {
@@ -339,6 +362,8 @@ class CudaDevice final : public TrainDevice {
     const float* wpe[kMaxPosLevels];
     for (int lv = 0; lv < kMaxPosLevels; ++lv) ids[lv] = pos_[lv], wpe[lv] = P(lay_.wpe[lv]);
     K::embedding_forward(x0_, tok_, ids, L, P(lay_.wte), wpe, R, C);
+    // 0. FIRE: the bias of every pair of the longest sequence, which every layer and sequence reads
+    const ScoreBias sb = c_.pos_mode == PosMode::fire ? fire_forward(pb.T) : ScoreBias{};
     const float* x = x0_;
     for (int l = 0; l < c_.n_layers; ++l) {
       auto& b = blocks_[std::size_t(l)];
@@ -363,9 +388,9 @@ class CudaDevice final : public TrainDevice {
       mm_forward(b.v.get(), b.n1, W(w.wv), R, C, D);
       // 4. (bf16: the tensor-core flash kernel, lse in base 2; fp32: the CUDA-core flash kernel)
       if constexpr (kBf16)
-        kernels::flash::attention_forward(b.ao.get(), b.lse, b.q, b.k, b.v, off_, B, R, NH, HS, att_scale_);
+        kernels::flash::attention_forward(b.ao.get(), b.lse, b.q, b.k, b.v, off_, B, R, NH, HS, att_scale_, sb);
       else
-        K::attention_forward(b.ao.get(), b.lse, b.q, b.k, b.v, off_, B, R, NH, HS, att_scale_);
+        K::attention_forward(b.ao.get(), b.lse, b.q, b.k, b.v, off_, B, R, NH, HS, att_scale_, sb);
       // 5.
       mm_forward(b.proj.get(), b.ao, W(w.wo), R, D, C);
       K::residual_forward(b.res1, x, b.proj, RC);
@@ -388,6 +413,40 @@ class CudaDevice final : public TrainDevice {
     if (!loss) return;
     K::crossentropy_forward(losses_, probs_, logits_, tgt_, R, V);
     K::reduce_sum(losses_, R, false, red_, loss);
+  }
+  // FIRE's forward (learn::fire_forward, every pair unmerged): u and h1 = relu(u W1^T) per pair, h2 =
+  // relu(h1 W2^T), the bias (NH, P) = W3 h2^T (fp32 SGEMMs in both precisions: the twin's MLP is fp32).
+  ScoreBias fire_forward(int T) {
+    const int H = c_.fire_width, NH = c_.n_heads;
+    fire_P_ = K::fire_pairs(T);
+    const int Pn = int(fire_P_);
+    K::fire_mlp_input(fire_u_, fire_h1_, P(lay_.fire_w1), P(lay_.fire_c), P(lay_.fire_L_sqrt), T, H, fire_max());
+    blas_.linear_forward(fire_h2_.get(), fire_h1_.get(), P(lay_.fire_w2), Pn, H, H);
+    K::relu_forward(fire_h2_, std::int64_t(fire_P_) * H);
+    blas_.linear_forward(fire_bias_.get(), P(lay_.fire_w3), fire_h2_.get(), NH, H, Pn);
+    return {fire_bias_.get(), fire_P_, nullptr, nullptr};
+  }
+  bool fire_max() const { return c_.fire_threshold == FireThreshold::max; }
+  // FIRE's backward (learn::fire_backward): the bias's gradient dbias (NH, P), summed by the layers'
+  // fire_dbias_reduce, through the MLP (the twin's fire_mlp_backward: dW3, dh2, dW2, dh1, dW1, du), then
+  // d c and d L_sqrt from each pair's terms, summed in double in a fixed order.
+  void fire_backward(int T) {
+    const int H = c_.fire_width, NH = c_.n_heads, Pn = int(fire_P_);
+    const std::size_t PH = std::size_t(fire_P_) * std::size_t(H);
+    kernels::dev_zero(fire_dh2_, PH * sizeof(float));
+    blas_.linear_backward(G(lay_.fire_w3), fire_dh2_.get(), fire_dbias_.get(), P(lay_.fire_w3), fire_h2_.get(), NH, H,
+                          Pn);  // dW3 += dbias h2 ; dh2 = dbias^T W3
+    K::relu_backward(fire_dh2_, fire_h2_, std::int64_t(PH));
+    kernels::dev_zero(fire_dh1_, PH * sizeof(float));
+    blas_.linear_backward(fire_dh1_.get(), G(lay_.fire_w2), fire_dh2_.get(), fire_h1_.get(), P(lay_.fire_w2), Pn, H, H);
+    K::relu_backward(fire_dh1_, fire_h1_, std::int64_t(PH));
+    kernels::dev_zero(fire_du_, std::size_t(fire_P_) * sizeof(float));
+    blas_.linear_backward(fire_du_.get(), G(lay_.fire_w1), fire_dh1_.get(), fire_u_.get(), P(lay_.fire_w1), Pn, 1, H);
+    K::fire_scalar_terms(fire_tc_, fire_tl_, fire_du_, P(lay_.fire_c), P(lay_.fire_L_sqrt), T, fire_max());
+    K::reduce_sum(fire_tc_, fire_P_, false, red_, fire_sums_.get());
+    K::reduce_sum(fire_tl_, fire_P_, false, red_, fire_sums_.get() + 1);
+    K::add_double(G(lay_.fire_c), fire_sums_.get());
+    K::add_double(G(lay_.fire_L_sqrt), fire_sums_.get() + 1);
   }
   // RoPE's fp32 q or k before the rotation: the activation itself (fp32, rotated in place) or the fp32
   // scratch (bf16: the rotation writes the rounded activation).
@@ -442,6 +501,14 @@ class CudaDevice final : public TrainDevice {
     else
       K::rmsnorm_backward(dx_, G(lay_.final_norm), normscr_, dxf_.get(), xlast, P(lay_.final_norm), rf_, R, C);
     if (c_.input_injection) kernels::dev_zero(dx0_, RCb);
+    // FIRE: the bias read again, its gradient's slots written by each layer's attention backward and
+    // summed into dbias after it (layer by layer, each layer's sequences in order: the twin's order)
+    ScoreBias sb;
+    if (c_.pos_mode == PosMode::fire) {
+      sb = {fire_bias_.get(), fire_P_, fire_slots_.get(), fire_soff_.get()};
+      K::fire_slot_offsets(fire_soff_, off_, B);
+      kernels::dev_zero(fire_dbias_, std::size_t(NH) * std::size_t(fire_P_) * sizeof(float));
+    }
     for (int l = c_.n_layers - 1; l >= 0; --l) {
       auto& b = blocks_[std::size_t(l)];
       const auto& w = lay_.blocks[std::size_t(l)];
@@ -472,16 +539,17 @@ class CudaDevice final : public TrainDevice {
           K::rope_backward(dk_.get(), kf_, rope_cs_, rope_sn_, off_, B, R, NH, HS);
         } else {
           kernels::flash::attention_backward(dq_.get(), dk_.get(), dv_.get(), attscr_, dao_.get(), b.ao.get(), b.lse,
-                                             b.q.get(), b.k.get(), b.v.get(), off_, B, R, NH, HS, att_scale_);
+                                             b.q.get(), b.k.get(), b.v.get(), off_, B, R, NH, HS, att_scale_, sb);
         }
       } else {
         K::attention_backward(dq_.get(), dk_.get(), dv_.get(), attscr_, dao_.get(), b.lse, b.q.get(), b.k.get(),
-                              b.v.get(), off_, B, R, NH, HS, att_scale_);
+                              b.v.get(), off_, B, R, NH, HS, att_scale_, sb);
         if (c_.pos_mode == PosMode::rope) {
           K::rope_backward(dq_.get(), dq_.get(), rope_cs_, rope_sn_, off_, B, R, NH, HS);
           K::rope_backward(dk_.get(), dk_.get(), rope_cs_, rope_sn_, off_, B, R, NH, HS);
         }
       }
+      if (sb.dslots) K::fire_dbias_reduce(fire_dbias_, fire_slots_, fire_soff_, off_, B, NH, pb.T);
       // 3.
       mm_backward(dn_.get(), G(w.wq), dq_, b.n1, W(w.wq), R, C, D, false);
       mm_backward(dn_.get(), G(w.wk), dk_, b.n1, W(w.wk), R, C, D, true);
@@ -500,6 +568,8 @@ class CudaDevice final : public TrainDevice {
     for (int lv = 0; lv < kMaxPosLevels; ++lv) dwpe[lv] = G(lay_.wpe[lv]), rows[lv] = c_.max_pos(lv) + 1;
     for (int k = 0; k <= kMaxPosLevels; ++k) readers[k] = readers_[k], starts[k] = starts_[k];
     K::embedding_backward(G(lay_.wte), dwpe, dx_, readers, starts, L, C, V, rows);
+    // 0. FIRE: the bias's gradient, summed over sequences and layers, through the MLP to its weights, c, L_sqrt
+    if (c_.pos_mode == PosMode::fire) fire_backward(pb.T);
   }
 };
 
@@ -513,11 +583,6 @@ namespace manyadd::learn {
 bool cuda_training_available(std::string* why) { return kernels::device_available(why); }
 
 void check_cuda_supports(const ModelConfig& c, Precision) {
-  // FIRE's score bias is in the CPU forward/backward only: the attention kernels take no bias yet
-  // (kernels/README.md, "FIRE on CUDA").
-  if (c.pos_mode == PosMode::fire)
-    throw InputError("--device cuda does not support pos_mode fire yet (the attention kernels take no position "
-                     "bias): train and evaluate it with --device cpu");
   // fp32: the CUDA-core flash kernels hold a head's row across a warp's registers, 16 dims per lane at
   // most; bf16: the tensor-core kernels' widest instance is 512 (its tiles fill a CTA's shared memory).
   constexpr int kMaxHeadDim = 512;

@@ -75,8 +75,7 @@ int main(int argc, char** argv) {
   cli::add_real(app, "--require", require,
                 "fail (exit 1) if any evaluated cell inside the training region has accuracy below this; < 0 = off");
   cli::add_json(app, json_path, "JSON report");
-  cli::add_device(app, device, "cpu | cuda (grid, teacher-forced only, packed batches on a GPU; exit 2 without a device, and for "
-                  "pos_mode fire models: CPU only for now)");
+  cli::add_device(app, device, "cpu | cuda (grid, teacher-forced only, packed batches on a GPU; exit 2 without a device)");
   cli::add_string(app, "--precision", precision_s,
                   "fp32 | bf16: the forward's arithmetic (bf16: the rounding points of bf16 training, as the authors "
                   "evaluate under autocast) (default fp32)");

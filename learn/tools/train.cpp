@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   cli::add_json(app, json_path, "write a JSON report (steps, loss, tokens/s, accuracy) to this file");
   cli::add_device(app, device,
                   "cpu: deterministic for (seed, threads) | cuda: the same batches on a GPU, in the run's precision, "
-                  "every model option but pos_mode fire (d_head <= 512); exit 2 without a "
+                  "every model option (d_head <= 512); exit 2 without a "
                   "device. Not part of the config: a run may be resumed on the other device");
   cli::add_quiet(app, quiet);
   const ConfigOptions flags(app);

@@ -19,10 +19,10 @@ namespace manyadd::learn {
 bool cuda_training_available(std::string* why);
 
 // What the CUDA device cannot run, as an InputError naming it: d_head > 512 (the attention kernels keep
-// a head's row in a warp's registers) and pos_mode fire (CPU devices only for now: the attention
-// kernels take no score bias). Every other model option (the other pos_modes, up to coupled3's three
-// position tables, rope, input_injection) and both precisions are supported. Checked before any device is touched, so the message is the same on
-// machines with and without a GPU.
+// a head's row in a warp's registers or tiles of it in shared memory). Every other model option (every
+// pos_mode, up to coupled3's three position tables, fire, rope, input_injection) and both precisions are
+// supported. Checked before any device is touched, so the message is the same on machines with and
+// without a GPU.
 void check_cuda_supports(const ModelConfig& c, Precision p);
 
 // The CUDA device for a model, holding weights, gradients, Adam moments and activations on the GPU, in
