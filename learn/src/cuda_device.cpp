@@ -301,13 +301,18 @@ class CudaDevice final : public TrainDevice {
                          " tokens (got " + std::to_string(pb.T) + "; the CPU devices run longer ones)");
       const std::size_t P = std::size_t(K::fire_pairs(pb.T)), H = std::size_t(c_.fire_width),
                         NHs = std::size_t(c_.n_heads);
-      std::size_t slots = 0;
-      for (int b = 0; b < pb.B; ++b) slots += std::size_t(K::fire_pairs(pb.length(b)));
       fire_u_.resize(P), fire_h1_.resize(P * H), fire_h2_.resize(P * H), fire_bias_.resize(NHs * P);
-      fire_dbias_.resize(NHs * P), fire_slots_.resize(NHs * slots), fire_dh1_.resize(P * H), fire_dh2_.resize(P * H);
-      fire_du_.resize(P), fire_tc_.resize(P), fire_tl_.resize(P), fire_soff_.resize(bcap_), fire_sums_.resize(2);
     }
     upload(pb);
+  }
+  // The backward's FIRE buffers (not in ensure: evaluation's long sequences, up to 2^17 rows of them, would
+  // otherwise hold NH sum_b tri(T_b) slots, gigabytes, for a forward that never writes them).
+  void ensure_fire_backward(const PackedBatch& pb) {
+    const std::size_t P = std::size_t(fire_P_), H = std::size_t(c_.fire_width), NHs = std::size_t(c_.n_heads);
+    std::size_t slots = 0;
+    for (int b = 0; b < pb.B; ++b) slots += std::size_t(K::fire_pairs(pb.length(b)));
+    fire_dbias_.resize(NHs * P), fire_slots_.resize(NHs * slots), fire_dh1_.resize(P * H), fire_dh2_.resize(P * H);
+    fire_du_.resize(P), fire_tc_.resize(P), fire_tl_.resize(P), fire_soff_.resize(bcap_), fire_sums_.resize(2);
   }
   void upload(const PackedBatch& pb) {
     const std::size_t R = std::size_t(pb.rows()), B1 = std::size_t(pb.B) + 1;
@@ -505,6 +510,7 @@ class CudaDevice final : public TrainDevice {
     // summed into dbias after it (layer by layer, each layer's sequences in order: the twin's order)
     ScoreBias sb;
     if (c_.pos_mode == PosMode::fire) {
+      ensure_fire_backward(pb);
       sb = {fire_bias_.get(), fire_P_, fire_slots_.get(), fire_soff_.get()};
       K::fire_slot_offsets(fire_soff_, off_, B);
       kernels::dev_zero(fire_dbias_, std::size_t(NH) * std::size_t(fire_P_) * sizeof(float));
