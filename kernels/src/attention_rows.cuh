@@ -30,6 +30,7 @@
 // T, Tp) score matrices, not varlen) hold a (T x Tp) score row's columns, lane ln the columns ln, ln + 32, ...
 #pragma once
 
+#include "rn.cuh"  // mul_rn, add_rn, sub_rn, div_rn, fma_rn
 #include <cmath>
 
 #include "manyadd/kernels/score_bias.hpp"
@@ -42,6 +43,8 @@
 
 namespace manyadd::kernels::attention_rows {
 
+using kernels::add_rn, kernels::div_rn, kernels::fma_rn, kernels::mul_rn, kernels::sub_rn;
+
 constexpr int kMaxHeadDim = 512;
 
 // Dims per lane: the smallest power of two NPL with 32 NPL >= HS (HS in [1, 512]). Powers of two keep
@@ -49,29 +52,7 @@ constexpr int kMaxHeadDim = 512;
 // load) when HS = 32 NPL.
 constexpr int dims_per_lane(int HS) { return HS <= 32 ? 1 : HS <= 64 ? 2 : HS <= 128 ? 4 : HS <= 256 ? 8 : 16; }
 
-MANYADD_HD float fma_rn(float a, float b, float c) {
-#if defined(__CUDA_ARCH__)
-  return __fmaf_rn(a, b, c);
-#else
-  return std::fma(a, b, c);
-#endif
-}
 
-// A product that nvcc must not contract into a following add (the replay rounds it on its own too).
-MANYADD_HD float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-MANYADD_HD float add_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
 
 // A score bias (kernels/score_bias.hpp: FIRE's): entry (h, i, j) of every sequence at bias[h stride +
 // tri(i) + i - j], added to the scaled score (s scale + b: learn's fp32 attention). The backward's pass 2

@@ -13,6 +13,7 @@
 // expression in the twin's order on the host; log1pf (device, <= 1 ulp) and std::log1p (host) differ.
 #pragma once
 
+#include "rn.cuh"  // mul_rn, add_rn, sub_rn, div_rn, fma_rn
 #include <cmath>
 
 #if defined(__CUDACC__)
@@ -23,36 +24,10 @@
 
 namespace manyadd::kernels::fire_rows {
 
+using kernels::add_rn, kernels::div_rn, kernels::fma_rn, kernels::mul_rn, kernels::sub_rn;
+
 constexpr float kEps = 1e-6f;  // learn::kFireEps as the twin's float: S(kFireEps)
 
-FIRE_HD float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-FIRE_HD float add_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-FIRE_HD float sub_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-FIRE_HD float div_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
 FIRE_HD float log1p_f(float x) {
 #if defined(__CUDA_ARCH__)
   return log1pf(x);

@@ -45,6 +45,7 @@
 // (which lane holds what, addresses, masks, the order of every fp32 operation outside the MMA) is here.
 #pragma once
 
+#include "rn.cuh"  // mul_rn, add_rn, sub_rn, div_rn, fma_rn
 #include <cmath>
 #include <cstdint>
 
@@ -62,6 +63,8 @@
 #endif
 
 namespace manyadd::kernels::flash_tc {
+
+using kernels::add_rn, kernels::div_rn, kernels::fma_rn, kernels::mul_rn, kernels::sub_rn;
 
 using u16 = std::uint16_t;
 using u32 = std::uint32_t;
@@ -116,42 +119,7 @@ struct Params {
   bool vec = false;  // 16-byte fills: HS % 8 == 0 and every row 16-byte aligned
 };
 
-// ---- scalar helpers: explicit roundings (nvcc may not contract them), exact powers of two -------------
-FTC_HD float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-FTC_HD float add_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-FTC_HD float sub_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-FTC_HD float div_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-FTC_HD float fma_rn(float a, float b, float c) {
-#if defined(__CUDA_ARCH__)
-  return __fmaf_rn(a, b, c);
-#else
-  return std::fma(a, b, c);
-#endif
-}
+// ---- scalar helpers (the explicit roundings are rn.cuh's), exact powers of two ----------------------
 FTC_HD float max_f(float a, float b) { return b > a ? b : a; }
 FTC_HD float ceil_f(float x) {
 #if defined(__CUDA_ARCH__)

@@ -13,6 +13,7 @@
 // would fuse a product into the add otherwise), so device, replay and twin are bitwise equal.
 #pragma once
 
+#include "rn.cuh"  // mul_rn, add_rn, sub_rn, div_rn, fma_rn
 #include <cstdint>
 
 #if defined(__CUDACC__)
@@ -23,27 +24,8 @@
 
 namespace manyadd::kernels::rope_rows {
 
-MANYADD_HD float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-MANYADD_HD float add_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-MANYADD_HD float sub_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
+using kernels::add_rn, kernels::div_rn, kernels::fma_rn, kernels::mul_rn, kernels::sub_rn;
+
 
 // The sequence of row r: the largest b < B with offsets[b] <= r (offsets[0] = 0 <= r < offsets[B]).
 MANYADD_HD int sequence_of(const std::int32_t* offsets, int B, long long r) {
