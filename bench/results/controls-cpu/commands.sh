@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One controlled change at a time (README.md here): 1-layer 4-head d_model 64 models trained on SA(10, 10)
 # with models/README.md's CPU recipe: this project's defaults (base), the authors' unscaled T5 scores
-# alone (--attn-scale none), the authors' T5 initialization alone (--init t5); seeds 1 and 2; then the
+# alone (--attn-scale none), the authors' T5 initialization alone (--init t5), and the authors' model at
+# this width (all three of their options that apply at d_model 64: unscaled scores, T5 init, tied
+# readout; Figure 12's final norm is RMSNorm, ours too); seeds 1 and 2; then the
 # 30 x 29 grid at 20 samples per cell (the same test instances for every model: --seed 12345).
 # About 40 min of one core per training run and 30 min per grid on the project's 2-vCPU machine.
 # usage: bench/results/controls-cpu/commands.sh OUT      (from the repository root, after ./x build)
@@ -13,15 +15,19 @@ recipe=(--train-n 10 --train-m 10 --max-pos1 40 --max-pos2 40 --n-layers 1 --n-h
         --d-ff 256 --steps "${STEPS:-8000}" --batch 64 --lr 3e-3 --threads 1 --log-every 100 --eval-every 1000
         --eval-samples 50 --checkpoint-every 500)
 # base-s1 is the committed models/cpu-sa1010-1l4h-d64 (this recipe with --threads 2, seed 1): evaluated as
-# committed, not retrained. The other five are trained here with one thread (deterministic for (seed,
+# committed, not retrained. The other seven are trained here with one thread (deterministic for (seed,
 # threads) on one build).
 build/learn/train --out "$out/none-s1" "${recipe[@]}" --seed 1 --attn-scale none -q
 build/learn/train --out "$out/base-s2" "${recipe[@]}" --seed 2 -q
 build/learn/train --out "$out/none-s2" "${recipe[@]}" --seed 2 --attn-scale none -q
 build/learn/train --out "$out/t5-s1" "${recipe[@]}" --seed 1 --init t5 -q
 build/learn/train --out "$out/t5-s2" "${recipe[@]}" --seed 2 --init t5 -q
+for seed in 1 2; do
+  build/learn/train --out "$out/authors-s$seed" "${recipe[@]}" --seed "$seed" --attn-scale none --init t5 \
+    --tie-readout true -q
+done
 ln -sfn "$PWD/models/cpu-sa1010-1l4h-d64" "$out/base-s1"
-for run in base-s1 base-s2 none-s1 none-s2 t5-s1 t5-s2; do
+for run in base-s1 base-s2 none-s1 none-s2 t5-s1 t5-s2 authors-s1 authors-s2; do
   build/learn/evaluate --model "$out/$run" --samples "${SAMPLES:-20}" --seed 12345 --threads 2 ${GRID:-} -q \
     --csv "$out/grids/$run.csv" --png "$out/grids/$run.png" --json "$out/grids/$run.json"
 done
