@@ -123,7 +123,8 @@ void argmax_rows(const float* logits, std::int64_t rows, int V, std::uint8_t* ou
 // State shared by the CPU devices: the model's weights and Adam moments, and the update.
 class CpuDeviceBase : public TrainDevice {
  public:
-  CpuDeviceBase(const ModelConfig& c, Precision p) : c_(c), lay_(Layout::make(c)), prec_(p) {}
+  CpuDeviceBase(const ModelConfig& c, Precision p)
+      : c_(c), lay_(Layout::make(c)), segs_(lay_.trainable_segments()), prec_(p) {}
   Precision precision() const override { return prec_; }
   void set_state(const std::vector<float>& p, const std::vector<float>& m, const std::vector<float>& v) override {
     p_ = p, m_ = m, v_ = v;
@@ -134,7 +135,10 @@ class CpuDeviceBase : public TrainDevice {
     r.loss_sum = forward_backward(pb, loss_scale, g_);
     r.grad_norm = std::sqrt(squared_norm(g_));
     // AdamW (decoupled weight decay; 0 by default as the reference) after global-norm clipping.
-    adamw_update(p_.data(), m_.data(), v_.data(), g_.data(), std::int64_t(p_.size()), adam_scalars(tc, t, r.grad_norm));
+    // Frozen position codes (model.pos_codes) are outside the segments: never stepped, never decayed.
+    const AdamScalars s = adam_scalars(tc, t, r.grad_norm);
+    for (const ParamSegment& sg : segs_)
+      adamw_update(p_.data() + sg.offset, m_.data() + sg.offset, v_.data() + sg.offset, g_.data() + sg.offset, sg.size, s);
     return r;
   }
   double gradient(const PackedBatch& pb, float loss_scale, std::vector<float>& grads) override {
@@ -144,6 +148,7 @@ class CpuDeviceBase : public TrainDevice {
  protected:
   ModelConfig c_;
   Layout lay_;
+  std::vector<ParamSegment> segs_;  // the trainable parameters
   Precision prec_;
   std::vector<float> p_, m_, v_, g_;
   ModelView<float> view() const { return {c_, lay_, p_.data(), prec_}; }

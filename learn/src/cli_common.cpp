@@ -92,6 +92,12 @@ const std::vector<FieldDoc>& config_fields() {
                                   "(min: the paper-000 authors' code)"},
       {"model", "input_injection", "true: every block after the first reads its predecessor's output + the embedding "
                                    "(McLeish et al.) | false"},
+      {"model", "pos_codes",
+       "what the position tables hold, one kind for every level or one per level ('learned,shuffled'): learned "
+       "(trained) | frozen (N(0, pos_code_scale^2), never updated) | hypercube (Theorem 4.1's +-1 vertex of the ID and "
+       "of its successor, in 2 ceil(log2(max_pos + 1)) dimensions of its own, frozen) | shuffled (the same with the "
+       "vertices assigned to IDs by a seeded permutation, frozen); learn/README.md, Position codes"},
+      {"model", "pos_code_scale", "pos_codes frozen: the std; hypercube, shuffled: the magnitude of each coordinate"},
       {"model", "norm_eps", "RMSNorm epsilon"},
       {"model", "init_std", "std of the normal initialization of matrices and embeddings (init normal)"},
       {"model", "attn_scale", "attention scores q.k times 1/sqrt(d_head) (inv_sqrt_dhead) or unscaled (none: T5)"},
@@ -144,6 +150,8 @@ ConfigOptions::ConfigOptions(CLI::App& app) {
   defaults["model"]["abacus_k"] = ModelConfig{}.abacus_k;
   for (const char* k : {"fire_width", "fire_threshold"}) defaults["model"][k] = fj.at(k);
   defaults["model"]["input_injection"] = ModelConfig{}.input_injection;
+  defaults["model"]["pos_codes"] = ModelConfig{}.pos_codes_string();
+  defaults["model"]["pos_code_scale"] = ModelConfig{}.pos_code_scale;
   for (const auto& doc : config_fields()) {
     const nlohmann::json& d = defaults.at(doc.section).at(doc.name);
     Field& f = fields_.emplace_back();

@@ -94,7 +94,7 @@ class CudaDevice final : public TrainDevice {
   static constexpr bool kBf16 = std::is_same_v<A, bf16>;
 
  public:
-  explicit CudaDevice(const ModelConfig& c) : c_(c), lay_(Layout::make(c)) {
+  explicit CudaDevice(const ModelConfig& c) : c_(c), lay_(Layout::make(c)), segs_(lay_.trainable_segments()) {
     c_.validate();
     check_cuda_supports(c_, precision());
     n_ = std::size_t(lay_.total);
@@ -132,8 +132,10 @@ class CudaDevice final : public TrainDevice {
     backward(pb, loss_scale);
     K::reduce_sum(grads_, std::int64_t(n_), true, red_, slot + 1);
     const AdamScalars s = adam_scalars(tc, t, 0.0);  // every scalar but the clip, which needs the norm
-    K::adamw_update(params_, m_, v_, grads_, std::int64_t(n_), slot + 1, tc.grad_clip, s.b1, s.b2, s.eps, s.step_size,
-                    s.inv_sqrt_bc2, s.wd);
+    // Frozen position codes (model.pos_codes) are outside the segments: never stepped, never decayed.
+    for (const ParamSegment& sg : segs_)
+      K::adamw_update(params_.get() + sg.offset, m_.get() + sg.offset, v_.get() + sg.offset, grads_.get() + sg.offset,
+                      sg.size, slot + 1, tc.grad_clip, s.b1, s.b2, s.eps, s.step_size, s.inv_sqrt_bc2, s.wd);
     ++queued_;
   }
   std::vector<StepResult> take_results() override {
@@ -169,6 +171,7 @@ class CudaDevice final : public TrainDevice {
  private:
   ModelConfig c_;
   Layout lay_;
+  std::vector<ParamSegment> segs_;  // the trainable parameters
   std::size_t n_ = 0;
   float att_scale_ = 1, readout_scale_ = 1;
   kernels::Blas blas_;
@@ -574,6 +577,10 @@ class CudaDevice final : public TrainDevice {
     for (int lv = 0; lv < kMaxPosLevels; ++lv) dwpe[lv] = G(lay_.wpe[lv]), rows[lv] = c_.max_pos(lv) + 1;
     for (int k = 0; k <= kMaxPosLevels; ++k) readers[k] = readers_[k], starts[k] = starts_[k];
     K::embedding_backward(G(lay_.wte), dwpe, dx_, readers, starts, L, C, V, rows);
+    // A frozen position code is a constant: its gradient is zero, as the CPU's (which accumulates none).
+    for (int lv = 0; lv < L; ++lv)
+      if (pos_code_frozen(c_.pos_codes[lv]))
+        kernels::dev_zero(G(lay_.wpe[lv]), std::size_t(c_.max_pos(lv) + 1) * std::size_t(C) * sizeof(float));
     // 0. FIRE: the bias's gradient, summed over sequences and layers, through the MLP to its weights, c, L_sqrt
     if (c_.pos_mode == PosMode::fire) fire_backward(pb.T);
   }

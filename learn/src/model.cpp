@@ -11,6 +11,7 @@
 
 #include "manyadd/core/safetensors.hpp"
 #include "manyadd/learn/layers.hpp"
+#include "manyadd/model.hpp"  // construct/: hypercube(), Theorem 4.1's position code
 
 namespace manyadd::learn {
 
@@ -85,6 +86,84 @@ const char* fire_threshold_name(FireThreshold f) { return f == FireThreshold::mi
 const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }
 float round_bf16(float x) { return bf16_to_float(float_to_bf16(x)); }
 
+PosCode parse_pos_code(const std::string& s) {
+  if (s == "learned") return PosCode::learned;
+  if (s == "frozen") return PosCode::frozen;
+  if (s == "hypercube") return PosCode::hypercube;
+  if (s == "shuffled") return PosCode::shuffled;
+  throw InputError(fmt::format("position code '{}' unknown (learned|frozen|hypercube|shuffled)", s));
+}
+const char* pos_code_name(PosCode k) {
+  switch (k) {
+    case PosCode::learned: return "learned";
+    case PosCode::frozen: return "frozen";
+    case PosCode::hypercube: return "hypercube";
+    case PosCode::shuffled: return "shuffled";
+  }
+  return "?";
+}
+bool pos_code_frozen(PosCode k) { return k != PosCode::learned; }
+namespace {
+bool pos_code_is_vertex(PosCode k) { return k == PosCode::hypercube || k == PosCode::shuffled; }
+// Bits of a hypercube code of level lv: the smallest P with 2^P >= max_pos + 1, so every ID 1..max_pos
+// and the successor max_pos + 1 of the last get distinct vertices (no wrap).
+int pos_code_bits(int max_pos) {
+  int P = 1;
+  while ((std::int64_t(1) << P) < std::int64_t(max_pos) + 1) ++P;
+  return P;
+}
+}  // namespace
+
+bool ModelConfig::any_pos_code() const {
+  for (int lv = 0; lv < pos_levels(pos_mode); ++lv)
+    if (pos_codes[lv] != PosCode::learned) return true;
+  return false;
+}
+std::string ModelConfig::pos_codes_string() const {
+  const int L = std::max(1, pos_levels(pos_mode));
+  bool same = true;
+  for (int lv = 1; lv < L; ++lv) same = same && pos_codes[lv] == pos_codes[0];
+  std::string s = pos_code_name(pos_codes[0]);
+  if (!same)
+    for (int lv = 1; lv < L; ++lv) s += std::string(",") + pos_code_name(pos_codes[lv]);
+  return s;
+}
+
+PosCodeBlock pos_code_block(const ModelConfig& c, int level) {
+  PosCodeBlock b;
+  for (int lv = 0; lv < pos_levels(c.pos_mode) && lv <= level; ++lv) {
+    if (!pos_code_is_vertex(c.pos_codes[lv])) continue;
+    const int P = pos_code_bits(c.max_pos(lv));
+    if (lv == level) return {b.offset, P};
+    b.offset += 2 * P;
+  }
+  return {0, 0};
+}
+
+std::vector<double> pos_code_table(const ModelConfig& c, int level, std::uint64_t seed) {
+  const PosCodeBlock blk = pos_code_block(c, level);
+  if (blk.bits == 0) throw InputError(fmt::format("level {} has no hypercube or shuffled code", level + 1));
+  const int P = blk.bits, rows = c.max_pos(level) + 1, C = c.d_model;
+  const std::int64_t V = std::int64_t(1) << P;
+  // sigma: ID p (1..2^P) -> vertex index; the identity for hypercube (Theorem 4.1's code), a permutation
+  // drawn from (seed, level) for shuffled (Fisher-Yates on our own uniform draws: the same with every
+  // standard library; its own generator, so the weights' draws are untouched).
+  std::vector<std::int64_t> sigma(std::size_t(V) + 1);
+  for (std::int64_t p = 0; p <= V; ++p) sigma[std::size_t(p)] = p;
+  if (c.pos_codes[level] == PosCode::shuffled) {
+    Rng rng(seed ^ (0x9e3779b97f4a7c15ull * std::uint64_t(level + 1)));
+    for (std::int64_t i = V; i >= 2; --i) std::swap(sigma[std::size_t(i)], sigma[std::size_t(rng.uniform(1, std::uint64_t(i)))]);
+  }
+  std::vector<double> t(std::size_t(rows) * std::size_t(C), 0.0);
+  const double s = c.pos_code_scale;
+  for (int p = 1; p < rows; ++p) {  // row 0 (BOS, unused slots): zero, as the construction
+    const auto v = hypercube(P, sigma[std::size_t(p)]), vn = hypercube(P, sigma[std::size_t(p + 1)]);
+    double* r = t.data() + std::size_t(p) * std::size_t(C) + std::size_t(blk.offset);
+    for (int i = 0; i < P; ++i) r[i] = s * v[std::size_t(i)], r[P + i] = s * vn[std::size_t(i)];
+  }
+  return t;
+}
+
 void ModelConfig::validate() const {
   auto need = [](bool ok, const std::string& msg) {
     if (!ok) throw InputError(msg);
@@ -107,6 +186,19 @@ void ModelConfig::validate() const {
                    max_pos1 - 1, abacus_k));
   need(init_std > 0 && init_std < 10, fmt::format("model.init_std must be in (0, 10) (got {})", init_std));
   need(fire_width >= 1 && fire_width <= 4096, fmt::format("model.fire_width must be in [1, 4096] (got {})", fire_width));
+  const int L = pos_levels(pos_mode);
+  for (int lv = L; lv < kMaxPosLevels; ++lv)
+    need(pos_codes[lv] == PosCode::learned,
+         fmt::format("model.pos_codes names {} levels but pos_mode {} has {} position table{}", lv + 1,
+                     pos_mode_name(pos_mode), L, L == 1 ? "" : "s"));
+  need(pos_code_scale > 0 && pos_code_scale < 100,
+       fmt::format("model.pos_code_scale must be in (0, 100) (got {})", pos_code_scale));
+  int code_dims = 0;
+  for (int lv = 0; lv < L; ++lv)
+    if (pos_code_is_vertex(pos_codes[lv])) code_dims += 2 * pos_code_bits(max_pos(lv));
+  need(code_dims <= d_model, fmt::format("model.pos_codes: the hypercube codes take {} residual dimensions (2 ceil(log2("
+                                         "max_pos + 1)) per coded level), more than d_model = {}",
+                                         code_dims, d_model));
   // RoPE turns pairs of a head's dimensions.
   need(pos_mode != PosMode::rope || d_head % 2 == 0,
        fmt::format("pos_mode rope rotates pairs of dimensions: model.d_head must be even (got {})", d_head));
@@ -137,6 +229,10 @@ void to_json(nlohmann::json& j, const ModelConfig& c) {
     j["fire_threshold"] = fire_threshold_name(c.fire_threshold);
   }
   if (c.input_injection) j["input_injection"] = true;
+  if (c.any_pos_code()) {
+    j["pos_codes"] = c.pos_codes_string();
+    j["pos_code_scale"] = c.pos_code_scale;
+  }
 }
 
 void from_json(const nlohmann::json& j, ModelConfig& c) {
@@ -157,7 +253,7 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
                                 "d_head",   "d_ff",       "max_pos1",   "max_pos2",    "max_pos3", "pos_mode",
                                 "norm_eps", "init_std",   "attn_scale", "init",        "tie_readout",
                                 "final_norm", "architecture", "abacus_k", "fire_width", "fire_threshold",
-                                "input_injection"};
+                                "input_injection", "pos_codes", "pos_code_scale"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return it.key() == k; }) == std::end(known))
       throw InputError(fmt::format("model config: unknown field '{}'", it.key()));
@@ -188,6 +284,27 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
     if (!j["input_injection"].is_boolean()) throw InputError("model.input_injection must be true or false");
     c.input_injection = j["input_injection"].get<bool>();
   }
+  if (auto v = gets("pos_codes")) {
+    // one kind for every level, or one per level, comma-separated
+    std::vector<std::string> parts;
+    std::size_t b = 0;
+    for (;;) {
+      const std::size_t e = v->find(',', b);
+      parts.push_back(v->substr(b, e == std::string::npos ? std::string::npos : e - b));
+      if (e == std::string::npos) break;
+      b = e + 1;
+    }
+    const int L = pos_levels(c.pos_mode);
+    if (parts.size() > 1 && int(parts.size()) != L)
+      throw InputError(fmt::format("model.pos_codes '{}': {} kinds for pos_mode {} with {} level{} (give one kind or "
+                                   "one per level)", *v, parts.size(), pos_mode_name(c.pos_mode), L, L == 1 ? "" : "s"));
+    for (int lv = 0; lv < kMaxPosLevels; ++lv) c.pos_codes[lv] = PosCode::learned;
+    const PosCode one = parse_pos_code(parts[0]);
+    for (int lv = 0; lv < L; ++lv) c.pos_codes[lv] = parts.size() == 1 ? one : parse_pos_code(parts[std::size_t(lv)]);
+    if (L == 0 && one != PosCode::learned)
+      throw InputError(fmt::format("model.pos_codes '{}': pos_mode {} has no position table", *v, pos_mode_name(c.pos_mode)));
+  }
+  getf("pos_code_scale", c.pos_code_scale);
   getf("norm_eps", c.norm_eps);
   getf("init_std", c.init_std);
   if (auto v = gets("attn_scale")) c.attn_scale = parse_attn_scale(*v);
@@ -261,8 +378,10 @@ Layout Layout::make(const ModelConfig& c) {
   };
   const std::int64_t C = c.d_model, D = std::int64_t(c.n_heads) * c.d_head, F = c.d_ff;
   L.wte = add("tok_emb.weight", {c.vocab, C});
-  for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv)
+  for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv) {
     L.wpe[lv] = add(fmt::format("pos_emb.{}.weight", lv), {c.max_pos(lv) + 1, C});
+    L.tensors.back().trainable = !pos_code_frozen(c.pos_codes[lv]);
+  }
   if (c.pos_mode == PosMode::fire) {
     const std::int64_t H = c.fire_width;
     L.fire_w1 = add("fire.mlp.0.weight", {H, 1});
@@ -290,6 +409,18 @@ Layout Layout::make(const ModelConfig& c) {
   if (c.final_norm == NormKind::layer) L.final_norm_bias = add("final_norm.bias", {C});
   if (!c.tie_readout) L.lm_head = add("lm_head.weight", {c.vocab, C});
   return L;
+}
+
+std::vector<ParamSegment> Layout::trainable_segments() const {
+  std::vector<ParamSegment> segs;
+  for (const auto& t : tensors) {
+    if (!t.trainable || t.size == 0) continue;
+    if (!segs.empty() && segs.back().offset + segs.back().size == t.offset)
+      segs.back().size += t.size;
+    else
+      segs.push_back({t.offset, t.size});
+  }
+  return segs;
 }
 
 const TensorSpec& Layout::find(const std::string& name) const {
@@ -343,6 +474,19 @@ std::vector<S> init_params(const ModelConfig& c, const Layout& lay, std::uint64_
     }
     const double sd = init_std_of(c, t.name);
     for (std::int64_t i = 0; i < t.size; ++i) p[std::size_t(t.offset + i)] = S(sd * normal());
+  }
+  // Position codes: the tables took a learned table's draws above (every other tensor is the learned
+  // run's); frozen rescales them, hypercube and shuffled replace them.
+  for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv) {
+    S* w = p.data() + lay.wpe[lv];
+    const std::int64_t n = std::int64_t(c.max_pos(lv) + 1) * c.d_model;
+    if (c.pos_codes[lv] == PosCode::frozen) {
+      const double r = double(c.pos_code_scale) / init_std_of(c, fmt::format("pos_emb.{}.weight", lv));
+      for (std::int64_t i = 0; i < n; ++i) w[i] = S(double(w[i]) * r);
+    } else if (pos_code_is_vertex(c.pos_codes[lv])) {
+      const auto tab = pos_code_table(c, lv, seed);
+      for (std::int64_t i = 0; i < n; ++i) w[i] = S(tab[std::size_t(i)]);
+    }
   }
   return p;
 }
@@ -751,7 +895,10 @@ void model_backward(S* G, GradScratch<S>& g, const Acts<S>& a, const ModelView<S
   if (c.input_injection)
     for (std::int64_t i = 0; i < RC; ++i) g.dx[std::size_t(i)] += g.dx0[std::size_t(i)];
   // 1. x0 = tok_emb[tok] + sum_lv pos_emb_lv[pos_lv]
-  S* dwpe[kMaxPosLevels] = {G + lay.wpe[0], G + lay.wpe[1], G + lay.wpe[2]};
+  // a frozen position code (PosCode) is a constant: no gradient is accumulated into its table
+  S* dwpe[kMaxPosLevels] = {nullptr, nullptr, nullptr};
+  for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv)
+    if (!pos_code_frozen(c.pos_codes[lv])) dwpe[lv] = G + lay.wpe[lv];
   embedding_backward(G + lay.wte, dwpe, g.dx.data(), x.tokens, x.pos, pos_levels(c.pos_mode), R, C);
   // 0. FIRE: the bias's gradient, summed over sequences and layers, through the MLP to its weights, c, L_sqrt
   if (c.pos_mode == PosMode::fire) fire_backward(G, g, a, m, x.T);

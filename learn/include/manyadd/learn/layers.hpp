@@ -57,6 +57,7 @@ void embedding_backward(S* dwte, S* const* dwpe, const S* dout, const std::uint8
     S* e = dwte + std::int64_t(tok[t]) * C;
     for (int c = 0; c < C; ++c) e[c] += g[c];
     for (int lv = 0; lv < L; ++lv) {
+      if (!dwpe[lv]) continue;  // a frozen table (model.pos_codes): no gradient
       S* p = dwpe[lv] + std::int64_t(pos[lv][t]) * C;
       for (int c = 0; c < C; ++c) p[c] += g[c];
     }

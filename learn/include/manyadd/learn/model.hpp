@@ -67,6 +67,26 @@ const char* attn_scale_name(AttnScale a);
 const char* init_name(InitScheme i);
 const char* norm_kind_name(NormKind n);
 const char* fire_threshold_name(FireThreshold f);
+// Position codes: what a position table holds and whether training moves it (model.pos_codes, one
+// kind for every level or one per level; learn/README.md, "Position codes"). The forward is the same
+// for every kind: x0 = tok_emb[token] + sum_lv pos_emb.lv[id]; only the tables' values and their
+// update differ, so a model file needs no code logic to be read (the tables are in model.safetensors).
+//   learned    the tables are parameters (today's model; init as the init scheme says)
+//   frozen     N(0, pos_code_scale^2) drawn from the seed (the same draws a learned table takes), never
+//              updated: no gradient, no AdamW step, no weight decay
+//   hypercube  Theorem 4.1's code (construct/model.hpp, hypercube()): row p of level lv is
+//              pos_code_scale [v_p ; v_{p+1}] (the ID's +-1 vertex and its successor's, P = the
+//              smallest with 2^P >= max_pos + 1 bits each), row 0 zero, in 2P residual dimensions of
+//              its own (PosCodeBlock: the coded levels' blocks side by side from dimension 0, level
+//              order); every other dimension 0; frozen
+//   shuffled   the same with the 2^P vertices assigned to IDs by a random permutation drawn from the
+//              seed and the level (ID p -> vertex sigma(p), its successor's sigma(p + 1)): no binary
+//              counting structure a learned bilinear form could single out; frozen
+enum class PosCode { learned, frozen, hypercube, shuffled };
+PosCode parse_pos_code(const std::string& s);  // throws InputError
+const char* pos_code_name(PosCode k);
+bool pos_code_frozen(PosCode k);  // every kind but learned
+
 // RoPE's base (Su et al.; the authors' rotary_base): theta_k = base^(-2k/d_head).
 inline constexpr double kRopeBase = 10000.0;
 
@@ -112,8 +132,15 @@ struct ModelConfig {
   InitScheme init = InitScheme::normal;
   bool tie_readout = false;  // logits = tok_emb (final_norm(x) d_model^-1/2); no lm_head tensor
   NormKind final_norm = NormKind::rms;
+  // Position codes per level (PosCode; levels beyond pos_levels(pos_mode) stay learned) and their
+  // scale (frozen: the std; hypercube, shuffled: the coordinates' magnitude). In config.json only when
+  // some level is not learned: "pos_codes" one kind for all levels or "k1,k2[,k3]" per level.
+  PosCode pos_codes[kMaxPosLevels] = {PosCode::learned, PosCode::learned, PosCode::learned};
+  float pos_code_scale = 1.0f;
 
   void validate() const;  // throws InputError
+  bool any_pos_code() const;  // some level's table is not learned
+  std::string pos_codes_string() const;  // "learned", "hypercube", "learned,shuffled", ...
   int max_pos(int level) const { return level == 0 ? max_pos1 : level == 1 ? max_pos2 : max_pos3; }
 };
 void to_json(nlohmann::json& j, const ModelConfig& c);
@@ -125,6 +152,11 @@ nlohmann::json architecture_description(const ModelConfig& c);
 struct TensorSpec {
   std::string name;
   std::vector<std::int64_t> shape;
+  std::int64_t offset = 0, size = 0;
+  bool trainable = true;  // false: a frozen position code (no gradient, no optimizer step)
+};
+// A run of consecutive trainable parameters, [offset, offset + size) of the flat buffer.
+struct ParamSegment {
   std::int64_t offset = 0, size = 0;
 };
 
@@ -145,12 +177,26 @@ struct Layout {
   std::vector<Block> blocks;
   static Layout make(const ModelConfig& c);
   const TensorSpec& find(const std::string& name) const;  // throws InputError
+  // The trainable parameters as maximal runs (one run covering everything when no table is frozen):
+  // every optimizer walks these and nothing else.
+  std::vector<ParamSegment> trainable_segments() const;
 };
+
+// Where a hypercube or shuffled code lives: level lv's [v ; v_next] occupies residual dimensions
+// [offset, offset + 2 bits); bits = 0 for a level without such a code.
+struct PosCodeBlock {
+  int offset = 0, bits = 0;
+};
+PosCodeBlock pos_code_block(const ModelConfig& c, int level);
+// Level lv's code table ((max_pos(lv) + 1) x d_model, row-major) for a hypercube or shuffled level.
+std::vector<double> pos_code_table(const ModelConfig& c, int level, std::uint64_t seed);
 
 // Deterministic initialization (InitScheme): one standard normal draw per matrix or table entry, in
 // layout order, scaled by that tensor's std; norm weights 1 and LayerNorm biases 0 take no draw. FIRE's
 // tensors take the authors' initialization in both schemes (their FIRE init inside the attention
 // module): W1 N(0, 1), W2 and W3 N(0, fire_width^-1/2), c = 0.1, L_sqrt = 16 (no draws for the scalars).
+// Position codes (PosCode) take the same draws as a learned table, so every other weight of a run is
+// the learned run's: frozen scales them by pos_code_scale, hypercube and shuffled overwrite the table.
 template <class S>
 std::vector<S> init_params(const ModelConfig& c, const Layout& lay, std::uint64_t seed);
 
