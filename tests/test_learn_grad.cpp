@@ -11,6 +11,9 @@
 
 #include <functional>
 #include <random>
+#include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/layers.hpp"
@@ -452,6 +455,10 @@ void check_whole_model(const ModelConfig& c) {
   for (auto& t : lay.tensors) {
     std::vector<double> x(P.begin() + t.offset, P.begin() + t.offset + t.size);
     std::vector<double> an(G.begin() + t.offset, G.begin() + t.offset + t.size);
+    if (!t.trainable) {  // a frozen position code is a constant of the model: no gradient at all
+      for (double v : an) ASSERT_EQ(v, 0.0) << t.name << " is frozen but has a gradient";
+      continue;
+    }
     auto ft = [&] {
       std::copy(x.begin(), x.end(), P.begin() + t.offset);
       return f();
@@ -485,6 +492,23 @@ TEST(WholeModelVariants, InputInjection) {
     c.input_injection = true;
     check_whole_model(c);
     c.n_layers = 3;  // x0's gradient from two injections
+    check_whole_model(c);
+  }
+}
+
+// Position codes (model.pos_codes): every trainable tensor's gradient against finite differences, the
+// frozen tables' gradient exactly zero (check_whole_model), for each kind on either level and per level.
+// d_model 20 holds both hypercube blocks (2 x 4 + 2 x 3 dimensions for max_pos 8 and 6).
+TEST(WholeModelVariants, PosCodes) {
+  for (const char* codes : {"frozen", "hypercube", "shuffled", "learned,shuffled", "hypercube,learned", "frozen,hypercube"}) {
+    SCOPED_TRACE(codes);
+    ModelConfig c = tiny_model(PosMode::coupled);
+    c.d_model = 20;
+    from_json(nlohmann::json{{"pos_codes", codes}, {"pos_code_scale", 0.7}}, c);
+    ASSERT_EQ(c.pos_codes_string(), codes);
+    int frozen = 0;
+    for (const auto& t : Layout::make(c).tensors) frozen += !t.trainable;
+    EXPECT_EQ(frozen, std::string(codes).find("learned") == std::string::npos ? 2 : 1);
     check_whole_model(c);
   }
 }
@@ -616,6 +640,83 @@ TEST(LearnInit, T5StdsPerTensor) {
   const auto& te = lay.find("tok_emb.weight");
   for (std::int64_t i = 0; i < te.size; ++i)
     ASSERT_DOUBLE_EQ(Pn[std::size_t(i)], double(n.init_std) * P[std::size_t(i)]);
+}
+
+// The codes as model.hpp defines them. hypercube: row p of level lv is s [v_p ; v_{p+1}] (Eq. 3's
+// vertices, P = ceil(log2(max_pos + 1)) bits) in the level's block, row 0 and every other dimension
+// zero; shuffled: the same shape, [v_sigma(p) ; v_sigma(p+1)] with sigma a permutation (distinct
+// vertices, not the identity, another seed another permutation); frozen: the learned run's draws times
+// pos_code_scale / init_std. Every other tensor equals the learned run's (one controlled change).
+TEST(LearnInit, PosCodesAreTheirDefinitions) {
+  ModelConfig base;
+  base.d_model = 64, base.max_pos1 = 40, base.max_pos2 = 40;
+  const auto learned = init_params<double>(base, Layout::make(base), 9);
+  for (const char* codes : {"hypercube", "shuffled", "frozen", "learned,hypercube"}) {
+    SCOPED_TRACE(codes);
+    ModelConfig c = base;
+    from_json(nlohmann::json{{"pos_codes", codes}, {"pos_code_scale", 0.5}}, c);
+    const Layout lay = Layout::make(c);
+    const auto P = init_params<double>(c, lay, 9);
+    ASSERT_EQ(P.size(), learned.size());
+    for (const auto& t : lay.tensors) {
+      const bool table = t.name.rfind("pos_emb.", 0) == 0;
+      const int lv = table ? t.name[8] - '0' : -1;
+      if (!table || c.pos_codes[lv] == PosCode::learned) {
+        for (std::int64_t i = 0; i < t.size; ++i) ASSERT_EQ(P[std::size_t(t.offset + i)], learned[std::size_t(t.offset + i)]) << t.name;
+        continue;
+      }
+      EXPECT_FALSE(t.trainable) << t.name;
+      if (c.pos_codes[lv] == PosCode::frozen) {
+        for (std::int64_t i = 0; i < t.size; ++i)
+          ASSERT_DOUBLE_EQ(P[std::size_t(t.offset + i)], learned[std::size_t(t.offset + i)] * 0.5 / double(c.init_std));
+        continue;
+      }
+      const PosCodeBlock blk = pos_code_block(c, lv);
+      ASSERT_EQ(blk.bits, 6);  // 2^6 = 64 >= 41 IDs + the successor of the last
+      EXPECT_EQ(blk.offset, lv == 1 && c.pos_codes[0] != PosCode::learned ? 12 : 0);
+      std::set<std::vector<double>> vertices;
+      bool identity = true;
+      for (int p = 0; p <= 40; ++p) {
+        const double* r = P.data() + t.offset + std::int64_t(p) * 64;
+        for (int d = 0; d < 64; ++d)
+          if (p == 0 || d < blk.offset || d >= blk.offset + 12) ASSERT_EQ(r[d], 0.0) << p << " " << d;
+        if (p == 0) continue;
+        std::vector<double> v(r + blk.offset, r + blk.offset + 6), vn(r + blk.offset + 6, r + blk.offset + 12);
+        for (double x : v) ASSERT_EQ(std::abs(x), 0.5);
+        if (p < 40) ASSERT_EQ(vn, std::vector<double>(r + 64 + blk.offset, r + 64 + blk.offset + 6)) << "successor of " << p;
+        vertices.insert(v);
+        for (int i = 0; i < 6; ++i)  // the paper's Eq. 3, written here again: (-1)^(bit i of p - 1, MSB first)
+          identity = identity && v[std::size_t(i)] == 0.5 * (((p - 1) >> (5 - i)) & 1 ? -1 : 1);
+        if (p == 40) vertices.insert(vn);
+      }
+      EXPECT_EQ(vertices.size(), 41u) << "every ID and the last's successor a vertex of its own";
+      EXPECT_EQ(identity, c.pos_codes[lv] == PosCode::hypercube);
+      if (c.pos_codes[lv] == PosCode::shuffled)  // the permutation depends on the seed
+        EXPECT_NE(pos_code_table(c, lv, 9), pos_code_table(c, lv, 10));
+    }
+  }
+}
+
+// Position codes that cannot be: on a mode without tables, more kinds than levels, codes wider than
+// the residual, an unknown kind, a scale out of range (all InputError, before any allocation).
+TEST(LearnInit, PosCodesRefused) {
+  auto refuse = [](nlohmann::json j) {
+    ModelConfig c;
+    EXPECT_THROW(from_json(j, c), InputError) << j.dump();
+  };
+  refuse({{"pos_mode", "none"}, {"pos_codes", "frozen"}});
+  refuse({{"pos_mode", "digits"}, {"pos_codes", "learned,frozen"}});
+  refuse({{"pos_codes", "learned,frozen,frozen"}});
+  refuse({{"pos_codes", "onehot"}});
+  refuse({{"pos_codes", ""}});
+  refuse({{"pos_codes", "learned,"}});
+  refuse({{"pos_codes", 3}});
+  refuse({{"pos_codes", "hypercube"}, {"d_model", 16}, {"max_pos1", 40}, {"max_pos2", 40}});  // 24 dims
+  refuse({{"pos_codes", "frozen"}, {"pos_code_scale", 0}});
+  refuse({{"pos_codes", "frozen"}, {"pos_code_scale", 1e9}});
+  ModelConfig ok;
+  from_json(nlohmann::json{{"pos_mode", "none"}, {"pos_codes", "learned"}}, ok);
+  EXPECT_FALSE(ok.any_pos_code());
 }
 
 // bf16 emulation rounds floats; a double forward has no bf16 mode (an internal error, not a silent fp32).

@@ -155,6 +155,28 @@ class LearnedLogits(TempDir):
             s1 = 2 if mode != "none" else 1
             self.compare(run, "5+38", s1, 2 if mode == "coupled" else 1, greedy=False)
 
+    def test_fresh_models_pos_codes(self):
+        # frozen position codes (model.pos_codes): the tables are in model.safetensors, the forward is the
+        # usual one; the twin reads them with no code logic and gives the C++ logits; the frozen tables
+        # are the codes after training (hypercube: +-scale in the level's block, zero elsewhere)
+        for codes in ("learned,shuffled", "hypercube", "frozen"):
+            run = os.path.join(self.dir, codes.replace(",", "-"))
+            tool("TRAIN", "--out", run, "--pos-codes", codes, "--pos-code-scale", 0.5, "--train-n", 2, "--train-m", 3,
+                 "--train-size", 200, "--max-pos1", 6, "--max-pos2", 6, "--n-layers", 2, "--d-model", 16,
+                 "--d-head", 4, "--d-ff", 16, "--batch", 8, "--steps", 20, "--lr", 0.01, "--eval-every", 0,
+                 "--eval-samples", 2)
+            self.compare(run, "57+8+96", greedy=False)
+            m = load_learned(run)
+            self.assertEqual(m.cfg.pos_codes, tuple(codes.split(",") * (2 if "," not in codes else 1)))
+            if codes == "hypercube":  # 3 bits per level (2^3 >= 7): level 1 in dims 0-5, level 2 in 6-11
+                for lv in range(2):
+                    w = m.pos_emb[lv].weight.detach()
+                    self.assertTrue(torch.all(w[0] == 0))
+                    blk = w[1:, 6 * lv:6 * lv + 6]
+                    self.assertTrue(torch.all(blk.abs() == 0.5))
+                    rest = torch.cat([w[1:, :6 * lv], w[1:, 6 * lv + 6:]], 1)
+                    self.assertTrue(torch.all(rest == 0))
+
     def test_fresh_models_other_tasks(self):
         # the other tasks' models (format.py's task writers, coupled3's third table, the '*' token), trained
         # 20 steps as above; evaluate --problem feeds the C++ model what the twin builds
@@ -422,6 +444,10 @@ class LearnedApi(TempDir):
             (lambda c: c["model"].update(d_model=32), "shape"),
             (lambda c: c["model"].pop("n_heads"), "n_heads is missing"),
             (lambda c: c["train"].update(precision="fp8"), "precision"),
+            (lambda c: c["model"].update(pos_codes="onehot"), "pos_codes"),
+            (lambda c: c["model"].update(pos_codes="learned,frozen,frozen"), "pos_codes"),
+            (lambda c: c["model"].update(pos_codes=["learned"]), "pos_codes"),
+            (lambda c: c["model"].update(pos_codes="frozen", pos_code_scale=0), "pos_code_scale"),
         ]
         for edit, msg in cases:
             with self.subTest(msg=msg):

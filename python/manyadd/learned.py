@@ -108,8 +108,11 @@ ARCHITECTURE_SWITCHES = {
     "tie_readout": {False: "lm_head.weight is its own tensor",
                     True: "logits = (final_norm(x) d_model^-1/2) tok_emb.weight^T, no lm_head tensor"},
 }
-# Fields that do not change the forward: the initialization, the descriptions.
-_INERT = {"init_std", "init", "vocabulary", "architecture", "abacus_k"}  # abacus_k: training offsets only
+# Fields that do not change the forward: the initialization, the descriptions. pos_codes and
+# pos_code_scale say how the position tables were made and whether training moved them; the tables
+# themselves are in model.safetensors (checked below: one kind per level, as the C++ parses them).
+_INERT = {"init_std", "init", "vocabulary", "architecture", "abacus_k", "pos_codes", "pos_code_scale"}
+POS_CODES = ("learned", "frozen", "hypercube", "shuffled")
 # train.precision: the arithmetic of training (the saved weights are fp32 masters either way); this module
 # runs the dtype load_learned is given, so a bf16-trained model runs here in fp32 unless asked otherwise.
 _PRECISIONS = ("fp32", "bf16")
@@ -143,6 +146,17 @@ class LearnedConfig:
         for k in _FIRE_ONLY:
             if k in model and self.pos_mode != "fire":
                 raise InputError("config.json: model.%s applies to pos_mode fire only (pos_mode is %r)" % (k, self.pos_mode))
+        codes = model.get("pos_codes", "learned")
+        parts = codes.split(",") if isinstance(codes, str) else None
+        levels = fmt.pos_levels(self.pos_mode)
+        if (parts is None or any(k not in POS_CODES for k in parts) or (len(parts) > 1 and len(parts) != levels)
+                or (levels == 0 and parts != ["learned"])):
+            raise InputError("config.json: model.pos_codes = %r is not one kind or one per level (%d) of %s"
+                             % (codes, levels, "|".join(POS_CODES)))
+        self.pos_codes = tuple(parts * levels if len(parts) == 1 else parts)
+        scale = model.get("pos_code_scale", 1.0)
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < 100:
+            raise InputError("config.json: model.pos_code_scale must be a number in (0, 100) (got %r)" % (scale,))
         if self.pos_mode == "rope" and self.d_head % 2:
             raise InputError("config.json: pos_mode rope needs an even d_head (got %d)" % self.d_head)
         eps = model.get("norm_eps")
