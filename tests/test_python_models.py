@@ -299,6 +299,43 @@ class LearnedAttention(TempDir):
                            "%s layer %d attention, TA(%d, %d) x %d" % (mode, l, n, m, K), stored=U)
 
 
+class PositionCodes(TempDir):
+    def test_diagnosis_of_the_committed_model(self):
+        # manyadd.codes on models/cpu-sa1010-1l4h-d64: the aliasing README.md states (level 2's cosine at
+        # ID distance 10: mean 0.64, max 0.95), the first wrong prediction of evaluate's first TA(10, 14)
+        # sample (B_3's digit, IDs (2, 4)) with the aliased key (3, 14) among head 1's top keys, and the figure
+        from manyadd import codes
+        m = load_learned(MODELS[0])
+        by = codes.similarity_by_distance(codes.code_similarity(m, 2))
+        self.assertAlmostEqual(by[10][0], 0.64, delta=0.005)
+        self.assertAlmostEqual(by[10][1], 0.95, delta=0.005)
+        sim = codes.code_similarity(m, 1)
+        self.assertTrue(torch.allclose(torch.diagonal(sim), torch.ones(40, dtype=torch.float64)))
+        sc = codes.position_scores(m, 2)
+        self.assertEqual(tuple(sc.shape), (4, 40, 40))
+        problem = "+".join(fmt.sample_TA(fmt.Rng(fmt.cell_seed(12345, 10, 14)), 10, 14))
+        q, heads = codes.attended_keys(m, problem)
+        self.assertEqual(q["ids"], (2, 4))
+        self.assertNotEqual(q["target"], q["predicted"])
+        h1 = [kid for _, _, _, kid, _ in heads[1][2]]
+        self.assertIn((3, 3), h1)
+        self.assertIn((3, 14), h1)
+        self.assertTrue(any(ok for *_, ok in heads[1][2]))
+        self.assertEqual(codes.attended_keys(m, "57+48+96"), (None, []))  # solved: nothing wrong
+        out = os.path.join(self.dir, "codes.png")
+        try:
+            import matplotlib  # noqa: F401
+            args = [MODELS[0], "-o", out, "--dpi", 40]
+        except ImportError:
+            args = [MODELS[0], "--no-figure"]
+        self.assertEqual(codes.main([str(a) for a in args]), 0)
+        if "--no-figure" not in args:
+            with open(out, "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        self.assertEqual(codes.main([MODELS[0], "--cell", "0", "3", "--no-figure"]), 2)
+        self.assertEqual(codes.main([os.path.join(self.dir, "nothing"), "--no-figure"]), 2)
+
+
 class Constructed(TempDir):
     def test_worked_example(self):
         out, rep = os.path.join(self.dir, "worked"), os.path.join(self.dir, "worked.json")
