@@ -407,6 +407,13 @@ TEST(LearnConfig, HelpDocumentsEveryFieldWithItsDefault) {
   mj["input_injection"] = false;
   EXPECT_EQ(nlohmann::json(injection).at("input_injection"), true);  // written when on
   EXPECT_FALSE(nlohmann::json(ModelConfig{}).contains("input_injection"));  // and absent when off
+  // pos_codes, pos_code_scale: written when some level is not learned; the defaults all learned, scale 1
+  ModelConfig coded;
+  coded.pos_codes[1] = PosCode::shuffled;
+  EXPECT_EQ(nlohmann::json(coded).at("pos_codes"), "learned,shuffled");
+  EXPECT_FALSE(nlohmann::json(ModelConfig{}).contains("pos_codes"));
+  mj["pos_codes"] = ModelConfig{}.pos_codes_string();
+  mj["pos_code_scale"] = nlohmann::json(coded).at("pos_code_scale");
   CLI::App app;  // the options as train declares them; their descriptions are what --help prints
   const ConfigOptions opts(app);
   std::set<std::string> documented;
