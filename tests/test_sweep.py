@@ -240,7 +240,7 @@ class Sweep(unittest.TestCase):
             ({"base": {"model": {"bogus": 1}, "train": {"threads": 1}}, "evaluate": {"samples": 1}},
              "train refuses its configuration (exit 2): model config: unknown field 'bogus'"),
             ({"base": base, "axes": {"model.pos_codes": ["learned", "nope"]}, "evaluate": {"samples": 1}},
-             "run pos_codesnope (and every run of the same configuration): train refuses its configuration"),
+             "run pos_codesnope: train refuses its configuration (exit 2): position code"),
             ({"base": base, "axes": {"train.seed": [1, 1]}, "evaluate": {"samples": 1}}, "a value appears twice"),
             ({"base": base, "axes": {"train.seed": []}, "evaluate": {"samples": 1}}, "a non-empty list"),
             ({"base": base, "axes": {"train.seed": [[1]]}, "evaluate": {"samples": 1}}, "is not a string, number"),

@@ -200,7 +200,7 @@ def load(path, sets=()):
     # The hash says whether the description changed: its fields (the base file's content in place of its
     # path), not its description text nor --set (the plan keeps --set beside it).
     digest = hashlib.sha256(json.dumps(dict({k: v for k, v in d.items() if k != "description"}, base=base),
-                                       sort_keys=True).encode("utf-8")).hexdigest()
+                                       sort_keys=True, default=str).encode("utf-8")).hexdigest()
     # evaluate
     ev = d.get("evaluate")
     if not isinstance(ev, dict):
@@ -398,7 +398,7 @@ def check_configs(train, runs):
             msg = (p.stderr.strip().splitlines() or [""])[-1]
             if p.returncode == 2 and "cannot create" in p.stderr and out in p.stderr:
                 return None
-            return "run %s (and every run of the same configuration): train refuses its configuration (exit %d): %s" % (
+            return "run %s: train refuses its configuration (exit %d): %s" % (
                 r["name"], p.returncode, msg.replace("train: ", "", 1))
         with concurrent.futures.ThreadPoolExecutor(max_workers=min(4, max(1, len(distinct)))) as ex:
             errors = [e for e in ex.map(one, distinct.items()) if e]
