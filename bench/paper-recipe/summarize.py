@@ -13,7 +13,7 @@ tokens, summary.json and summary.txt with its own comparison, see task_metrics()
   median_grid.png   that grid drawn by grid_png (the project's heatmap, as evaluate draws it), or by
                     matplotlib when grid_png is not there and matplotlib imports; else none (said so)
   summary.json      per run and for the median: cells >= threshold of all cells, the worst cell, the
-                    longest operand length at m = 2 and the most operands at n = 1 (see metrics())
+                    longest operand length at m = 2 and the most operands at n = 1 (manyadd.grids.metrics)
   summary.txt       the comparison line, also printed
 Exit codes: 0 written; 1 no evaluated run; 2 bad usage.
 """
@@ -22,6 +22,9 @@ import json
 import os
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+from manyadd.grids import median, metrics, read_grid  # noqa: E402  (the metrics, written once)
 
 # What the paper says about each configuration in words (its heatmaps carry the rest; Sec. 4.3 and
 # Appendix C of the paper).
@@ -58,52 +61,6 @@ PAPER = {
 # Columns of every grid.csv row besides n, m: the whole response's exact match, and (every task but
 # addition) the final answer's tokens alone (parity's Figure 3 metric).
 METRICS = ("accuracy", "answer_accuracy")
-
-
-def read_grid(path, column="accuracy"):
-    """{(n, m): value or None} of one column of a grid CSV with columns n, [m,] column (no m column: a
-    one-axis task's grid, m = 1); None when the file has no such column."""
-    with open(path) as f:
-        lines = [l.strip() for l in f.read().splitlines() if l.strip()]
-    head = lines[0].split(",")
-    if column not in head:
-        return None
-    i_n, i_a = head.index("n"), head.index(column)
-    i_m = head.index("m") if "m" in head else None
-    grid = {}
-    for l in lines[1:]:
-        f = l.split(",")
-        grid[(int(f[i_n]), 1 if i_m is None else int(f[i_m]))] = None if f[i_a] == "NA" else float(f[i_a])
-    return grid
-
-
-def median(values):
-    v = sorted(values)
-    k = len(v)
-    return v[k // 2] if k % 2 else 0.5 * (v[k // 2 - 1] + v[k // 2])
-
-
-def metrics(grid, thr):
-    """cells >= thr (of the evaluated cells); the worst cell; the longest operand length n such that
-    (1, 2) .. (n, 2) are all >= thr (0 if (1, 2) is not); the most operands m such that (1, 2) .. (1, m)
-    are all >= thr (1 if (1, 2) is not)."""
-    vals = [a for a in grid.values() if a is not None]
-    n_max = max(n for n, _ in grid)
-    m_max = max(m for _, m in grid)
-    longest = 0
-    for n in range(1, n_max + 1):
-        a = grid.get((n, 2))
-        if a is None or a < thr:
-            break
-        longest = n
-    most = 1
-    for m in range(2, m_max + 1):
-        a = grid.get((1, m))
-        if a is None or a < thr:
-            break
-        most = m
-    return {"cells_at_threshold": sum(a >= thr for a in vals), "cells": len(vals), "worst_cell": min(vals),
-            "longest_operand_at_m2": longest, "most_operands_at_n1": most}
 
 
 def reach(tc):

@@ -15,6 +15,8 @@ Modules:
   figures       matplotlib figures from the tools' files: python3 -m manyadd.figures --help
   safetensors   the one Python reader and writer, validated as strictly as core/src/safetensors.cpp
   files         the atomic writer and InputError
+  grids         the studies' numbers from evaluate's grid CSVs (cells >= 90%, longest n, most m, ...)
+  sweep         a study's runs here or as a Slurm job array, and their table: python3 -m manyadd.sweep
 Importing the package imports nothing outside the standard library; torch, numpy and matplotlib are
 imported by the modules that need them (load_learned and load_constructed import torch on first use).
 """

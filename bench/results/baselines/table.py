@@ -7,18 +7,16 @@ usage: table.py OUT [--threshold 0.9]     (OUT: run_cpu.sh's output root)
 Columns: the configuration; in-distribution mean and worst cell (TA(n, m), n <= 5, m <= 5: the
 training region SA(5, 5)); the mean over the other cells of the grid (n up to 10, m up to 10); cells at
 or above the threshold; the longest operand length at m = 2 and the most operands at n = 1 with every
-smaller cell at or above it (bench/paper-recipe/summarize.py's metrics, imported from there); the
+smaller cell at or above it (manyadd.grids' metrics, written once for every study); the
 training loss of the last log row; the wall time of training and evaluation (run.json).
 """
 import argparse
-import importlib.util
 import json
 import os
+import sys
 
-_here = os.path.dirname(os.path.abspath(__file__))
-_spec = importlib.util.spec_from_file_location("summarize", os.path.join(_here, "..", "..", "paper-recipe", "summarize.py"))
-summarize = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(summarize)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "python"))
+from manyadd import grids  # noqa: E402
 
 ORDER = ["coupled", "coupled-noscratch", "nope", "nope-noscratch", "fire", "fire-noscratch", "fire-min",
          "fire-min-noscratch", "rope", "rope-noscratch"]
@@ -42,10 +40,10 @@ def main():
         if not os.path.isfile(gp):
             print("| %s | not evaluated |||||||||||" % n)
             continue
-        g = summarize.read_grid(gp)
+        g = grids.read_grid(gp)
         ind = [v for (i, j), v in g.items() if i <= 5 and j <= 5]
         out = [v for (i, j), v in g.items() if (i > 5 or j > 5) and v is not None]
-        mm = summarize.metrics(g, a.threshold)
+        mm = grids.metrics(g, a.threshold)
         with open(os.path.join(d, "config.json")) as f:
             cfg = json.load(f)
         with open(os.path.join(d, "log.csv")) as f:

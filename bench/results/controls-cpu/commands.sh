@@ -8,12 +8,15 @@
 # About 40 min of one core per training run and 30 min per grid on the project's 2-vCPU machine.
 # usage: bench/results/controls-cpu/commands.sh OUT      (from the repository root, after ./x build)
 # A toy run of the script itself: STEPS=20 SAMPLES=1 GRID="--n-max 3 --m-max 4" commands.sh /tmp/toy
+# The same study as a sweep (sweep.json here; README.md "Running a study"), here or on a Slurm cluster:
+#   python3 -m manyadd.sweep local bench/results/controls-cpu/sweep.json --out OUT -j 2
 set -euo pipefail
 out=${1:?usage: commands.sh OUT}
 mkdir -p "$out/grids"
 recipe=(--train-n 10 --train-m 10 --max-pos1 40 --max-pos2 40 --n-layers 1 --n-heads 4 --d-model 64 --d-head 16
-        --d-ff 256 --steps "${STEPS:-8000}" --batch 64 --lr 3e-3 --threads 1 --log-every 100 --eval-every 1000
-        --eval-samples 50 --checkpoint-every 500)
+        --d-ff 256 --steps "${STEPS:-8000}" --batch "${BATCH:-64}" --lr 3e-3 --threads 1 --log-every 100
+        --eval-every 1000 --eval-samples "${EVAL_SAMPLES:-50}" --checkpoint-every 500)
+recipe+=(${EXTRA:-})  # BATCH, EVAL_SAMPLES, EXTRA (more train flags): tests/test_sweep.py's smaller toy
 # base-s1 is the committed models/cpu-sa1010-1l4h-d64 (this recipe with --threads 2, seed 1): evaluated as
 # committed, not retrained. The other seven are trained here with one thread (deterministic for (seed,
 # threads) on one build).
