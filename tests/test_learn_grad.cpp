@@ -697,6 +697,43 @@ TEST(LearnInit, PosCodesAreTheirDefinitions) {
   }
 }
 
+// pos_code_distance d: the vertices are the lexicode of distance d. For max_pos 40 and d = 4 it takes 11
+// bits (the [11, 6, 4] lexicode has 64 words; 10 bits hold 40 < 41 + 1); every two distinct rows'
+// codes (ID and successor halves alike) differ in >= 4 coordinates, the successor halves still chain,
+// hypercube takes the words in lexicographic order (ID 1 = the zero word: all +s), and d = 1 is the
+// plain hypercube (LearnInit.PosCodesAreTheirDefinitions).
+TEST(LearnInit, PosCodeDistance) {
+  for (const char* kind : {"hypercube", "shuffled"}) {
+    SCOPED_TRACE(kind);
+    ModelConfig c;
+    c.d_model = 64, c.max_pos1 = 40, c.max_pos2 = 40;
+    from_json(nlohmann::json{{"pos_codes", std::string("learned,") + kind}, {"pos_code_distance", 4}}, c);
+    const PosCodeBlock blk = pos_code_block(c, 1);
+    ASSERT_EQ(blk.bits, 11);
+    EXPECT_EQ(blk.offset, 0);
+    const auto t = pos_code_table(c, 1, 3);
+    std::vector<std::vector<double>> words;
+    for (int p = 1; p <= 40; ++p) {
+      const double* r = t.data() + std::size_t(p) * 64;
+      words.emplace_back(r, r + 11);
+      if (p == 40) words.emplace_back(r + 11, r + 22);
+      if (p < 40) ASSERT_EQ(std::vector<double>(r + 11, r + 22), std::vector<double>(r + 64, r + 75)) << p;
+    }
+    for (std::size_t a = 0; a < words.size(); ++a)
+      for (std::size_t b = a + 1; b < words.size(); ++b) {
+        int diff = 0;
+        for (int i = 0; i < 11; ++i) diff += words[a][std::size_t(i)] != words[b][std::size_t(i)];
+        ASSERT_GE(diff, 4) << "IDs " << a + 1 << " and " << b + 1;
+      }
+    if (std::string(kind) == "hypercube")
+      for (double x : words[0]) EXPECT_EQ(x, 1.0);
+  }
+  ModelConfig wide;
+  EXPECT_THROW(from_json(nlohmann::json{{"pos_codes", "shuffled"}, {"pos_code_distance", 9}}, wide), InputError);
+  EXPECT_THROW(from_json(nlohmann::json{{"pos_codes", "shuffled"}, {"pos_code_distance", 4}, {"d_model", 32},
+                                        {"max_pos1", 40}, {"max_pos2", 40}}, wide), InputError);  // 44 dims
+}
+
 // Position codes that cannot be: on a mode without tables, more kinds than levels, codes wider than
 // the residual, an unknown kind, a scale out of range (all InputError, before any allocation).
 TEST(LearnInit, PosCodesRefused) {

@@ -414,6 +414,8 @@ TEST(LearnConfig, HelpDocumentsEveryFieldWithItsDefault) {
   EXPECT_FALSE(nlohmann::json(ModelConfig{}).contains("pos_codes"));
   mj["pos_codes"] = ModelConfig{}.pos_codes_string();
   mj["pos_code_scale"] = nlohmann::json(coded).at("pos_code_scale");
+  mj["pos_code_distance"] = ModelConfig{}.pos_code_distance;
+  EXPECT_FALSE(nlohmann::json(coded).contains("pos_code_distance"));  // written when not 1
   CLI::App app;  // the options as train declares them; their descriptions are what --help prints
   const ConfigOptions opts(app);
   std::set<std::string> documented;

@@ -98,6 +98,8 @@ const std::vector<FieldDoc>& config_fields() {
        "of its successor, in 2 ceil(log2(max_pos + 1)) dimensions of its own, frozen) | shuffled (the same with the "
        "vertices assigned to IDs by a seeded permutation, frozen); learn/README.md, Position codes"},
       {"model", "pos_code_scale", "pos_codes frozen: the std; hypercube, shuffled: the magnitude of each coordinate"},
+      {"model", "pos_code_distance", "pos_codes hypercube, shuffled: the codewords' minimum Hamming distance (1: every "
+                                     "vertex, Theorem 4.1's code; d > 1: the binary lexicode of distance d, longer)"},
       {"model", "norm_eps", "RMSNorm epsilon"},
       {"model", "init_std", "std of the normal initialization of matrices and embeddings (init normal)"},
       {"model", "attn_scale", "attention scores q.k times 1/sqrt(d_head) (inv_sqrt_dhead) or unscaled (none: T5)"},
@@ -152,6 +154,7 @@ ConfigOptions::ConfigOptions(CLI::App& app) {
   defaults["model"]["input_injection"] = ModelConfig{}.input_injection;
   defaults["model"]["pos_codes"] = ModelConfig{}.pos_codes_string();
   defaults["model"]["pos_code_scale"] = ModelConfig{}.pos_code_scale;
+  defaults["model"]["pos_code_distance"] = ModelConfig{}.pos_code_distance;
   for (const auto& doc : config_fields()) {
     const nlohmann::json& d = defaults.at(doc.section).at(doc.name);
     Field& f = fields_.emplace_back();

@@ -105,12 +105,35 @@ const char* pos_code_name(PosCode k) {
 bool pos_code_frozen(PosCode k) { return k != PosCode::learned; }
 namespace {
 bool pos_code_is_vertex(PosCode k) { return k == PosCode::hypercube || k == PosCode::shuffled; }
-// Bits of a hypercube code of level lv: the smallest P with 2^P >= max_pos + 1, so every ID 1..max_pos
-// and the successor max_pos + 1 of the last get distinct vertices (no wrap).
-int pos_code_bits(int max_pos) {
-  int P = 1;
-  while ((std::int64_t(1) << P) < std::int64_t(max_pos) + 1) ++P;
-  return P;
+// The codewords of a vertex code: the binary lexicode of length P and minimum distance d (every word
+// from 0 up, kept when it is at distance >= d from every word kept before; for d = 1 every word, in
+// counting order, which is Theorem 4.1's hypercube: word p - 1 is v_p), at most `count` of them.
+// d >= 2 is limited to kMaxLexicodeWords words (validate()), so the quadratic search stays small.
+constexpr int kMaxLexicodeWords = 4096, kMaxCodeBits = 24;
+std::vector<std::uint32_t> lexicode(int P, int d, std::int64_t count) {
+  std::vector<std::uint32_t> w;
+  const std::uint64_t end = std::uint64_t(1) << P;
+  for (std::uint64_t x = 0; x < end && std::int64_t(w.size()) < count; ++x) {
+    bool ok = true;
+    if (d > 1)
+      for (std::uint32_t c : w)
+        if (__builtin_popcount(std::uint32_t(x) ^ c) < d) {
+          ok = false;
+          break;
+        }
+    if (ok) w.push_back(std::uint32_t(x));
+  }
+  return w;
+}
+// Bits of level lv's vertex code: the smallest P whose lexicode of distance d holds max_pos + 1 words,
+// so every ID 1..max_pos and the successor max_pos + 1 of the last get distinct words (no wrap);
+// 0 when no P <= kMaxCodeBits does.
+int pos_code_bits(int max_pos, int d) {
+  for (int P = 1; P <= kMaxCodeBits; ++P) {
+    if ((std::int64_t(1) << P) < std::int64_t(max_pos) + 1) continue;
+    if (d == 1 || std::int64_t(lexicode(P, d, max_pos + 1).size()) == std::int64_t(max_pos) + 1) return P;
+  }
+  return 0;
 }
 }  // namespace
 
@@ -133,7 +156,7 @@ PosCodeBlock pos_code_block(const ModelConfig& c, int level) {
   PosCodeBlock b;
   for (int lv = 0; lv < pos_levels(c.pos_mode) && lv <= level; ++lv) {
     if (!pos_code_is_vertex(c.pos_codes[lv])) continue;
-    const int P = pos_code_bits(c.max_pos(lv));
+    const int P = pos_code_bits(c.max_pos(lv), c.pos_code_distance);
     if (lv == level) return {b.offset, P};
     b.offset += 2 * P;
   }
@@ -144,22 +167,30 @@ std::vector<double> pos_code_table(const ModelConfig& c, int level, std::uint64_
   const PosCodeBlock blk = pos_code_block(c, level);
   if (blk.bits == 0) throw InputError(fmt::format("level {} has no hypercube or shuffled code", level + 1));
   const int P = blk.bits, rows = c.max_pos(level) + 1, C = c.d_model;
-  const std::int64_t V = std::int64_t(1) << P;
-  // sigma: ID p (1..2^P) -> vertex index; the identity for hypercube (Theorem 4.1's code), a permutation
-  // drawn from (seed, level) for shuffled (Fisher-Yates on our own uniform draws: the same with every
-  // standard library; its own generator, so the weights' draws are untouched).
-  std::vector<std::int64_t> sigma(std::size_t(V) + 1);
-  for (std::int64_t p = 0; p <= V; ++p) sigma[std::size_t(p)] = p;
+  // The codewords: every P-bit word (pos_code_distance 1: the hypercube), else the lexicode of that
+  // distance, whole (the shuffle draws from all of it).
+  const std::vector<std::uint32_t> words =
+      c.pos_code_distance == 1 ? std::vector<std::uint32_t>() : lexicode(P, c.pos_code_distance, std::int64_t(1) << P);
+  const std::int64_t K = c.pos_code_distance == 1 ? std::int64_t(1) << P : std::int64_t(words.size());
+  auto word = [&](std::int64_t i) { return c.pos_code_distance == 1 ? std::uint32_t(i) : words[std::size_t(i)]; };
+  // sigma: ID p (1..K) -> codeword index + 1; the identity for hypercube (Theorem 4.1's code: ID p is
+  // v_p), a permutation drawn from (seed, level) for shuffled (Fisher-Yates on our own uniform draws: the
+  // same with every standard library; its own generator, so the weights' draws are untouched).
+  std::vector<std::int64_t> sigma(std::size_t(K) + 1);
+  for (std::int64_t p = 0; p <= K; ++p) sigma[std::size_t(p)] = p;
   if (c.pos_codes[level] == PosCode::shuffled) {
     Rng rng(seed ^ (0x9e3779b97f4a7c15ull * std::uint64_t(level + 1)));
-    for (std::int64_t i = V; i >= 2; --i) std::swap(sigma[std::size_t(i)], sigma[std::size_t(rng.uniform(1, std::uint64_t(i)))]);
+    for (std::int64_t i = K; i >= 2; --i) std::swap(sigma[std::size_t(i)], sigma[std::size_t(rng.uniform(1, std::uint64_t(i)))]);
   }
   std::vector<double> t(std::size_t(rows) * std::size_t(C), 0.0);
   const double s = c.pos_code_scale;
+  auto put = [&](double* r, std::int64_t id) {  // bit i of the word, most significant first: +s for 0, -s for 1 (Eq. 3)
+    const std::uint32_t x = word(sigma[std::size_t(id)] - 1);
+    for (int i = 0; i < P; ++i) r[i] = (x >> (P - 1 - i)) & 1u ? -s : s;
+  };
   for (int p = 1; p < rows; ++p) {  // row 0 (BOS, unused slots): zero, as the construction
-    const auto v = hypercube(P, sigma[std::size_t(p)]), vn = hypercube(P, sigma[std::size_t(p + 1)]);
     double* r = t.data() + std::size_t(p) * std::size_t(C) + std::size_t(blk.offset);
-    for (int i = 0; i < P; ++i) r[i] = s * v[std::size_t(i)], r[P + i] = s * vn[std::size_t(i)];
+    put(r, p), put(r + P, p + 1);
   }
   return t;
 }
@@ -193,9 +224,19 @@ void ModelConfig::validate() const {
                      pos_mode_name(pos_mode), L, L == 1 ? "" : "s"));
   need(pos_code_scale > 0 && pos_code_scale < 100,
        fmt::format("model.pos_code_scale must be in (0, 100) (got {})", pos_code_scale));
+  need(pos_code_distance >= 1 && pos_code_distance <= 8,
+       fmt::format("model.pos_code_distance must be in [1, 8] (got {})", pos_code_distance));
   int code_dims = 0;
-  for (int lv = 0; lv < L; ++lv)
-    if (pos_code_is_vertex(pos_codes[lv])) code_dims += 2 * pos_code_bits(max_pos(lv));
+  for (int lv = 0; lv < L; ++lv) {
+    if (!pos_code_is_vertex(pos_codes[lv])) continue;
+    need(pos_code_distance == 1 || max_pos(lv) < kMaxLexicodeWords,
+         fmt::format("model.pos_code_distance {} codes at most {} IDs (max_pos{} is {})", pos_code_distance,
+                     kMaxLexicodeWords - 1, lv + 1, max_pos(lv)));
+    const int P = pos_code_bits(max_pos(lv), pos_code_distance);
+    need(P > 0, fmt::format("model.pos_codes: no code of at most {} bits and distance {} holds the {} IDs of level {}",
+                            kMaxCodeBits, pos_code_distance, max_pos(lv) + 1, lv + 1));
+    code_dims += 2 * P;
+  }
   need(code_dims <= d_model, fmt::format("model.pos_codes: the hypercube codes take {} residual dimensions (2 ceil(log2("
                                          "max_pos + 1)) per coded level), more than d_model = {}",
                                          code_dims, d_model));
@@ -232,6 +273,7 @@ void to_json(nlohmann::json& j, const ModelConfig& c) {
   if (c.any_pos_code()) {
     j["pos_codes"] = c.pos_codes_string();
     j["pos_code_scale"] = c.pos_code_scale;
+    if (c.pos_code_distance != 1) j["pos_code_distance"] = c.pos_code_distance;
   }
 }
 
@@ -253,7 +295,7 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
                                 "d_head",   "d_ff",       "max_pos1",   "max_pos2",    "max_pos3", "pos_mode",
                                 "norm_eps", "init_std",   "attn_scale", "init",        "tie_readout",
                                 "final_norm", "architecture", "abacus_k", "fire_width", "fire_threshold",
-                                "input_injection", "pos_codes", "pos_code_scale"};
+                                "input_injection", "pos_codes", "pos_code_scale", "pos_code_distance"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return it.key() == k; }) == std::end(known))
       throw InputError(fmt::format("model config: unknown field '{}'", it.key()));
@@ -305,6 +347,7 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
       throw InputError(fmt::format("model.pos_codes '{}': pos_mode {} has no position table", *v, pos_mode_name(c.pos_mode)));
   }
   getf("pos_code_scale", c.pos_code_scale);
+  geti("pos_code_distance", c.pos_code_distance);
   getf("norm_eps", c.norm_eps);
   getf("init_std", c.init_std);
   if (auto v = gets("attn_scale")) c.attn_scale = parse_attn_scale(*v);

@@ -111,7 +111,8 @@ ARCHITECTURE_SWITCHES = {
 # Fields that do not change the forward: the initialization, the descriptions. pos_codes and
 # pos_code_scale say how the position tables were made and whether training moved them; the tables
 # themselves are in model.safetensors (checked below: one kind per level, as the C++ parses them).
-_INERT = {"init_std", "init", "vocabulary", "architecture", "abacus_k", "pos_codes", "pos_code_scale"}
+_INERT = {"init_std", "init", "vocabulary", "architecture", "abacus_k", "pos_codes", "pos_code_scale",
+          "pos_code_distance"}
 POS_CODES = ("learned", "frozen", "hypercube", "shuffled")
 # train.precision: the arithmetic of training (the saved weights are fp32 masters either way); this module
 # runs the dtype load_learned is given, so a bf16-trained model runs here in fp32 unless asked otherwise.
@@ -157,6 +158,9 @@ class LearnedConfig:
         scale = model.get("pos_code_scale", 1.0)
         if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < 100:
             raise InputError("config.json: model.pos_code_scale must be a number in (0, 100) (got %r)" % (scale,))
+        dist = model.get("pos_code_distance", 1)
+        if isinstance(dist, bool) or not isinstance(dist, int) or not 1 <= dist <= 8:
+            raise InputError("config.json: model.pos_code_distance must be an integer in [1, 8] (got %r)" % (dist,))
         if self.pos_mode == "rope" and self.d_head % 2:
             raise InputError("config.json: pos_mode rope needs an even d_head (got %d)" % self.d_head)
         eps = model.get("norm_eps")

@@ -82,6 +82,10 @@ const char* fire_threshold_name(FireThreshold f);
 //   shuffled   the same with the 2^P vertices assigned to IDs by a random permutation drawn from the
 //              seed and the level (ID p -> vertex sigma(p), its successor's sigma(p + 1)): no binary
 //              counting structure a learned bilinear form could single out; frozen
+// pos_code_distance d (hypercube, shuffled): the vertices are the words of the binary lexicode of
+// minimum Hamming distance d (d = 1: every vertex, Theorem 4.1's code), P the smallest length whose
+// lexicode holds max_pos + 1 words (d = 4: 11 bits for max_pos 40, 12 for 110): two distinct IDs then
+// differ in at least d coordinates, so no single coordinate's weight decides between them.
 enum class PosCode { learned, frozen, hypercube, shuffled };
 PosCode parse_pos_code(const std::string& s);  // throws InputError
 const char* pos_code_name(PosCode k);
@@ -137,6 +141,7 @@ struct ModelConfig {
   // some level is not learned: "pos_codes" one kind for all levels or "k1,k2[,k3]" per level.
   PosCode pos_codes[kMaxPosLevels] = {PosCode::learned, PosCode::learned, PosCode::learned};
   float pos_code_scale = 1.0f;
+  int pos_code_distance = 1;  // minimum Hamming distance of a vertex code (in config.json when not 1)
 
   void validate() const;  // throws InputError
   bool any_pos_code() const;  // some level's table is not learned
