@@ -1,8 +1,8 @@
 // The fast CPU device (cpu_fast.hpp): a packed batch cut into chunks of whole sequences, each chunk
 // through model_forward's passes and model_backward's (model.cpp, the numbering below is theirs) while
-// its activations stay in cache, the matrix products on oneDNN (cpu_gemm.hpp), attention, GEGLU and
-// the bf16 rounding in cpu_fast_kernels.hpp, the row-wise rest (embedding, norms, residuals, loss) the
-// reference's own functions from layers.hpp.
+// its activations stay in cache, the matrix products on oneDNN (cpu_gemm.hpp), attention, RMSNorm,
+// GEGLU and the bf16 rounding in cpu_fast_kernels.hpp, the row-wise rest (embedding, LayerNorm, residuals,
+// loss, RoPE) the reference's own functions from layers.hpp.
 //
 // Shape legend: R rows of a chunk, Rl the rows that go on after the last layer's attention (target >= 0;
 // all R in the other layers), C d_model, NH heads, HS d_head, D = NH HS, F d_ff, V vocabulary, L layers.
@@ -342,7 +342,7 @@ class Impl final : public ImplBase {
       layernorm_forward(wk.xf.data(), wk.mf.data(), wk.rf.data(), x, P(lay_.final_norm), P(lay_.final_norm_bias),
                         int(Rl), C, eps);
     else
-      rmsnorm_forward(wk.xf.data(), wk.rf.data(), x, P(lay_.final_norm), int(Rl), C, eps);
+      k_.rmsnorm_forward(wk.xf.data(), wk.rf.data(), x, P(lay_.final_norm), int(Rl), C, eps);
     if (c_.tie_readout) scale_forward(wk.xrf.data(), wk.xf.data(), 1.f / std::sqrt(float(C)), Rl * C);
     else std::copy(wk.xf.begin(), wk.xf.begin() + Rl * C, wk.xrf.begin());
     const E* xr = round_operand(wk.xrf, wk.xr, Rl * C);
@@ -387,7 +387,7 @@ class Impl final : public ImplBase {
     const float eps = c_.norm_eps;
     // 2. n1 = Norm1(x)
     grow(wk.tmp, R * C), grow(b.r1, R);
-    rmsnorm_forward(wk.tmp.data(), b.r1.data(), x, P(w.attn_norm1), int(R), C, eps);
+    k_.rmsnorm_forward(wk.tmp.data(), b.r1.data(), x, P(w.attn_norm1), int(R), C, eps);
     norm_operand(b.n1, wk.tmp, R * C);
     // 3. q | k | v = n1 [Wq | Wk | Wv]^T (the three consecutive in the layout); RoPE turns q and k of each
     //    sequence by their index within it; bf16 rounds all three after it
@@ -410,10 +410,10 @@ class Impl final : public ImplBase {
     if (last) gather_rows(b.res1.data(), x, wk.live.data(), Rq, C);
     else std::copy(x, x + R * C, b.res1.begin());
     gemm(false, true, Rq, C, D, ao, D, W(w.wo), D, 1.f, b.res1.data(), C);
-    rmsnorm_forward(b.x1.data(), b.r2.data(), b.res1.data(), P(w.attn_norm2), int(Rq), C, eps);
+    k_.rmsnorm_forward(b.x1.data(), b.r2.data(), b.res1.data(), P(w.attn_norm2), int(Rq), C, eps);
     // 6. n3 = Norm1'(x1) ; h = n3 Wi^T ; g = geglu(h) ; res2 = x1 + g Wo'^T
     grow(wk.tmp, Rq * C), grow(b.r3, Rq);
-    rmsnorm_forward(wk.tmp.data(), b.r3.data(), b.x1.data(), P(w.ffn_norm1), int(Rq), C, eps);
+    k_.rmsnorm_forward(wk.tmp.data(), b.r3.data(), b.x1.data(), P(w.ffn_norm1), int(Rq), C, eps);
     norm_operand(b.n3, wk.tmp, Rq * C);
     grow(b.h, Rq * 2 * F), grow(b.g, Rq * F);
     gemm(false, true, Rq, 2 * F, C, b.n3.data(), C, W(w.wi), C, 0.f, b.h.data(), 2 * F);
@@ -424,7 +424,7 @@ class Impl final : public ImplBase {
     std::copy(b.x1.begin(), b.x1.begin() + Rq * C, b.res2.begin());
     gemm(false, true, Rq, C, F, g, F, W(w.wo_ff), F, 1.f, b.res2.data(), C);
     // 7. x2 = Norm2'(res2)
-    rmsnorm_forward(b.x2.data(), b.r4.data(), b.res2.data(), P(w.ffn_norm2), int(Rq), C, eps);
+    k_.rmsnorm_forward(b.x2.data(), b.r4.data(), b.res2.data(), P(w.ffn_norm2), int(Rq), C, eps);
   }
 
   // RoPE on each sequence's q and k columns of qkv (R, 3D): +1 turns (forward), -1 turns back (backward).
@@ -469,7 +469,7 @@ class Impl final : public ImplBase {
       layernorm_backward(wk.dx.data(), G + lay_.final_norm, G + lay_.final_norm_bias, wk.dxf.data(), xlast,
                          P(lay_.final_norm), wk.mf.data(), wk.rf.data(), int(Rl), C);
     else
-      rmsnorm_backward(wk.dx.data(), G + lay_.final_norm, wk.dxf.data(), xlast, P(lay_.final_norm), wk.rf.data(), int(Rl), C);
+      k_.rmsnorm_backward(wk.dx.data(), G + lay_.final_norm, wk.dxf.data(), xlast, P(lay_.final_norm), wk.rf.data(), int(Rl), C);
     // 7.-2. the blocks, last first (input injection: d xin flows to the previous output and to x0)
     if (c_.input_injection) wk.dx0.assign(std::size_t(R * C), 0.f);
     for (int l = L - 1; l >= 0; --l) {
@@ -500,7 +500,7 @@ class Impl final : public ImplBase {
     grow(wk.dres, Rq * C), grow(wk.dg, Rq * F), grow(wk.dh, Rq * 2 * F), grow(wk.dn, R * C), grow(wk.dao, Rq * D);
     // 7. x2 = Norm2'(res2) ; res2 = x1 + fo
     std::fill(wk.dres.begin(), wk.dres.begin() + Rq * C, 0.f);
-    rmsnorm_backward(wk.dres.data(), G + w.ffn_norm2, wk.dx.data(), b.res2.data(), P(w.ffn_norm2), b.r4.data(), int(Rq), C);
+    k_.rmsnorm_backward(wk.dres.data(), G + w.ffn_norm2, wk.dx.data(), b.res2.data(), P(w.ffn_norm2), b.r4.data(), int(Rq), C);
     // 6. fo = g Wo'^T ; g = geglu(h) ; h = n3 Wi^T ; n3 = Norm1'(x1)
     const E* dres = rounded_copy(wk.dres, wk.dres_e, Rq * C);
     const E* g = operand(b.g, b.g_e);
@@ -510,10 +510,10 @@ class Impl final : public ImplBase {
     linear_backward(wk.dn.data(), G + w.wi, dh, b.n3.data(), W(w.wi), Rq, 2 * F, C);
     //    d x1 = dres (residual) + Norm1' backward (into dx)
     std::copy(wk.dres.begin(), wk.dres.begin() + Rq * C, wk.dx.begin());
-    rmsnorm_backward(wk.dx.data(), G + w.ffn_norm1, wk.dn.data(), b.x1.data(), P(w.ffn_norm1), b.r3.data(), int(Rq), C);
+    k_.rmsnorm_backward(wk.dx.data(), G + w.ffn_norm1, wk.dn.data(), b.x1.data(), P(w.ffn_norm1), b.r3.data(), int(Rq), C);
     // 5. proj = ao Wo^T ; res1 = x + proj ; x1 = Norm2(res1)
     std::fill(wk.dres.begin(), wk.dres.begin() + Rq * C, 0.f);
-    rmsnorm_backward(wk.dres.data(), G + w.attn_norm2, wk.dx.data(), b.res1.data(), P(w.attn_norm2), b.r2.data(), int(Rq), C);
+    k_.rmsnorm_backward(wk.dres.data(), G + w.attn_norm2, wk.dx.data(), b.res1.data(), P(w.attn_norm2), b.r2.data(), int(Rq), C);
     const E* dres1 = rounded_copy(wk.dres, wk.dres_e, Rq * C);
     const E* ao = operand(b.ao, b.ao_e);
     linear_backward(wk.dao.data(), G + w.wo, dres1, ao, W(w.wo), Rq, C, D);
@@ -539,7 +539,7 @@ class Impl final : public ImplBase {
     } else {
       std::copy(wk.dres.begin(), wk.dres.begin() + R * C, wk.dxin.begin());
     }
-    rmsnorm_backward(wk.dxin.data(), G + w.attn_norm1, wk.dn.data(), x, P(w.attn_norm1), b.r1.data(), int(R), C);
+    k_.rmsnorm_backward(wk.dxin.data(), G + w.attn_norm1, wk.dn.data(), x, P(w.attn_norm1), b.r1.data(), int(R), C);
     std::swap(wk.dx, wk.dxin);
   }
 };

@@ -12,6 +12,7 @@
 //    dimensions in another order (vectors of 16 partial sums); exp and exp2 are polynomials within 2 ulp
 //    (measured in the tests) instead of libm's; scores of a backward are recomputed, bit for bit those of
 //    the forward, from the saved row statistics (fp32: max and sum; bf16: the integer M and l).
+//  * RMSNorm: the reference's operations, a row's two sums in 16 partial sums.
 //  * GEGLU: gelu_tanh(x) = 0.5 x (1 + tanh(u)) computed as x sigmoid(2u) (the same function:
 //    1 + tanh(u) = 2 sigmoid(2u)), exp by the same polynomial; accurate to a few ulp relative where the
 //    tanh form cancels (x << 0).
@@ -53,6 +54,11 @@ struct Kernels {
   // dh (R, 2F) from dout (R, F).
   void (*geglu_forward)(float* out, const float* h, std::int64_t R, int F);
   void (*geglu_backward)(float* dh, const float* dout, const float* h, std::int64_t R, int F);
+  // RMSNorm (layers.hpp's rmsnorm_forward / rmsnorm_backward, the same operations, a row's sums in 16
+  // partial sums): the backward accumulates into dinp and dw.
+  void (*rmsnorm_forward)(float* out, float* rstd, const float* inp, const float* w, std::int64_t R, int C, float eps);
+  void (*rmsnorm_backward)(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                           const float* rstd, std::int64_t R, int C);
   // x rounded to bf16 in place; and as bf16 bit patterns (n values each).
   void (*round_bf16)(float* x, std::int64_t n);
   void (*to_bf16)(std::uint16_t* out, const float* x, std::int64_t n);

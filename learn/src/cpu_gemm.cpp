@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <vector>
 #include <mutex>
 
@@ -63,7 +65,19 @@ Prim& prim(bool ta, bool tb, Elem e, bool accumulate) {
   });
   return cache[std::size_t(key)];
 }
+std::atomic<bool> counting{false};
+std::atomic<std::int64_t> count_ns{0}, count_calls{0};
+std::atomic<double> count_flops{0};  // updated with compare-exchange (fetch_add on double is C++20)
 }  // namespace
+
+void count(bool on) { counting = on; }
+Stats take_stats() {
+  Stats s;
+  s.seconds = double(count_ns.exchange(0)) * 1e-9;
+  s.calls = count_calls.exchange(0);
+  s.flops = count_flops.exchange(0);
+  return s;
+}
 
 void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, const void* A, std::int64_t lda,
           const void* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc, Elem e) {
@@ -87,7 +101,17 @@ void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, cons
   thread_local std::vector<unsigned char> scratch;
   if (scratch.size() < p.scratch.get_size()) scratch.resize(p.scratch.get_size());
   memory sm(p.scratch, engine(), scratch.data());
+  if (!counting.load(std::memory_order_relaxed)) {
+    p.mm.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}});
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
   p.mm.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}});
+  count_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  count_calls += 1;
+  const double f = 2.0 * double(M) * double(N) * double(K);
+  for (double old = count_flops.load(); !count_flops.compare_exchange_weak(old, old + f);) {
+  }
 }
 
 bool bf16_supported() {

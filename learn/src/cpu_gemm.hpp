@@ -30,4 +30,13 @@ bool bf16_supported();
 // The instruction set oneDNN dispatches to on this machine ("avx512_core_bf16", ...), for reports.
 const char* isa_name();
 
+// For benchmarks (off by default, no cost then): every call's wall time on its thread and its 2 M N K
+// multiply-adds, summed over threads (seconds are thread-seconds).
+struct Stats {
+  double seconds = 0, flops = 0;
+  std::int64_t calls = 0;
+};
+void count(bool on);
+Stats take_stats();  // the sums since the last call, reset
+
 }  // namespace manyadd::learn::cpu_gemm
