@@ -985,4 +985,13 @@ TEST(FastCli, TrainAndEvaluate) {
   const auto h = run_cmd(std::string(TRAIN_EXE) + " --out " + bad + args + " --device gpu");
   EXPECT_EQ(h.rc, 2);
   EXPECT_NE(h.err.find("cpu|cpu-fast|cuda"), std::string::npos) << h.err;
+  // Without oneDNN (loaded at run time: here a file that does not exist) the device is refused by name,
+  // and the reference device runs as before (the binaries do not depend on the library).
+  const std::string no = "MANYADD_ONEDNN=/nonexistent/libdnnl.so.2 ";
+  const auto n = run_cmd(no + TRAIN_EXE + " --out " + bad + args + " --device cpu-fast");
+  EXPECT_EQ(n.rc, 2);
+  EXPECT_NE(n.err.find("needs oneDNN"), std::string::npos) << n.err;
+  EXPECT_FALSE(std::filesystem::exists(bad + "/config.json"));
+  const auto r = run_cmd(no + EVALUATE_EXE + grid + " --csv " + out + "/no.csv --png " + out + "/no.png");
+  EXPECT_EQ(r.rc, 0) << r.err;
 }

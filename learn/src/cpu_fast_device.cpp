@@ -551,6 +551,8 @@ class CpuFastDevice final : public detail::CpuDeviceBase {
       throw InputError("the cpu-fast device does not run pos_mode fire (its bias is a T x T table per head, which this "
                        "device never holds): use --device cpu");
     if (threads < 1 || threads > 256) throw InputError(fmt::format("threads must be in [1, 256] (got {})", threads));
+    if (!cpu_gemm::unavailable().empty())
+      throw InputError("the cpu-fast device needs oneDNN (Debian's libdnnl2, which ./x installs): " + cpu_gemm::unavailable());
     if (o.chunk_rows < 1) throw InputError(fmt::format("chunk_rows must be >= 1 (got {})", o.chunk_rows));
     const Kernels& k = o.generic_kernels ? cpu_fast::generic_kernels() : cpu_fast::kernels();
     if (p == Precision::bf16 && !o.bf16_as_floats && cpu_gemm::bf16_supported())

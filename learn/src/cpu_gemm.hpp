@@ -10,15 +10,21 @@
 // fp32 and the sums are fp32 (vdpbf16ps adds two products per lane, each exact, with round to nearest
 // even; denormal inputs and outputs flushed to zero): the arithmetic of the bf16 rounding points
 // (model.hpp, Precision), in another order than Eigen's.
+// oneDNN is loaded at the first use (dlopen of libdnnl.so.2, Debian's libdnnl2; MANYADD_ONEDNN names
+// another file): the project's binaries do not depend on it at load time.
 // Every call runs on the calling thread alone (the callers split the work over threads themselves), so
 // a call's result depends only on its operands and shapes: deterministic.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace manyadd::learn::cpu_gemm {
 
 enum class Elem { f32, bf16 };
+
+// Why oneDNN cannot be used here (it cannot be loaded), or empty.
+const std::string& unavailable();
 
 void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, const void* A, std::int64_t lda,
           const void* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc, Elem e);

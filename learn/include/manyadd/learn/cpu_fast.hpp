@@ -5,8 +5,9 @@
 //    forward and backward while its activations sit in the core's cache; chunks are split over the
 //    threads in contiguous runs of about equal work, each thread with its own gradient buffer, reduced in
 //    thread order (deterministic for (model, batch, threads), as CpuDevice);
-//  * the matrix products of a chunk on oneDNN (learn/src/cpu_gemm.hpp): fp32, or in bf16 the products
-//    of bf16 numbers with fp32 sums on AVX-512 BF16 (vdpbf16ps) where the CPU has it;
+//  * the matrix products of a chunk on oneDNN (learn/src/cpu_gemm.hpp; loaded at run time, so that only
+//    this device needs the library): fp32, or in bf16 the products of bf16 numbers with fp32 sums on
+//    AVX-512 BF16 (vdpbf16ps) where the CPU has it;
 //  * attention fused over a sequence's rows (scores, softmax and values of four query rows at a time;
 //    no T x T buffer: the backward recomputes the scores from two numbers per row and head), in the
 //    AVX-512 build of its kernels where the CPU has AVX-512 (learn/src/cpu_fast_kernels.hpp);
@@ -29,7 +30,8 @@ struct CpuFastOptions {
   bool bf16_as_floats = false;   // bf16 values kept in floats, multiplied in fp32 (where the CPU has no
                                  // AVX-512 BF16 this is what runs anyway): the same rounding points
 };
-// Throws InputError for a configuration it does not run (pos_mode fire) or threads outside [1, 256].
+// Throws InputError for a configuration it does not run (pos_mode fire), threads outside [1, 256], or
+// where oneDNN cannot be loaded.
 std::unique_ptr<TrainDevice> make_cpu_fast_device(const ModelConfig& c, int threads, Precision p = Precision::fp32,
                                                   const CpuFastOptions& o = {});
 // What the device runs on this machine, in words: the kernels' build and oneDNN's instruction set.
