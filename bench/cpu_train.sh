@@ -6,14 +6,15 @@
 #     OUT  the directory the raw results go to (created)
 # PARTs (default: all, in this order): machine, bench (bench_learn: GEMM peak, the recipes' steps), train
 # (the old binary against the new one on the same runs), torch (PyTorch on the same batches), eval (the
-# evaluation grid). Each part runs for a few minutes at most, so that other work on the machine can be
-# paused around each: PAUSE and RESUME, if set, are run before and after every part (e.g. `kill -STOP`
-# and `kill -CONT` of other processes); what else was running is recorded in OUT/load.txt either way.
+# evaluation grid), curves (500-step loss curves, reference against fast: not timed, about an hour).
+# Each timed part runs for a few minutes at most, so that other work on the machine can be paused around
+# each: PAUSE and RESUME, if set, are run before and after every part but curves (e.g. `kill -STOP` and
+# `kill -CONT` of other processes); what else was running is recorded in OUT/load.txt either way.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 [ $# -ge 3 ] || { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 OLD="$(cd "$1" && pwd)"; NEW="$(cd "$2" && pwd)"; OUT="$3"; shift 3
-parts=("$@"); [ ${#parts[@]} -gt 0 ] || parts=(machine bench train torch eval)
+parts=("$@"); [ ${#parts[@]} -gt 0 ] || parts=(machine bench train torch eval curves)
 mkdir -p "$OUT"; OUT="$(cd "$OUT" && pwd)"
 fig12="$here/learn/configs/paper/fig12-d64.json"
 l4h="$here/models/cpu-sa1010-1l4h-d64/config.json"
@@ -23,11 +24,13 @@ load() {  # what ran on the machine besides us
   { echo "== $1 $(date -u +%FT%TZ)"; uptime; ps -eo pid,stat,pcpu,etime,args --sort=-pcpu | head -8 | cut -c1-160; } >> "$OUT/load.txt"
 }
 run_part() {
-  [ -n "${PAUSE:-}" ] && eval "$PAUSE"
+  local pause="${PAUSE:-}" resume="${RESUME:-}"
+  [ "$1" = curves ] && pause= resume=
+  if [ -n "$pause" ]; then eval "$pause"; fi
   load "before $1"
-  "part_$1" || { [ -n "${RESUME:-}" ] && eval "$RESUME"; return 1; }
+  "part_$1" || { if [ -n "$resume" ]; then eval "$resume"; fi; return 1; }
   load "after $1"
-  [ -n "${RESUME:-}" ] && eval "$RESUME"
+  if [ -n "$resume" ]; then eval "$resume"; fi
   return 0
 }
 
@@ -71,12 +74,12 @@ part_train() {
 # same 8 batches: steps 21-28 of one fig12-d64 run.
 part_torch() {
   local run="$OUT/torch/run"; rm -rf "$OUT/torch"; mkdir -p "$OUT/torch"
-  "$NEW/learn/train" --config "$fig12" --train-size 20000 --stop-after 20 --eval-every 0 --out "$run" --device cpu-fast -q > /dev/null
+  "$NEW/learn/train" --config "$fig12" --train-size 20000 --stop-after 18 --eval-every 0 --out "$run" --device cpu-fast -q > /dev/null
   "$NEW/learn/dump_batches" --run "$run" --from 21 --steps 8 --out "$OUT/torch/batches.bin" > /dev/null
   OMP_NUM_THREADS=2 "$py" "$here/bench/torch_twin.py" bench "$run" "$OUT/torch/batches.bin" --device cpu --steps 8 \
     --warmup 2 --json "$OUT/torch/torch.json" > "$OUT/torch/torch.txt"
   echo "precision,ours_tokens_per_s" > "$OUT/torch/ours.csv"
-  for prec in fp32 bf16; do  # the same steps 21-28 resumed from step 20 (log rows at 24 and 28: their mean)
+  for prec in fp32 bf16; do  # steps 21-28 resumed from step 18 (19-20 warm up; log rows at 24 and 28: their mean)
     local d="$OUT/torch/ours-$prec"; cp -r "$run" "$d"
     "$NEW/learn/train" --out "$d" --resume --stop-after 28 --log-every 4 --precision $prec --allow-precision-change \
       --device cpu-fast --threads 2 -q > /dev/null
@@ -94,6 +97,29 @@ part_eval() {
     --device cpu-fast --csv "$OUT/eval_fast.csv" --png "$OUT/eval_fast.png" -q > "$OUT/eval_fast.txt"
   if cmp -s "$OUT/eval_old.csv" "$OUT/eval_fast.csv"; then echo same > "$OUT/eval_csv_compare.txt"
   else diff "$OUT/eval_old.csv" "$OUT/eval_fast.csv" > "$OUT/eval_csv_compare.txt" || true; fi
+}
+
+# 500 steps of the 1L4H d64 recipe in fp32 and bf16 and of fig12-d64 in its precision, bf16 (the
+# reference takes ~30 min per fig12 run here): the reference (the old binary) with 2 threads and with 1
+# (another fp32 order: the spread of the reference against itself) and the fast device with 2; the log
+# rows (mean loss of each 50 steps) side by side in OUT/curves.csv.
+part_curves() {
+  echo "recipe,precision,step,ref_t2,ref_t1,fast_t2" > "$OUT/curves.csv"
+  for recipe in l4h fig12; do
+    cfg=$fig12; [ $recipe = l4h ] && cfg=$l4h
+    precs=(fp32 bf16); [ $recipe = fig12 ] && precs=(bf16)
+    for prec in "${precs[@]}"; do
+      local d="$OUT/curves/$recipe-$prec"; rm -rf "$d"; mkdir -p "$d"
+      "$OLD/learn/train" --config "$cfg" --precision $prec --threads 2 --stop-after 500 --log-every 50 --eval-every 0 \
+        --out "$d/ref_t2" -q > /dev/null
+      "$OLD/learn/train" --config "$cfg" --precision $prec --threads 1 --stop-after 500 --log-every 50 --eval-every 0 \
+        --out "$d/ref_t1" -q > /dev/null
+      "$NEW/learn/train" --config "$cfg" --precision $prec --threads 2 --stop-after 500 --log-every 50 --eval-every 0 \
+        --out "$d/fast_t2" --device cpu-fast -q > /dev/null
+      paste -d, <(tail -n +2 "$d/ref_t2/log.csv" | cut -d, -f1,2) <(tail -n +2 "$d/ref_t1/log.csv" | cut -d, -f2) \
+        <(tail -n +2 "$d/fast_t2/log.csv" | cut -d, -f2) | sed "s/^/$recipe,$prec,/" >> "$OUT/curves.csv"
+    done
+  done
 }
 
 for p in "${parts[@]}"; do
