@@ -580,8 +580,9 @@ std::unique_ptr<TrainDevice> make_cpu_fast_device(const ModelConfig& c, int thre
 std::string cpu_fast_description(Precision p, const CpuFastOptions& o) {
   const Kernels& k = o.generic_kernels ? cpu_fast::generic_kernels() : cpu_fast::kernels();
   const bool bits = p == Precision::bf16 && !o.bf16_as_floats && cpu_gemm::bf16_supported();
-  return fmt::format("kernels {}, oneDNN {} ({} products)", k.name, cpu_gemm::isa_name(),
-                     p == Precision::fp32 ? "fp32" : bits ? "bf16 (vdpbf16ps)" : "bf16 values in fp32");
+  return fmt::format("kernels {}, oneDNN {}, {}", k.name, cpu_gemm::isa_name(),
+                     p == Precision::fp32 ? "fp32 products" : bits ? "bf16 products (vdpbf16ps)"
+                                                                : "bf16 values in fp32 products");
 }
 
 }  // namespace manyadd::learn

@@ -131,6 +131,8 @@ int main(int argc, char** argv) {
                                                                     : fmt::format("{} cell ({}, {})", tk.name(), n_max, m_max)));
     const ModelView<float> view{lm.cfg, lm.lay, lm.params.data(), prec};
     const std::shared_ptr<TrainDevice> dev = make_named_device(device, lm.cfg, threads, prec);  // InputError -> exit 2
+    if (const std::string note = device_note(device, prec); !quiet && !note.empty())
+      std::fprintf(stderr, "evaluate: %s\n", note.c_str());
     if (dev) {
       const std::vector<float> zeros(lm.params.size(), 0.f);
       dev->set_state(lm.params, zeros, zeros);

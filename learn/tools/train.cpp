@@ -78,6 +78,8 @@ int main(int argc, char** argv) {
     check_run_fits(mc, tc, device == "cuda");  // before the data set, the weights or any step
     std::shared_ptr<TrainDevice> dev;
     dev = make_named_device(device, mc, tc.threads, tc.precision_value());  // InputError -> exit 2
+    if (const std::string note = device_note(device, tc.precision_value()); !quiet && !note.empty())
+      std::fprintf(stderr, "train: %s\n", note.c_str());
     ProgressOptions progress;
     progress.quiet = quiet;
     const auto report = run_training(mc, tc, out, resume, stop_after, progress, dev, max_seconds, allow_precision_change);

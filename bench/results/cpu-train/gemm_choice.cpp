@@ -2,11 +2,14 @@
 // oneDNN's matmul (runtime dimensions, as learn/src/cpu_gemm.cpp calls it), libxsmm's JIT small-matrix
 // kernels and Eigen, one thread, on the products of a 256-row chunk of the fig12-d64 model (d_model 64,
 // 4 heads of 16, d_ff 256): forward x W^T (q|k|v, the FFN's input and output), backward dy W, and the
-// weight gradient dy^T x (a sum over the chunk's rows). Not part of the build; compiled by hand:
+// weight gradient dy^T x (a sum over the chunk's rows). Not part of the build; compiled by hand, three ways:
 //   g++ -O3 -std=c++17 -I/usr/include/eigen3 gemm_choice.cpp -o gemm_choice -ldnnl -lxsmm -lxsmmnoblas -lgomp -lpthread -ldl
-//   g++ -O3 -std=c++17 -march=native -DEIGEN_ONLY -I/usr/include/eigen3 gemm_choice.cpp -o gemm_choice_native
-// (libxsmm from Debian's libxsmm-dev, installed for this measurement only; the second build is Eigen
-// with AVX-512 code, which the project's -march=x86-64 does not emit.) Prints GFLOP/s per shape.
+//   g++ -O3 -std=c++17 -DEIGEN_ONLY -I/usr/include/eigen3 gemm_choice.cpp -o gemm_choice_eigen
+//   g++ -O3 -std=c++17 -DEIGEN_ONLY -march=native -I/usr/include/eigen3 gemm_choice.cpp -o gemm_choice_native
+// (libxsmm from Debian's libxsmm-dev, installed for this measurement only.) The second is Eigen as the
+// project compiles it (-march=x86-64: SSE2), the third Eigen with AVX-512 code; Eigen is measured in
+// processes of its own (in the first build's process, after libxsmm's initialization, its products ran at
+// 15 GFLOP/s instead of 37: measured, not explained). Prints GFLOP/s per shape.
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
