@@ -94,15 +94,6 @@ void grow(std::vector<T>& v, std::int64_t n) {
   if (std::int64_t(v.size()) < n) v.resize(std::size_t(n));
 }
 
-// The model's matrices as the products read them: the parameters (fp32), or rounded to bf16 (as
-// floats or as bit patterns), once per step (model.cpp's round_gemm_weights: every product's weight and
-// a tied readout's table; the embedding and the norms read the fp32 parameters).
-template <class E>
-struct Weights {
-  std::vector<E> w;  // (total) in the layout's offsets; only the matrices are filled
-  const E* at(std::int64_t off) const { return w.data() + off; }
-};
-
 // The device's arithmetic for one element type E (see the legend above).
 class ImplBase {
  public:
@@ -120,16 +111,9 @@ class Impl final : public ImplBase {
 
   double train(const float* P, const PackedBatch& pb, float loss_scale, std::vector<float>& grads) override {
     prepare(P, pb);
-    const auto chunks = make_chunks(pb, chunk_rows_);
-    const int W = std::min<int>(threads_, int(chunks.size()));
-    const auto first = split_chunks(pb, chunks, c_, W);
-    parallel_for(W, W, [&](int, std::int64_t w) {
-      Worker& wk = workers_[std::size_t(w)];
-      wk.G.assign(std::size_t(lay_.total), 0.f);
-      wk.loss = 0;
-      for (int i = first[std::size_t(w)]; i < first[std::size_t(w) + 1]; ++i)
-        wk.loss += run_chunk(wk, pb, chunks[std::size_t(i)], loss_scale, nullptr);
-    });
+    const int W = over_chunks(
+        pb, [&](Worker& wk) { wk.G.assign(std::size_t(lay_.total), 0.f), wk.loss = 0; },
+        [&](Worker& wk, const Chunk& ch) { wk.loss += run_chunk(wk, pb, ch, loss_scale, nullptr); });
     grads = workers_[0].G;  // reduced in thread order (deterministic)
     for (int w = 1; w < W; ++w)
       for (std::size_t i = 0; i < grads.size(); ++i) grads[i] += workers_[std::size_t(w)].G[i];
@@ -140,13 +124,7 @@ class Impl final : public ImplBase {
   void predict(const float* P, const PackedBatch& pb, std::vector<std::uint8_t>& argmax) override {
     prepare(P, pb);
     argmax.assign(std::size_t(pb.rows()), kNotPredicted);
-    const auto chunks = make_chunks(pb, chunk_rows_);
-    const int W = std::min<int>(threads_, int(chunks.size()));
-    const auto first = split_chunks(pb, chunks, c_, W);
-    parallel_for(W, W, [&](int, std::int64_t w) {
-      for (int i = first[std::size_t(w)]; i < first[std::size_t(w) + 1]; ++i)
-        run_chunk(workers_[std::size_t(w)], pb, chunks[std::size_t(i)], 0.f, argmax.data());
-    });
+    over_chunks(pb, [](Worker&) {}, [&](Worker& wk, const Chunk& ch) { run_chunk(wk, pb, ch, 0.f, argmax.data()); });
   }
 
  private:
@@ -158,7 +136,10 @@ class Impl final : public ImplBase {
   bool bf16_;
   const Kernels& k_;
   const float* P_ = nullptr;                // this call's parameters
-  std::vector<E> wts_;                      // bf16: the products' matrices rounded (layout offsets)
+  // bf16: the products' matrices rounded once per call, at their layout offsets (model.cpp's
+  // round_gemm_weights: every product's weight and a tied readout's table; the embedding and the norms
+  // read the fp32 parameters). fp32 reads the parameters themselves.
+  std::vector<E> wts_;
   std::vector<float> rope_cos_, rope_sin_;  // pos_mode rope: tables for the batch's longest sequence
   std::vector<std::int32_t> iota_;          // 0, 1, 2, ...: every row of a sequence as a query
 
@@ -198,6 +179,20 @@ class Impl final : public ImplBase {
   };
   std::vector<Worker> workers_;
 
+  // Each of W threads runs begin(its worker), then fn(worker, chunk) on its contiguous run of the
+  // batch's chunks (split_chunks; a run may be empty); returns W.
+  template <class B, class F>
+  int over_chunks(const PackedBatch& pb, B&& begin, F&& fn) {
+    const auto chunks = make_chunks(pb, chunk_rows_);
+    const int W = std::min<int>(threads_, int(chunks.size()));
+    const auto first = split_chunks(pb, chunks, c_, W);
+    parallel_for(W, W, [&](int, std::int64_t w) {
+      Worker& wk = workers_[std::size_t(w)];
+      begin(wk);
+      for (int i = first[std::size_t(w)]; i < first[std::size_t(w) + 1]; ++i) fn(wk, chunks[std::size_t(i)]);
+    });
+    return W;
+  }
   const float* P(std::int64_t off) const { return P_ + off; }
   const E* W(std::int64_t off) const {
     if constexpr (kBits) return wts_.data() + off;
