@@ -33,7 +33,6 @@
 #include "manyadd/learn/cpu_fast.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
-#include "manyadd/learn/io.hpp"
 #include "manyadd/learn/layers.hpp"
 #include "manyadd/learn/task.hpp"
 #include "manyadd/learn/train.hpp"
