@@ -444,6 +444,9 @@ void check_whole_model(const ModelConfig& c) {
   // normalizers occur (n_i = L for some rows, i for the others) and L_sqrt has a gradient in either
   // direction of the threshold; L away from the integers (the kink at L = i).
   if (c.pos_mode == PosMode::fire) P[std::size_t(lay.fire_c)] = 0.7, P[std::size_t(lay.fire_L_sqrt)] = 3.1;
+  // coupled_rel: gains of order 1 (they start at 0, where the bias would be checked at zero only)
+  if (lay.rel_bias >= 0)
+    for (std::int64_t i = 0; i < lay.find("rel_bias.weight").size; ++i) P[std::size_t(lay.rel_bias + i)] = nb(g) * 3;
   const Example ex = make_example(parse_problem("57+8+96"), c, 2, 2);
   Acts<double> a;
   GradScratch<double> gs;
@@ -678,12 +681,15 @@ TEST(LearnInit, PosCodesAreTheirDefinitions) {
       bool identity = true;
       for (int p = 0; p <= 40; ++p) {
         const double* r = P.data() + t.offset + std::int64_t(p) * 64;
-        for (int d = 0; d < 64; ++d)
+        for (int d = 0; d < 64; ++d) {
           if (p == 0 || d < blk.offset || d >= blk.offset + 12) ASSERT_EQ(r[d], 0.0) << p << " " << d;
+        }
         if (p == 0) continue;
         std::vector<double> v(r + blk.offset, r + blk.offset + 6), vn(r + blk.offset + 6, r + blk.offset + 12);
         for (double x : v) ASSERT_EQ(std::abs(x), 0.5);
-        if (p < 40) ASSERT_EQ(vn, std::vector<double>(r + 64 + blk.offset, r + 64 + blk.offset + 6)) << "successor of " << p;
+        if (p < 40) {
+          ASSERT_EQ(vn, std::vector<double>(r + 64 + blk.offset, r + 64 + blk.offset + 6)) << "successor of " << p;
+        }
         vertices.insert(v);
         for (int i = 0; i < 6; ++i)  // the paper's Eq. 3, written here again: (-1)^(bit i of p - 1, MSB first)
           identity = identity && v[std::size_t(i)] == 0.5 * (((p - 1) >> (5 - i)) & 1 ? -1 : 1);
@@ -691,8 +697,9 @@ TEST(LearnInit, PosCodesAreTheirDefinitions) {
       }
       EXPECT_EQ(vertices.size(), 41u) << "every ID and the last's successor a vertex of its own";
       EXPECT_EQ(identity, c.pos_codes[lv] == PosCode::hypercube);
-      if (c.pos_codes[lv] == PosCode::shuffled)  // the permutation depends on the seed
+      if (c.pos_codes[lv] == PosCode::shuffled) {  // the permutation depends on the seed
         EXPECT_NE(pos_code_table(c, lv, 9), pos_code_table(c, lv, 10));
+      }
     }
   }
 }
@@ -717,7 +724,9 @@ TEST(LearnInit, PosCodeDistance) {
       const double* r = t.data() + std::size_t(p) * 64;
       words.emplace_back(r, r + 11);
       if (p == 40) words.emplace_back(r + 11, r + 22);
-      if (p < 40) ASSERT_EQ(std::vector<double>(r + 11, r + 22), std::vector<double>(r + 64, r + 75)) << p;
+      if (p < 40) {
+        ASSERT_EQ(std::vector<double>(r + 11, r + 22), std::vector<double>(r + 64, r + 75)) << p;
+      }
     }
     for (std::size_t a = 0; a < words.size(); ++a)
       for (std::size_t b = a + 1; b < words.size(); ++b) {
@@ -725,8 +734,9 @@ TEST(LearnInit, PosCodeDistance) {
         for (int i = 0; i < 11; ++i) diff += words[a][std::size_t(i)] != words[b][std::size_t(i)];
         ASSERT_GE(diff, 4) << "IDs " << a + 1 << " and " << b + 1;
       }
-    if (std::string(kind) == "hypercube")
+    if (std::string(kind) == "hypercube") {
       for (double x : words[0]) EXPECT_EQ(x, 1.0);
+    }
   }
   ModelConfig wide;
   EXPECT_THROW(from_json(nlohmann::json{{"pos_codes", "shuffled"}, {"pos_code_distance", 9}}, wide), InputError);

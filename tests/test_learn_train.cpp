@@ -415,6 +415,10 @@ TEST(LearnConfig, HelpDocumentsEveryFieldWithItsDefault) {
   mj["pos_codes"] = ModelConfig{}.pos_codes_string();
   mj["pos_code_scale"] = nlohmann::json(coded).at("pos_code_scale");
   mj["pos_code_distance"] = ModelConfig{}.pos_code_distance;
+  ModelConfig rel;
+  rel.pos_mode = PosMode::coupled_rel;
+  mj["rel_window"] = nlohmann::json(rel).at("rel_window");
+  EXPECT_FALSE(nlohmann::json(ModelConfig{}).contains("rel_window"));
   EXPECT_FALSE(nlohmann::json(coded).contains("pos_code_distance"));  // written when not 1
   CLI::App app;  // the options as train declares them; their descriptions are what --help prints
   const ConfigOptions opts(app);

@@ -51,6 +51,7 @@ import tempfile
 import unittest
 
 try:
+    import numpy
     import torch
 except ImportError:
     print("test_python_models: PyTorch is not installed (Debian: python3-torch): skipped")
@@ -195,7 +196,9 @@ class LearnedLogits(TempDir):
         # FIRE (Li et al.; both thresholds), RoPE, input injection (McLeish et al.), 2 layers trained 20 steps
         variants = {"fire": ["--pos-mode", "fire"], "fire_min": ["--pos-mode", "fire", "--fire-threshold", "min"],
                     "rope": ["--pos-mode", "rope"], "injection": ["--input-injection", "true"],
-                    "injection_rope": ["--pos-mode", "rope", "--input-injection", "true"]}
+                    "injection_rope": ["--pos-mode", "rope", "--input-injection", "true"],
+                    "coupled_rel": ["--pos-mode", "coupled_rel"],
+                    "coupled_rel_w0": ["--pos-mode", "coupled_rel", "--rel-window", "0", "--input-injection", "true"]}
         for name, flags in variants.items():
             run = os.path.join(self.dir, name)
             tool("TRAIN", "--out", run, "--train-n", 2, "--train-m", 3, "--train-size", 200, "--max-pos1", 12,
@@ -203,6 +206,19 @@ class LearnedLogits(TempDir):
                  "--steps", 20, "--lr", 0.01, "--eval-every", 0, "--eval-samples", 2, *flags)
             self.compare(run, "57+8+96", greedy=False)
             self.compare(run, MEDIUM, greedy=False)  # beyond every training length
+        for name in ("coupled_rel", "coupled_rel_w0"):
+            run = os.path.join(self.dir, name)
+            self.assertEqual(tuple(load_learned(run).rel_bias.weight.shape), (2, 4, 2, 5 if name == "coupled_rel" else 1))
+            self.assertEqual(len(load_learned(run).pos_emb), 0)  # no table
+            self.compare(run, "5+38", 3, 2)  # offsets, and greedy decoding: the C++ reads the cached keys' IDs
+            # gains of a few units (training moved them little in 20 steps): the bias decides the patterns
+            path = os.path.join(run, "model.safetensors")
+            tensors, meta = safetensors.read(path)
+            g = tensors["rel_bias.weight"]
+            tensors["rel_bias.weight"] = (numpy.random.default_rng(7).standard_normal(g.shape) * 3).astype(g.dtype)
+            safetensors.write(path, tensors, {k: v for k, v in meta.items() if k != "checksum"})
+            self.compare(run, MEDIUM, 2, 3, greedy=False)
+            self.compare(run, "5+38", 3, 2)
         # The trained FIRE models keep L near its initial 256, beyond these sequences: every row has one
         # normalizer kind. With L = 9.61 (L_sqrt 3.1) and c = 0.7 written into the file, rows below and above
         # the threshold both occur (the C++ reads the edited file, checksum and all).
@@ -485,6 +501,10 @@ class LearnedApi(TempDir):
             (lambda c: c["model"].update(pos_codes="learned,frozen,frozen"), "pos_codes"),
             (lambda c: c["model"].update(pos_codes=["learned"]), "pos_codes"),
             (lambda c: c["model"].update(pos_codes="frozen", pos_code_scale=0), "pos_code_scale"),
+            (lambda c: c["model"].update(rel_window=2), "applies to pos_mode coupled_rel only"),
+            # coupled_rel has no tables: the committed model's pos_emb.* are then tensors it does not use
+            (lambda c: c["model"].update(pos_mode="coupled_rel"), "lacks rel_bias.weight"),
+            (lambda c: c["model"].update(pos_mode="coupled_rel", rel_window=65), "rel_window"),
         ]
         for edit, msg in cases:
             with self.subTest(msg=msg):

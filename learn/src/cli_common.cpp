@@ -66,10 +66,12 @@ void check_run_fits(const ModelConfig& mc, const TrainConfig& tc, bool on_device
                                 3.0 * double(mc.vocab) + 2.0 * C);
   // FIRE per forward (one per sequence on the per-sequence device, kept per thread): the bias and its
   // gradient (n_heads T^2 each) and at most T^2 / 2 distinct pairs with the MLP's activations and gradients
+  // coupled_rel: a sequence's bias and its gradient (n_heads T^2 each), per thread
+  const double rel = mc.pos_mode != PosMode::coupled_rel ? 0.0 : double(tc.threads) * T * T * 2.0 * mc.n_heads;
   const double fire = mc.pos_mode != PosMode::fire ? 0.0
                                                    : double(tc.threads) * T * T *
                                                          (2.0 * mc.n_heads + 0.5 * (4.0 * mc.fire_width + 2.0 * mc.n_heads + 2.0));
-  const double acts = on_device ? 0.0 : (double(tc.batch) * T * per_row + fire) * 4.0;
+  const double acts = on_device ? 0.0 : (double(tc.batch) * T * per_row + fire + rel) * 4.0;
   const auto [n, m] = problem_bound(task, tc.train_n, tc.train_m);
   const double data = problems_bytes(tc.train_size, n, m);
   const double eval = problems_bytes(tc.eval_samples, n, m) + 2.0 * double(tc.eval_samples);
@@ -95,8 +97,10 @@ const std::vector<FieldDoc>& config_fields() {
        "coupled (2 levels: addition) | coupled3 (3 levels: multiplication) | digits (the task's level 1 only: "
        "the coupling of single-level tasks) | absolute | none | abacus (McLeish et al.: each number's digits "
        "1, 2, ... from its first token, offset up to abacus_k in training) | fire (Li et al.: a learned "
-       "relative-position bias on the scores) | rope (Su et al.: q, k rotated by the token index); fire runs on "
-       "the CPU devices only for now"},
+       "relative-position bias on the scores) | rope (Su et al.: q, k rotated by the token index) | coupled_rel "
+       "(the bi-level coupling's IDs as a relative score bias: a learned gain per head, level and ID difference "
+       "up to rel_window, no table; CPU devices)"},
+      {"model", "rel_window", "pos_mode coupled_rel: the largest |ID difference| with a gain of its own (others: no bias)"},
       {"model", "abacus_k", "pos_mode abacus: training offsets beta uniform in [1, abacus_k], one per batch (the paper's "
                             "k = 100); needs max_pos1 >= abacus_k + the longest number - 1"},
       {"model", "fire_width", "pos_mode fire: hidden width of FIRE's MLP (the authors' d_fire)"},
@@ -164,6 +168,7 @@ ConfigOptions::ConfigOptions(CLI::App& app) {
   defaults["model"]["abacus_k"] = ModelConfig{}.abacus_k;
   for (const char* k : {"fire_width", "fire_threshold"}) defaults["model"][k] = fj.at(k);
   defaults["model"]["input_injection"] = ModelConfig{}.input_injection;
+  defaults["model"]["rel_window"] = ModelConfig{}.rel_window;
   defaults["model"]["pos_codes"] = ModelConfig{}.pos_codes_string();
   defaults["model"]["pos_code_scale"] = ModelConfig{}.pos_code_scale;
   defaults["model"]["pos_code_distance"] = ModelConfig{}.pos_code_distance;

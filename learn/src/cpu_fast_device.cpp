@@ -545,6 +545,9 @@ class CpuFastDevice final : public detail::CpuDeviceBase {
     if (c.pos_mode == PosMode::fire)
       throw InputError("the cpu-fast device does not run pos_mode fire (its bias is a T x T table per head, which this "
                        "device never holds): use --device cpu");
+    if (c.pos_mode == PosMode::coupled_rel)
+      throw InputError("the cpu-fast device does not run pos_mode coupled_rel (its fused attention adds no per-pair bias): "
+                       "use --device cpu");
     if (threads < 1 || threads > 256) throw InputError(fmt::format("threads must be in [1, 256] (got {})", threads));
     if (!cpu_gemm::unavailable().empty())
       throw InputError("the cpu-fast device needs oneDNN (Debian's libdnnl2, which ./x installs): " + cpu_gemm::unavailable());

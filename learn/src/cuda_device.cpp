@@ -596,6 +596,9 @@ namespace manyadd::learn {
 bool cuda_training_available(std::string* why) { return kernels::device_available(why); }
 
 void check_cuda_supports(const ModelConfig& c, Precision) {
+  if (c.pos_mode == PosMode::coupled_rel)
+    throw InputError("--device cuda does not run pos_mode coupled_rel yet (its bias is built per sequence from the "
+                     "position IDs on the CPU devices); train it with --device cpu");
   // fp32: the CUDA-core flash kernels hold a head's row across a warp's registers, 16 dims per lane at
   // most; bf16: the tensor-core kernels' widest instance is 512 (its tiles fill a CTA's shared memory).
   constexpr int kMaxHeadDim = 512;

@@ -15,7 +15,7 @@ void absolute_ids(std::int64_t T, std::int64_t s1, std::vector<std::int32_t>& p)
   if (T > 0) p[0] = 0;
   for (std::int64_t k = 1; k < T; ++k) p[std::size_t(k)] = std::int32_t(s1 + k - 1);
 }
-bool coupled_mode(PosMode m) { return m == PosMode::coupled || m == PosMode::coupled3; }
+bool coupled_mode(PosMode m) { return m == PosMode::coupled || m == PosMode::coupled3 || m == PosMode::coupled_rel; }
 bool is_digit(std::uint8_t tok) { return tok <= 9; }
 }  // namespace
 
@@ -151,7 +151,8 @@ void position_ids_for(const Shape& shape, PosMode mode, std::int64_t s1, std::in
   p1.clear();
   p2.clear();
   switch (mode) {
-    case PosMode::coupled: {
+    case PosMode::coupled:
+    case PosMode::coupled_rel: {
       auto ids = position_ids(shape, s1, s2);
       p1 = std::move(ids.p1);
       p2 = std::move(ids.p2);

@@ -24,8 +24,9 @@ PosMode parse_pos_mode(const std::string& s) {
   if (s == "abacus") return PosMode::abacus;
   if (s == "fire") return PosMode::fire;
   if (s == "rope") return PosMode::rope;
-  throw InputError(
-      fmt::format("position mode '{}' unknown (coupled|coupled3|digits|absolute|none|abacus|fire|rope)", s));
+  if (s == "coupled_rel") return PosMode::coupled_rel;
+  throw InputError(fmt::format(
+      "position mode '{}' unknown (coupled|coupled3|digits|absolute|none|abacus|fire|rope|coupled_rel)", s));
 }
 const char* pos_mode_name(PosMode m) {
   switch (m) {
@@ -37,12 +38,14 @@ const char* pos_mode_name(PosMode m) {
     case PosMode::abacus: return "abacus";
     case PosMode::fire: return "fire";
     case PosMode::rope: return "rope";
+    case PosMode::coupled_rel: return "coupled_rel";
   }
   return "?";
 }
 int pos_levels(PosMode m) {
   switch (m) {
-    case PosMode::coupled: return 2;
+    case PosMode::coupled:
+    case PosMode::coupled_rel: return 2;
     case PosMode::coupled3: return 3;
     case PosMode::digits:
     case PosMode::absolute:
@@ -53,6 +56,7 @@ int pos_levels(PosMode m) {
   }
   return 0;
 }
+int pos_tables(PosMode m) { return m == PosMode::coupled_rel ? 0 : pos_levels(m); }
 
 AttnScale parse_attn_scale(const std::string& s) {
   if (s == "inv_sqrt_dhead") return AttnScale::inv_sqrt_dhead;
@@ -138,12 +142,12 @@ int pos_code_bits(int max_pos, int d) {
 }  // namespace
 
 bool ModelConfig::any_pos_code() const {
-  for (int lv = 0; lv < pos_levels(pos_mode); ++lv)
+  for (int lv = 0; lv < pos_tables(pos_mode); ++lv)
     if (pos_codes[lv] != PosCode::learned) return true;
   return false;
 }
 std::string ModelConfig::pos_codes_string() const {
-  const int L = std::max(1, pos_levels(pos_mode));
+  const int L = std::max(1, pos_tables(pos_mode));
   bool same = true;
   for (int lv = 1; lv < L; ++lv) same = same && pos_codes[lv] == pos_codes[0];
   std::string s = pos_code_name(pos_codes[0]);
@@ -154,7 +158,7 @@ std::string ModelConfig::pos_codes_string() const {
 
 PosCodeBlock pos_code_block(const ModelConfig& c, int level) {
   PosCodeBlock b;
-  for (int lv = 0; lv < pos_levels(c.pos_mode) && lv <= level; ++lv) {
+  for (int lv = 0; lv < pos_tables(c.pos_mode) && lv <= level; ++lv) {
     if (!pos_code_is_vertex(c.pos_codes[lv])) continue;
     const int P = pos_code_bits(c.max_pos(lv), c.pos_code_distance);
     if (lv == level) return {b.offset, P};
@@ -217,7 +221,8 @@ void ModelConfig::validate() const {
                    max_pos1 - 1, abacus_k));
   need(init_std > 0 && init_std < 10, fmt::format("model.init_std must be in (0, 10) (got {})", init_std));
   need(fire_width >= 1 && fire_width <= 4096, fmt::format("model.fire_width must be in [1, 4096] (got {})", fire_width));
-  const int L = pos_levels(pos_mode);
+  need(rel_window >= 0 && rel_window <= 64, fmt::format("model.rel_window must be in [0, 64] (got {})", rel_window));
+  const int L = pos_tables(pos_mode);
   for (int lv = L; lv < kMaxPosLevels; ++lv)
     need(pos_codes[lv] == PosCode::learned,
          fmt::format("model.pos_codes names {} levels but pos_mode {} has {} position table{}", lv + 1,
@@ -270,6 +275,7 @@ void to_json(nlohmann::json& j, const ModelConfig& c) {
     j["fire_threshold"] = fire_threshold_name(c.fire_threshold);
   }
   if (c.input_injection) j["input_injection"] = true;
+  if (c.pos_mode == PosMode::coupled_rel) j["rel_window"] = c.rel_window;
   if (c.any_pos_code()) {
     j["pos_codes"] = c.pos_codes_string();
     j["pos_code_scale"] = c.pos_code_scale;
@@ -295,7 +301,7 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
                                 "d_head",   "d_ff",       "max_pos1",   "max_pos2",    "max_pos3", "pos_mode",
                                 "norm_eps", "init_std",   "attn_scale", "init",        "tie_readout",
                                 "final_norm", "architecture", "abacus_k", "fire_width", "fire_threshold",
-                                "input_injection", "pos_codes", "pos_code_scale", "pos_code_distance"};
+                                "input_injection", "pos_codes", "pos_code_scale", "pos_code_distance", "rel_window"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return it.key() == k; }) == std::end(known))
       throw InputError(fmt::format("model config: unknown field '{}'", it.key()));
@@ -321,6 +327,10 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
     if (j.contains(k) && c.pos_mode != PosMode::fire)
       throw InputError(fmt::format("model.{} applies to pos_mode fire only (pos_mode is {})", k, pos_mode_name(c.pos_mode)));
   geti("fire_width", c.fire_width);
+  if (j.contains("rel_window") && c.pos_mode != PosMode::coupled_rel)
+    throw InputError(fmt::format("model.rel_window applies to pos_mode coupled_rel only (pos_mode is {})",
+                                 pos_mode_name(c.pos_mode)));
+  geti("rel_window", c.rel_window);
   if (auto v = gets("fire_threshold")) c.fire_threshold = parse_fire_threshold(*v);
   if (j.contains("input_injection")) {
     if (!j["input_injection"].is_boolean()) throw InputError("model.input_injection must be true or false");
@@ -336,7 +346,7 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
       if (e == std::string::npos) break;
       b = e + 1;
     }
-    const int L = pos_levels(c.pos_mode);
+    const int L = pos_tables(c.pos_mode);
     if (parts.size() > 1 && int(parts.size()) != L)
       throw InputError(fmt::format("model.pos_codes '{}': {} kinds for pos_mode {} with {} level{} (give one kind or "
                                    "one per level)", *v, parts.size(), pos_mode_name(c.pos_mode), L, L == 1 ? "" : "s"));
@@ -402,6 +412,14 @@ nlohmann::json architecture_description(const ModelConfig& c) {
         kRopeBase);
   }
   if (c.pos_mode == PosMode::none) d["embedding"] = "tok_emb[token] (no position table)";
+  if (c.pos_mode == PosMode::coupled_rel) {
+    d["embedding"] = "tok_emb[token] (no position table)";
+    d["position_bias"] = fmt::format(
+        "coupled_rel: scores(i, j) += sum over the 2 coupling levels lv of g[layer, head, lv, d + {0}] with d = "
+        "id_lv(j) - id_lv(i), |d| <= {0} (rel_bias.weight (n_layers, n_heads, 2, {1})); no bias where either "
+        "ID is 0 or |d| > {0}; init N(0, init_std) (t5: d_model^-1/2)",
+        c.rel_window, 2 * c.rel_window + 1);
+  }
   return d;
 }
 
@@ -421,7 +439,7 @@ Layout Layout::make(const ModelConfig& c) {
   };
   const std::int64_t C = c.d_model, D = std::int64_t(c.n_heads) * c.d_head, F = c.d_ff;
   L.wte = add("tok_emb.weight", {c.vocab, C});
-  for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv) {
+  for (int lv = 0; lv < pos_tables(c.pos_mode); ++lv) {
     L.wpe[lv] = add(fmt::format("pos_emb.{}.weight", lv), {c.max_pos(lv) + 1, C});
     L.tensors.back().trainable = !pos_code_frozen(c.pos_codes[lv]);
   }
@@ -433,8 +451,12 @@ Layout Layout::make(const ModelConfig& c) {
     L.fire_c = add("fire.c", {1});
     L.fire_L_sqrt = add("fire.L_sqrt", {1});
   }
+  if (c.pos_mode == PosMode::coupled_rel)
+    L.rel_bias = add("rel_bias.weight", {c.n_layers, c.n_heads, pos_levels(c.pos_mode), 2 * c.rel_window + 1});
   for (int b = 0; b < c.n_layers; ++b) {
     Block k;
+    if (L.rel_bias >= 0)
+      k.rel_bias = L.rel_bias + std::int64_t(b) * c.n_heads * pos_levels(c.pos_mode) * (2 * c.rel_window + 1);
     const std::string p = fmt::format("layers.{}.", b);
     k.attn_norm1 = add(p + "attn_norm1.weight", {C});
     k.wq = add(p + "attn.q.weight", {D, C});
@@ -491,6 +513,7 @@ double init_std_of(const ModelConfig& c, const std::string& name) {
   if (ends_with(name, "attn.o.weight")) return 1.0 / std::sqrt(D);
   if (ends_with(name, "ffn.wi.weight")) return 1.0 / std::sqrt(C);
   if (ends_with(name, "ffn.wo.weight")) return 1.0 / std::sqrt(F);
+  if (name == "rel_bias.weight") return 1.0 / std::sqrt(C);  // HF T5's relative_attention_bias: factor d_model^-1/2
   return 1.0;  // tok_emb, pos_emb.*, an untied lm_head
 }
 }  // namespace
@@ -520,7 +543,7 @@ std::vector<S> init_params(const ModelConfig& c, const Layout& lay, std::uint64_
   }
   // Position codes: the tables took a learned table's draws above (every other tensor is the learned
   // run's); frozen rescales them, hypercube and shuffled replace them.
-  for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv) {
+  for (int lv = 0; lv < pos_tables(c.pos_mode); ++lv) {
     S* w = p.data() + lay.wpe[lv];
     const std::int64_t n = std::int64_t(c.max_pos(lv) + 1) * c.d_model;
     if (c.pos_codes[lv] == PosCode::frozen) {
@@ -638,6 +661,8 @@ struct Ctx {
   const S* fire_bias = nullptr;                      // pos_mode fire: (NH, T, Tk), every sequence and layer
   const std::vector<S>* rope_cos = nullptr;          // pos_mode rope: this call's tables
   const std::vector<S>* rope_sin = nullptr;
+  std::vector<S>* rel_bias = nullptr;                // pos_mode coupled_rel: the per-sequence bias scratch
+  const S* params = nullptr;                         // the parameters (fp32/double: the gains)
   const S* W(std::int64_t off) const { return wg + off; }
   void round(std::vector<S>& v, std::int64_t n) const {
     if (bf16) round_bf16_inplace(v.data(), n);
@@ -650,6 +675,8 @@ Ctx<S> context(const Acts<S>& a, const ModelView<S>& m) {
              attention_scale<S>(m.cfg.d_head, m.cfg.attn_scale == AttnScale::inv_sqrt_dhead)};
   if (m.cfg.pos_mode == PosMode::fire) ctx.fire_bias = a.fire_bias.data();
   if (m.cfg.pos_mode == PosMode::rope) ctx.rope_cos = &a.rope_cos, ctx.rope_sin = &a.rope_sin;
+  if (m.cfg.pos_mode == PosMode::coupled_rel) ctx.rel_bias = const_cast<std::vector<S>*>(&a.rel_bias);
+  ctx.params = m.params;
   return ctx;
 }
 // bf16: the weights every matrix product reads, rounded once per forward (the tables and norm weights
@@ -705,12 +732,23 @@ void block_forward(typename Acts<S>::Block& b, const S* x, const ModelView<S>& m
   //    (scores and softmax in fp32; bf16: the weights rounded before they multiply v, layers.hpp); its key
   //    rows start where its query rows do (past > 0: one sequence); FIRE: its block is the top-left corner
   //    of the batch's (NH, T, T + past) bias
+  //    coupled_rel: the sequence's own (NH, T, Tk) bias from its IDs (layers.hpp, coupled_rel_bias)
   std::int64_t att_at = 0;
   for (int s = 0; s < xb.B; ++s) {
     const std::int64_t o = xb.begin(s) * D;
     const int T = xb.length(s), Tk = T + past;
+    const S* bias = ctx.fire_bias;
+    int bias_rows = xb.T, bias_cols = xb.T + past;
+    if (ctx.rel_bias) {
+      const std::int32_t* ids[kMaxPosLevels] = {};
+      for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv) ids[lv] = xb.pos[lv] + xb.begin(s);
+      ctx.rel_bias->resize(std::size_t(NH) * std::size_t(T) * std::size_t(Tk));
+      coupled_rel_bias(ctx.rel_bias->data(), ctx.params + w.rel_bias, ids, pos_levels(c.pos_mode), T, past, NH,
+                       c.rel_window);
+      bias = ctx.rel_bias->data(), bias_rows = T, bias_cols = Tk;
+    }
     attention_forward(b.ao.data() + o, b.att.data() + att_at, b.q.data() + o, b.k.data() + o, b.v.data() + o, T, Tk,
-                      NH, HS, ctx.att_scale, ctx.fire_bias, xb.T, xb.T + past, ctx.bf16);
+                      NH, HS, ctx.att_scale, bias, bias_rows, bias_cols, ctx.bf16);
     att_at += std::int64_t(NH) * T * Tk;
   }
   ctx.round(b.ao, RD);
@@ -773,14 +811,25 @@ void block_backward(S* G, GradScratch<S>& g, const typename Acts<S>::Block& b, c
   // 4. ao = causal softmax(scale q k^T [+ FIRE bias]) v per head, one sequence at a time (FIRE: d bias summed
   //    over the sequences and, through g.dfire_bias, the layers)
   zero(g.dq), zero(g.dk), zero(g.dv);
+  //    coupled_rel: each sequence's d bias (its own scratch) summed into the layer's gains by bucket
   S* dbias = ctx.fire_bias ? g.dfire_bias.data() : nullptr;
   std::int64_t att_at = 0;
   for (int s = 0; s < xb.B; ++s) {
     const std::int64_t o = xb.begin(s) * D;
     const int T = xb.length(s);
+    int bias_T = xb.T;
+    if (ctx.rel_bias) {
+      g.drel_bias.assign(std::size_t(NH) * std::size_t(T) * std::size_t(T), S(0));
+      dbias = g.drel_bias.data(), bias_T = T;
+    }
     attention_backward(g.dq.data() + o, g.dk.data() + o, g.dv.data() + o, g.datt.data(), g.dao.data() + o,
                        b.att.data() + att_at, b.q.data() + o, b.k.data() + o, b.v.data() + o, T, NH, HS,
-                       ctx.att_scale, dbias, xb.T, ctx.bf16 ? b.ao.data() + o : nullptr);
+                       ctx.att_scale, dbias, bias_T, ctx.bf16 ? b.ao.data() + o : nullptr);
+    if (ctx.rel_bias) {
+      const std::int32_t* ids[kMaxPosLevels] = {};
+      for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv) ids[lv] = xb.pos[lv] + xb.begin(s);
+      coupled_rel_bias_backward(G + w.rel_bias, g.drel_bias.data(), ids, pos_levels(c.pos_mode), T, NH, c.rel_window);
+    }
     att_at += std::int64_t(NH) * T * T;
     if (ctx.rope_cos) {  // 3'. RoPE: the rotation is orthogonal, d(before) = R^T d(after)
       rope_rotate(g.dq.data() + o, *ctx.rope_cos, *ctx.rope_sin, T, NH, HS, -1);
@@ -858,7 +907,7 @@ S model_forward(Acts<S>& a, const ModelView<S>& m, const BatchView& x, int past)
   const Ctx<S> ctx = context(a, m);
   const S* wpe[kMaxPosLevels] = {m.at(lay.wpe[0]), m.at(lay.wpe[1]), m.at(lay.wpe[2])};
   // 1. x0 = tok_emb[tok] + sum_lv pos_emb_lv[pos_lv]
-  embedding_forward(a.x0.data(), x.tokens, x.pos, pos_levels(c.pos_mode), m.at(lay.wte), wpe, R, C);
+  embedding_forward(a.x0.data(), x.tokens, x.pos, pos_tables(c.pos_mode), m.at(lay.wte), wpe, R, C);
   const S* h = a.x0.data();
   // 2.-7. the blocks (input injection: block l >= 1 reads xin = its predecessor's output + x0)
   for (int l = 0; l < c.n_layers; ++l) {
@@ -940,9 +989,9 @@ void model_backward(S* G, GradScratch<S>& g, const Acts<S>& a, const ModelView<S
   // 1. x0 = tok_emb[tok] + sum_lv pos_emb_lv[pos_lv]
   // a frozen position code (PosCode) is a constant: no gradient is accumulated into its table
   S* dwpe[kMaxPosLevels] = {nullptr, nullptr, nullptr};
-  for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv)
+  for (int lv = 0; lv < pos_tables(c.pos_mode); ++lv)
     if (!pos_code_frozen(c.pos_codes[lv])) dwpe[lv] = G + lay.wpe[lv];
-  embedding_backward(G + lay.wte, dwpe, g.dx.data(), x.tokens, x.pos, pos_levels(c.pos_mode), R, C);
+  embedding_backward(G + lay.wte, dwpe, g.dx.data(), x.tokens, x.pos, pos_tables(c.pos_mode), R, C);
   // 0. FIRE: the bias's gradient, summed over sequences and layers, through the MLP to its weights, c, L_sqrt
   if (c.pos_mode == PosMode::fire) fire_backward(G, g, a, m, x.T);
 }

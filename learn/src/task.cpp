@@ -817,7 +817,8 @@ void Task::check_model(const ModelConfig& c) const {
                                  "{})",
                                  name(), vocabulary_string(vocab()), c.vocab, vocab()));
   const int need = pos_levels(c.pos_mode);
-  const bool coupled = c.pos_mode == PosMode::coupled || c.pos_mode == PosMode::coupled3;
+  const bool coupled =
+      c.pos_mode == PosMode::coupled || c.pos_mode == PosMode::coupled3 || c.pos_mode == PosMode::coupled_rel;
   if (coupled && need != levels()) {
     const char* fix = levels() == 1 ? "digits (its single-level coupling)" : levels() == 2 ? "coupled" : "coupled3";
     throw InputError(fmt::format("task {} couples positions on {} level{}, pos_mode {} on {}: use pos_mode {} (or "
@@ -866,6 +867,10 @@ std::string position_rule(const Task& t, PosMode mode) {
     case PosMode::rope:
       return "pos_mode rope: no position IDs and no table; every layer's queries and keys are rotated by their token "
              "index (BOS 0), the pair (2k, 2k+1) by the angle index * 10000^(-2k/d_head) (Su et al. 2021)";
+    case PosMode::coupled_rel:
+      return "pos_mode coupled_rel: no table; " + coupling + offsets +
+             "; every layer's score of a query and a key gets a learned gain per head, level and ID difference d "
+             "(|d| <= rel_window), none otherwise";
     case PosMode::abacus:
       return "pos_mode abacus: one table; each maximal run of digit tokens is numbered beta, beta + 1, ... from "
              "its first token, every other token 0; beta uniform in [1, abacus_k], one per batch, in training, 1 at "

@@ -49,7 +49,7 @@ from .files import InputError
 
 __all__ = ["VOCAB", "PLUS", "EQ", "ARROW", "DOLLAR", "BOS", "EOS", "POS_MODES", "ALL_POS_MODES", "encode", "decode", "width",
            "width_theorem", "width_minimal", "Shape", "parse_problem", "build_sequence", "parse_sequence",
-           "position_ids", "position_ids_for", "pos_levels", "max_offset1", "max_offset2", "shape_of",
+           "position_ids", "position_ids_for", "pos_levels", "pos_tables", "max_offset1", "max_offset2", "shape_of",
            "Example", "make_example", "Rng", "random_operand", "sample_TA", "sample_SA", "cell_seed",
            "InputError", "VOCAB_TASKS", "STAR", "vocabulary", "TASKS", "Written", "task_parse", "task_to_string",
            "task_write", "task_read", "task_reference", "task_levels", "task_vocab", "task_extent",
@@ -61,7 +61,8 @@ PLUS, EQ, ARROW, DOLLAR, STAR = 10, 11, 12, 13, 14
 BOS = EOS = DOLLAR
 POS_MODES = ("coupled", "digits", "absolute", "none")  # the modes of an addition model
 # and coupled3: three position tables, multiplication's tri-level coupling (learn/ takes every one)
-ALL_POS_MODES = POS_MODES + ("coupled3", "abacus", "fire", "rope")  # fire, rope: no IDs (token indices)
+ALL_POS_MODES = POS_MODES + ("coupled3", "abacus", "fire", "rope", "coupled_rel")  # fire, rope: no IDs (token indices)
+# coupled_rel: the coupled IDs of both levels, read as a relative score bias (no table: pos_tables 0)
 PADDINGS = ("theorem", "minimal")
 # The C++ shape limits (construct/src/format.cpp): every index and ID fits 32/64-bit integers.
 MAX_DIGITS = MAX_OPERANDS = 100_000_000
@@ -289,10 +290,17 @@ def position_ids(shape, s1=1, s2=1):
 
 
 def pos_levels(mode):
-    """Position tables a learned model of this mode has (0, 1, 2 or 3)."""
+    """Levels of position IDs a learned model of this mode reads (0, 1, 2 or 3)."""
     if mode not in ALL_POS_MODES:
         raise InputError("position mode %r unknown (%s)" % (mode, "|".join(ALL_POS_MODES)))
-    return {"coupled": 2, "digits": 1, "absolute": 1, "none": 0, "coupled3": 3, "abacus": 1, "fire": 0, "rope": 0}[mode]
+    return {"coupled": 2, "digits": 1, "absolute": 1, "none": 0, "coupled3": 3, "abacus": 1, "fire": 0, "rope": 0,
+            "coupled_rel": 2}[mode]
+
+
+def pos_tables(mode):
+    """Position tables a learned model of this mode has: its levels, but none for coupled_rel (its IDs
+    reach the scores as a relative bias, learn/src/model.cpp pos_tables)."""
+    return 0 if mode == "coupled_rel" else pos_levels(mode)
 
 
 def abacus_ids(tokens, beta):
@@ -337,7 +345,7 @@ def max_offset1(mode, max_pos1, shape):
     """Largest admissible s1 (< 1: the shape does not fit the model): coupled/digits max_pos1 - l,
     absolute max_pos1 - N + 2, none 1."""
     pos_levels(mode)
-    if mode in ("coupled", "digits"):
+    if mode in ("coupled", "digits", "coupled_rel"):
         return max_pos1 - shape.l
     if mode == "abacus":
         return max_pos1 - _longest_digit_run(build_sequence("+".join(["9" * shape.n] * shape.m), shape)) + 1
@@ -346,7 +354,7 @@ def max_offset1(mode, max_pos1, shape):
 
 def max_offset2(mode, max_pos2, shape):
     pos_levels(mode)
-    return max_pos2 - shape.m if mode == "coupled" else 1
+    return max_pos2 - shape.m if mode in ("coupled", "coupled_rel") else 1
 
 
 def shape_of(problem):
@@ -378,7 +386,7 @@ def make_example(problem, mode, max_pos=None, s1=1, s2=1):
     shape = shape_of(problem)
     if max_pos is not None:
         bad1 = pos_levels(mode) >= 1 and not (1 <= s1 <= max_offset1(mode, max_pos[0], shape))
-        bad2 = mode == "coupled" and not (1 <= s2 <= max_offset2(mode, max_pos[1], shape))
+        bad2 = mode in ("coupled", "coupled_rel") and not (1 <= s2 <= max_offset2(mode, max_pos[1], shape))
         if bad1 or bad2:
             raise InputError("shape (n=%d, m=%d, l=%d) with offsets (%d, %d) needs position IDs beyond the model's "
                              "max_pos1=%d / max_pos2=%d" % (shape.n, shape.m, shape.l, s1, s2, max_pos[0], max_pos[1]))
@@ -728,7 +736,7 @@ def task_position_ids(w, mode, s=(1, 1, 1)):
         return [[0] + [s[0] + k - 1 for k in range(1, len(w.tokens))]]
     if mode == "abacus":
         return [abacus_ids(w.tokens, s[0])]
-    if mode in ("coupled", "coupled3") and levels != len(w.rel):
+    if mode in ("coupled", "coupled3", "coupled_rel") and levels != len(w.rel):
         raise InputError("pos_mode %s reads %d position levels, the task couples %d" % (mode, levels, len(w.rel)))
     out = []
     for lv in range(levels):

@@ -14,7 +14,7 @@ against `evaluate --problem ... --json` and its attention against `dump_attentio
 The forward (shapes: B batch, T tokens, C d_model, H n_heads, D d_head, F d_ff, V = 14):
     x = tok_emb[tokens] + sum over levels lv of pos_emb.lv[pos[lv]]     (pos_mode: coupled 2 levels,
                                                                          digits/absolute/abacus 1,
-                                                                         none/fire/rope 0)
+                                                                         none/fire/rope/coupled_rel 0)
     per layer:  x = attn_norm2(x + attn(attn_norm1(x)))                 (the reference's "PreNorm and
                 x = ffn_norm2(x + ffn(ffn_norm1(x)))                     PostNorm")
                 input_injection: layer l >= 1 reads x + x0, x0 the embedding (McLeish et al. 2024)
@@ -30,6 +30,8 @@ The forward (shapes: B batch, T tokens, C d_model, H n_heads, D d_head, F d_ff, 
           mlp(u), u = log1p(|c| (i - j)) / (log1p(|c| n_i) + 1e-6), n_i = max(i, L) or min(i, L)
           (fire_threshold), L = L_sqrt^2, mlp = Linear(1, W) ReLU Linear(W, W) ReLU Linear(W, H), no
           biases (Li et al. 2024, as the paper-000 authors' code; layers.hpp)
+          pos_mode coupled_rel: the scores plus layer l's bias: sum over the 2 levels of rel_bias.weight[l, h, lv,
+          d + W], d = key ID - query ID of the level, |d| <= W = rel_window, none where an ID is 0 (layers.hpp)
     ffn: GEGLU, [gate | up] = x wi^T (2F), gelu_tanh(gate) * up, then wo
     norm: RMSNorm w * x / sqrt(mean(x^2) + norm_eps); the final norm RMSNorm (final_norm rms) or LayerNorm
           w * (x - mean) / sqrt(var + norm_eps) + b, biased variance (final_norm layer)
@@ -42,6 +44,7 @@ Hook points (TransformerLens names; shapes for a batch (B, T)):
     blocks.{l}.hook_resid_pre         (B, T, C) block input
     blocks.{l}.ln1.hook_normalized    (B, T, C) attn_norm1 output
     hook_fire_bias (H, T, T)          pos_mode fire: the bias every layer adds to its scores
+    blocks.{l}.hook_rel_bias (B, H, T, T)  pos_mode coupled_rel: layer l's bias from the IDs (rel_bias.weight)
     blocks.{l}.attn.hook_q/hook_k/hook_v   (B, T, H, D)
     blocks.{l}.attn.hook_rot_q/hook_rot_k  (B, T, H, D) pos_mode rope: q, k after the rotation
     blocks.{l}.attn.hook_attn_scores  (B, H, T, T) scaled scores (+ FIRE's bias), -inf above the diagonal
@@ -87,6 +90,8 @@ _SIZES = {"vocab": (14, 15), "n_layers": (1, 64), "n_heads": (1, 64), "d_model":
 _SIZE_DEFAULTS = {"max_pos3": 20, "fire_width": 32}
 # Fields config.json has for pos_mode fire only (the C++ refuses them elsewhere).
 _FIRE_ONLY = ("fire_width", "fire_threshold")
+# pos_mode coupled_rel's one size: the largest |ID difference| with a gain of its own (C++: [0, 64], default 2).
+_REL_WINDOW = (0, 64, 2)
 # Switches of the architecture: field -> {value this module implements: meaning}. A switch absent from
 # config.json takes its first value (what every `train` so far has done). A value not listed here is
 # refused: implementing one is adding its entry and its branch in the module below (and a test against
@@ -97,7 +102,8 @@ ARCHITECTURE_SWITCHES = {
                  "coupled3": "three position tables (multiplication's tri-level coupling)",
                  "abacus": "one table read at Abacus IDs (each number's digits from its first token)",
                  "fire": "FIRE's learned relative-position bias on the scores (fire.* tensors)",
-                 "rope": "RoPE: q and k rotated by the token index"},
+                 "rope": "RoPE: q and k rotated by the token index",
+                 "coupled_rel": "the coupled IDs of both levels as a relative score bias (rel_bias.weight), no table"},
     "fire_threshold": {"max": "FIRE's normalizer psi(max(i, L)) (the FIRE paper)",
                        "min": "psi(min(i, L)) (the paper-000 authors' code)"},
     "input_injection": {False: "each layer reads its predecessor's output",
@@ -126,7 +132,8 @@ class LearnedConfig:
         if not isinstance(model, dict):
             raise InputError("config.json: 'model' must be an object")
         for k in model:
-            if k not in _SIZES and k not in ARCHITECTURE_SWITCHES and k not in _INERT and k != "norm_eps":
+            if (k not in _SIZES and k not in ARCHITECTURE_SWITCHES and k not in _INERT and k != "norm_eps"
+                    and k != "rel_window"):
                 raise InputError("config.json: model.%s is unknown to this version of manyadd (python/manyadd/learned.py):"
                                  " refusing to guess how it changes the forward" % k)
         for k, (lo, hi) in _SIZES.items():
@@ -147,9 +154,17 @@ class LearnedConfig:
         for k in _FIRE_ONLY:
             if k in model and self.pos_mode != "fire":
                 raise InputError("config.json: model.%s applies to pos_mode fire only (pos_mode is %r)" % (k, self.pos_mode))
+        if "rel_window" in model and self.pos_mode != "coupled_rel":
+            raise InputError("config.json: model.rel_window applies to pos_mode coupled_rel only (pos_mode is %r)"
+                             % self.pos_mode)
+        lo, hi, dflt = _REL_WINDOW
+        self.rel_window = model.get("rel_window", dflt)
+        if isinstance(self.rel_window, bool) or not isinstance(self.rel_window, int) or not lo <= self.rel_window <= hi:
+            raise InputError("config.json: model.rel_window must be an integer in [%d, %d] (got %r)"
+                             % (lo, hi, self.rel_window))
         codes = model.get("pos_codes", "learned")
         parts = codes.split(",") if isinstance(codes, str) else None
-        levels = fmt.pos_levels(self.pos_mode)
+        levels = fmt.pos_tables(self.pos_mode)
         if (parts is None or any(k not in POS_CODES for k in parts) or (len(parts) > 1 and len(parts) != levels)
                 or (levels == 0 and parts != ["learned"])):
             raise InputError("config.json: model.pos_codes = %r is not one kind or one per level (%d) of %s"
@@ -171,7 +186,8 @@ class LearnedConfig:
         voc = model.get("vocabulary", fmt.vocabulary(self.vocab))
         if voc != fmt.vocabulary(self.vocab):
             raise InputError("config.json: model.vocabulary %r is not %r" % (voc, fmt.vocabulary(self.vocab)))
-        self.levels = fmt.pos_levels(self.pos_mode)
+        self.levels = fmt.pos_levels(self.pos_mode)  # levels of IDs the forward reads
+        self.tables = fmt.pos_tables(self.pos_mode)  # position tables (coupled_rel: none)
         self.max_pos = (self.max_pos1, self.max_pos2, self.max_pos3)
         train = train if isinstance(train, dict) else {}
         self.task = train.get("task", "addition")  # config.json without one: addition
@@ -244,6 +260,30 @@ class Fire(nn.Module):
         return self.mlp(u.unsqueeze(-1)).permute(2, 0, 1)
 
 
+class CoupledRelBias(nn.Module):
+    """pos_mode coupled_rel's score bias (learn/include/manyadd/learn/layers.hpp, coupled_rel_bias): the
+    parameter rel_bias.weight g (n_layers, H, 2, 2W + 1); layer l's bias of query i and key j is
+    sum over levels lv of g[l, h, lv, d + W] with d = id_lv(j) - id_lv(i), |d| <= W, nothing where either
+    ID is 0 or |d| > W. The C++ adds level 1's gain to 0, then level 2's: the same float sum."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.W = cfg.rel_window
+        self.weight = nn.Parameter(torch.zeros(cfg.n_layers, cfg.n_heads, 2, 2 * self.W + 1))
+
+    def forward(self, l, pos):
+        bias = None
+        for lv in range(2):
+            p = pos[lv]  # (B, T)
+            d = p[:, None, :] - p[:, :, None]  # (B, Tq, Tk): key ID - query ID
+            on = (d.abs() <= self.W) & (p[:, :, None] > 0) & (p[:, None, :] > 0)
+            g = self.weight[l, :, lv]  # (H, 2W + 1)
+            b = g[:, (d.clamp(-self.W, self.W) + self.W)]  # (H, B, Tq, Tk)
+            b = torch.where(on[None], b, torch.zeros((), dtype=b.dtype, device=b.device)).transpose(0, 1)
+            bias = b if bias is None else bias + b
+        return bias
+
+
 class RMSNorm(nn.Module):
     def __init__(self, C, eps, name):
         super().__init__()
@@ -288,7 +328,7 @@ class Attention(nn.Module):
             setattr(self, "hook_" + n, HookPoint(p + "hook_" + n))
 
     def forward(self, x, bias=None):
-        """bias: FIRE's (H, T, T) score bias, or None."""
+        """bias: FIRE's (H, T, T) or coupled_rel's (B, H, T, T) score bias, or None."""
         B, T, _ = x.shape
         q = self.hook_q(self.q(x).view(B, T, self.H, self.D))
         k = self.hook_k(self.k(x).view(B, T, self.H, self.D))
@@ -345,6 +385,8 @@ class Block(nn.Module):
         self.ffn_norm2 = RMSNorm(C, eps, None)
         for n in ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"):
             setattr(self, "hook_" + n, HookPoint(p + "hook_" + n))
+        if cfg.pos_mode == "coupled_rel":
+            self.hook_rel_bias = HookPoint(p + "hook_rel_bias")
 
     def forward(self, x, bias=None):
         x = self.hook_resid_pre(x)
@@ -360,8 +402,9 @@ class LearnedTransformer(HookedModule):
         self.cfg = cfg
         C, V = cfg.d_model, cfg.vocab
         self.tok_emb = nn.Embedding(V, C)
-        self.pos_emb = nn.ModuleList(nn.Embedding(cfg.max_pos[lv] + 1, C) for lv in range(cfg.levels))
+        self.pos_emb = nn.ModuleList(nn.Embedding(cfg.max_pos[lv] + 1, C) for lv in range(cfg.tables))
         self.fire = Fire(cfg) if cfg.pos_mode == "fire" else None
+        self.rel_bias = CoupledRelBias(cfg) if cfg.pos_mode == "coupled_rel" else None
         self.layers = nn.ModuleList(Block(cfg, l) for l in range(cfg.n_layers))
         self.final_norm = {"rms": RMSNorm, "layer": LayerNorm}[cfg.final_norm](C, cfg.norm_eps,
                                                                                  "ln_final.hook_normalized")
@@ -373,7 +416,7 @@ class LearnedTransformer(HookedModule):
         else:
             self.lm_head = nn.Linear(C, V, bias=False)
         self.hook_embed, self.hook_logits = HookPoint("hook_embed"), HookPoint("hook_logits")
-        self.hook_pos_embed = HookPoint("hook_pos_embed") if cfg.levels else None
+        self.hook_pos_embed = HookPoint("hook_pos_embed") if cfg.tables else None
         self.hook_fire_bias = HookPoint("hook_fire_bias") if self.fire is not None else None
         self._setup_hooks()
 
@@ -389,9 +432,9 @@ class LearnedTransformer(HookedModule):
         pos_mode none, fire, rope). Returns logits (B, T, 14) (or (T, 14))."""
         tok, pos, squeeze = self._batch(tokens, pos, self.cfg.levels, self.cfg.max_pos, self.cfg.vocab)
         x = self.hook_embed(self.tok_emb(tok))
-        if self.cfg.levels:
+        if self.cfg.tables:
             pe = self.pos_emb[0](pos[0])
-            for lv in range(1, self.cfg.levels):
+            for lv in range(1, self.cfg.tables):
                 pe = pe + self.pos_emb[lv](pos[lv])
             # tok + (pos_1 + pos_2); the C++ adds (tok + pos_1) + pos_2: the same up to one rounding.
             x = x + self.hook_pos_embed(pe)
@@ -400,6 +443,8 @@ class LearnedTransformer(HookedModule):
         for l, blk in enumerate(self.layers):
             if self.cfg.input_injection and l > 0:
                 x = x + x0
+            if self.rel_bias is not None:  # each layer's own gains: (B, H, T, T)
+                bias = blk.hook_rel_bias(self.rel_bias(l, pos))
             x = blk(x, bias)
         xf = self.final_norm(x)
         if self.lm_head is None:  # tied: T5's readout through the token table

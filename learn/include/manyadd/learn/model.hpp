@@ -36,14 +36,21 @@ namespace manyadd::learn {
 //   fire     FIRE (Li et al. 2024): no table; a learned relative-position bias on every layer's scores,
 //            a small MLP of the normalized log distance of the token indices (layers.hpp)
 //   rope     RoPE (Su et al. 2021): no table; q and k rotated by their token index (layers.hpp)
-enum class PosMode { coupled, digits, absolute, none, coupled3, abacus, fire, rope };
+//   coupled_rel  the bi-level coupling's IDs as a relative bias, no table: every layer's score of query
+//            i and key j gets sum over levels lv of g[layer, head, lv, d] where d = id_lv(j) - id_lv(i)
+//            and |d| <= rel_window (learned gains, drawn as the init scheme's other weights), nothing otherwise (nor where either ID is 0):
+//            "is the key's ID mine, my successor's, my predecessor's" for every ID, trained or not
+//            (layers.hpp, coupled_rel_*; learn/README.md "coupled_rel")
+enum class PosMode { coupled, digits, absolute, none, coupled3, abacus, fire, rope, coupled_rel };
 // Every mode, for the code and tests that must cover each (a new mode joins this list).
-inline constexpr PosMode kPosModes[] = {PosMode::coupled, PosMode::digits,   PosMode::absolute, PosMode::none,
-                                        PosMode::coupled3, PosMode::abacus, PosMode::fire,     PosMode::rope};
+inline constexpr PosMode kPosModes[] = {PosMode::coupled,  PosMode::digits, PosMode::absolute,
+                                        PosMode::none,     PosMode::coupled3, PosMode::abacus,
+                                        PosMode::fire,     PosMode::rope,   PosMode::coupled_rel};
 inline constexpr int kMaxPosLevels = 3;  // position tables a model may have
 PosMode parse_pos_mode(const std::string& s);  // throws InputError
 const char* pos_mode_name(PosMode m);
-int pos_levels(PosMode m);
+int pos_levels(PosMode m);  // position-ID levels a mode reads (coupled_rel: 2, as coupled)
+int pos_tables(PosMode m);  // position tables it has: pos_levels, except coupled_rel (0)
 
 // Attention score scale: q.k / sqrt(d_head) (this project's default) or q.k unscaled (T5 / Mesh
 // TensorFlow, the authors' model: the initialization of q carries the 1/sqrt(d_head) instead).
@@ -142,6 +149,9 @@ struct ModelConfig {
   PosCode pos_codes[kMaxPosLevels] = {PosCode::learned, PosCode::learned, PosCode::learned};
   float pos_code_scale = 1.0f;
   int pos_code_distance = 1;  // minimum Hamming distance of a vertex code (in config.json when not 1)
+  // pos_mode coupled_rel only (in config.json for it alone): the largest |ID difference| with a gain of
+  // its own; every other pair of IDs gets no bias.
+  int rel_window = 2;
 
   void validate() const;  // throws InputError
   bool any_pos_code() const;  // some level's table is not learned
@@ -171,12 +181,16 @@ struct Layout {
   std::int64_t total = 0;
   struct Block {
     std::int64_t attn_norm1, wq, wk, wv, wo, attn_norm2, ffn_norm1, wi, wo_ff, ffn_norm2;
+    std::int64_t rel_bias = -1;  // coupled_rel: this layer's (n_heads, 2, 2 rel_window + 1) gains
   };
   std::int64_t wte = 0, wpe[kMaxPosLevels] = {0, 0, 0}, final_norm = 0;
   // pos_mode fire: the MLP's three matrices (fire.mlp.0/2/4.weight: (H, 1), (H, H), (n_heads, H), the
   // indices of the authors' nn.Sequential) and the scalars fire.c, fire.L_sqrt (shape (1)); -1 otherwise.
   std::int64_t fire_w1 = -1, fire_w2 = -1, fire_w3 = -1, fire_c = -1, fire_L_sqrt = -1;
   std::int64_t final_norm_bias = -1;  // final_norm layer only
+  // pos_mode coupled_rel: rel_bias.weight (n_layers, n_heads, 2, 2 rel_window + 1), the gains of every
+  // layer, head, level and ID difference d (index d + rel_window); -1 otherwise (Block::rel_bias: the layer's)
+  std::int64_t rel_bias = -1;
   std::int64_t lm_head = -1;          // -1 when the readout is tied to tok_emb
   std::int64_t readout() const { return lm_head >= 0 ? lm_head : wte; }  // the readout matrix (vocab, C)
   std::vector<Block> blocks;
@@ -262,6 +276,8 @@ struct Acts {
   std::vector<S> fire_u, fire_h1, fire_h2, fire_out, fire_bias;
   // pos_mode rope: cos and sin (T, d_head / 2) of positions past..past+T-1 (row t: every sequence's row t)
   std::vector<S> rope_cos, rope_sin;
+  // pos_mode coupled_rel: one sequence's (NH, T, Tk) bias at a time (rebuilt per layer and sequence)
+  std::vector<S> rel_bias;
   struct Block {
     std::vector<S> xin;     // (R, C) input_injection, blocks after the first: previous output + x0
     std::vector<S> n1, r1;  // (R, C), (R) attn pre-norm out, its rstd
@@ -298,6 +314,7 @@ struct GradScratch {
   std::vector<S> datt;                                                 // (T, T)
   std::vector<S> dx0;                                                  // input_injection: d x0 from the blocks
   std::vector<S> dfire_bias, dfire_out, dfire_u, dfire_h;              // pos_mode fire
+  std::vector<S> rel_bias, drel_bias;                                  // pos_mode coupled_rel, per sequence
   void resize(const ModelConfig& c, std::int64_t R, int T);
 };
 
