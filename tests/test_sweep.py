@@ -413,7 +413,8 @@ args = ["--n-max", "3", "--m-max", "4"]
             want["train"]["seed"] = int(r["axes"]["train.seed"])
             self.assertEqual(r["config"], want, r["name"])
         plan = load(os.path.join(out, "plan.json"))
-        self.assertEqual(plan["evaluate"], {"samples": 50, "seed": 12345, "threads": 1, "args": []})
+        self.assertEqual(plan["evaluate"], {"samples": 50, "seed": 12345, "threads": 1, "args": ["--device", "cpu-fast"]})
+        self.assertEqual(plan["train_args"], ["--device", "cpu-fast"])
 
     def test_grids(self):
         g = {(n, m): 1.0 for n in range(1, 4) for m in range(2, 5)}
