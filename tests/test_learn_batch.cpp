@@ -155,6 +155,7 @@ TEST(PackedPipeline, EqualsPerSequenceForwardBackward) {
     PosMode mode;
     bool authors = false, injection = false;
     FireThreshold fire = FireThreshold::max;
+    bool rel_far = false;
   };
   std::vector<Variant> variants;
   for (PosMode m : kPosModes) variants.push_back({m});
@@ -162,19 +163,22 @@ TEST(PackedPipeline, EqualsPerSequenceForwardBackward) {
   variants.push_back({PosMode::fire, false, false, FireThreshold::min});
   variants.push_back({PosMode::fire, false, true});
   variants.push_back({PosMode::rope, false, true});
+  variants.push_back({PosMode::coupled_rel, false, false, FireThreshold::max, true});  // rel_far, window 1
   for (const Variant& v : variants)
     for (int layers = 1; layers <= 2; ++layers) {
       const PosMode mode = v.mode;
       const bool authors = v.authors;
       SCOPED_TRACE(std::string(pos_mode_name(mode)) + " layers " + std::to_string(layers) +
                    (authors ? " authors' options" : "") + (v.injection ? " input injection" : "") +
-                   (mode == PosMode::fire ? std::string(" threshold ") + fire_threshold_name(v.fire) : ""));
+                   (mode == PosMode::fire ? std::string(" threshold ") + fire_threshold_name(v.fire) : "") +
+                   (v.rel_far ? " rel_far" : ""));
       ModelConfig c = small_model(mode, layers);
       c.init_std = 0.5f;  // far from uniform attention, so that masking errors would show
       if (authors) {
         c.attn_scale = AttnScale::none, c.init = InitScheme::t5, c.tie_readout = true, c.final_norm = NormKind::layer;
       }
       c.input_injection = v.injection, c.fire_threshold = v.fire;
+      if (v.rel_far) c.rel_far = true, c.rel_window = 1;
       const Layout lay = Layout::make(c);
       auto P = init_params<double>(c, lay, 11 + std::uint64_t(layers));
       if (mode == PosMode::fire) P[std::size_t(lay.fire_L_sqrt)] = 4.1, P[std::size_t(lay.fire_c)] = 0.7;  // L 16.81

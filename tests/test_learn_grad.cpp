@@ -499,6 +499,23 @@ TEST(WholeModelVariants, InputInjection) {
   }
 }
 
+// coupled_rel with its far gain (rel_far), windows 1 and 0: pairs beyond the window on both levels of the
+// example (level-1 IDs 2..4, level-2 2..5), so the far gains take a gradient of their own; 2 layers.
+namespace {
+void float_matches_double(ModelConfig c);
+}  // namespace
+TEST(WholeModelVariants, CoupledRelFar) {
+  for (int W : {1, 0}) {
+    SCOPED_TRACE(W);
+    ModelConfig c = tiny_model(PosMode::coupled_rel);
+    c.rel_window = W, c.rel_far = true;
+    check_whole_model(c);
+    c.n_layers = 2;
+    check_whole_model(c);
+    float_matches_double(c);
+  }
+}
+
 // Position codes (model.pos_codes): every trainable tensor's gradient against finite differences, the
 // frozen tables' gradient exactly zero (check_whole_model), for each kind on either level and per level.
 // d_model 20 holds both hypercube blocks (2 x 4 + 2 x 3 dimensions for max_pos 8 and 6).

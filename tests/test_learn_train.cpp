@@ -418,6 +418,9 @@ TEST(LearnConfig, HelpDocumentsEveryFieldWithItsDefault) {
   ModelConfig rel;
   rel.pos_mode = PosMode::coupled_rel;
   mj["rel_window"] = nlohmann::json(rel).at("rel_window");
+  mj["rel_far"] = false;  // written when true
+  rel.rel_far = true;
+  EXPECT_EQ(nlohmann::json(rel).at("rel_far"), true);
   EXPECT_FALSE(nlohmann::json(ModelConfig{}).contains("rel_window"));
   EXPECT_FALSE(nlohmann::json(coded).contains("pos_code_distance"));  // written when not 1
   CLI::App app;  // the options as train declares them; their descriptions are what --help prints

@@ -198,7 +198,8 @@ class LearnedLogits(TempDir):
                     "rope": ["--pos-mode", "rope"], "injection": ["--input-injection", "true"],
                     "injection_rope": ["--pos-mode", "rope", "--input-injection", "true"],
                     "coupled_rel": ["--pos-mode", "coupled_rel"],
-                    "coupled_rel_w0": ["--pos-mode", "coupled_rel", "--rel-window", "0", "--input-injection", "true"]}
+                    "coupled_rel_w0": ["--pos-mode", "coupled_rel", "--rel-window", "0", "--input-injection", "true"],
+                    "coupled_rel_far": ["--pos-mode", "coupled_rel", "--rel-window", "1", "--rel-far", "true"]}
         for name, flags in variants.items():
             run = os.path.join(self.dir, name)
             tool("TRAIN", "--out", run, "--train-n", 2, "--train-m", 3, "--train-size", 200, "--max-pos1", 12,
@@ -206,9 +207,9 @@ class LearnedLogits(TempDir):
                  "--steps", 20, "--lr", 0.01, "--eval-every", 0, "--eval-samples", 2, *flags)
             self.compare(run, "57+8+96", greedy=False)
             self.compare(run, MEDIUM, greedy=False)  # beyond every training length
-        for name in ("coupled_rel", "coupled_rel_w0"):
+        for name, nb in (("coupled_rel", 5), ("coupled_rel_w0", 1), ("coupled_rel_far", 4)):
             run = os.path.join(self.dir, name)
-            self.assertEqual(tuple(load_learned(run).rel_bias.weight.shape), (2, 4, 2, 5 if name == "coupled_rel" else 1))
+            self.assertEqual(tuple(load_learned(run).rel_bias.weight.shape), (2, 4, 2, nb))
             self.assertEqual(len(load_learned(run).pos_emb), 0)  # no table
             self.compare(run, "5+38", 3, 2)  # offsets, and greedy decoding: the C++ reads the cached keys' IDs
             # gains of a few units (training moved them little in 20 steps): the bias decides the patterns
@@ -502,6 +503,8 @@ class LearnedApi(TempDir):
             (lambda c: c["model"].update(pos_codes=["learned"]), "pos_codes"),
             (lambda c: c["model"].update(pos_codes="frozen", pos_code_scale=0), "pos_code_scale"),
             (lambda c: c["model"].update(rel_window=2), "applies to pos_mode coupled_rel only"),
+            (lambda c: c["model"].update(rel_far=False), "applies to pos_mode coupled_rel only"),
+            (lambda c: c["model"].update(pos_mode="coupled_rel", rel_far=1), "rel_far"),
             # coupled_rel has no tables: the committed model's pos_emb.* are then tensors it does not use
             (lambda c: c["model"].update(pos_mode="coupled_rel"), "lacks rel_bias.weight"),
             (lambda c: c["model"].update(pos_mode="coupled_rel", rel_window=65), "rel_window"),

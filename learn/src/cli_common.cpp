@@ -100,7 +100,8 @@ const std::vector<FieldDoc>& config_fields() {
        "relative-position bias on the scores) | rope (Su et al.: q, k rotated by the token index) | coupled_rel "
        "(the bi-level coupling's IDs as a relative score bias: a learned gain per head, level and ID difference "
        "up to rel_window, no table; CPU devices)"},
-      {"model", "rel_window", "pos_mode coupled_rel: the largest |ID difference| with a gain of its own (others: no bias)"},
+      {"model", "rel_window", "pos_mode coupled_rel: the largest |ID difference| with a gain of its own (others: no bias, or rel_far's)"},
+      {"model", "rel_far", "pos_mode coupled_rel: one more learned gain per head and level for every |ID difference| > rel_window"},
       {"model", "abacus_k", "pos_mode abacus: training offsets beta uniform in [1, abacus_k], one per batch (the paper's "
                             "k = 100); needs max_pos1 >= abacus_k + the longest number - 1"},
       {"model", "fire_width", "pos_mode fire: hidden width of FIRE's MLP (the authors' d_fire)"},
@@ -169,6 +170,7 @@ ConfigOptions::ConfigOptions(CLI::App& app) {
   for (const char* k : {"fire_width", "fire_threshold"}) defaults["model"][k] = fj.at(k);
   defaults["model"]["input_injection"] = ModelConfig{}.input_injection;
   defaults["model"]["rel_window"] = ModelConfig{}.rel_window;
+  defaults["model"]["rel_far"] = ModelConfig{}.rel_far;
   defaults["model"]["pos_codes"] = ModelConfig{}.pos_codes_string();
   defaults["model"]["pos_code_scale"] = ModelConfig{}.pos_code_scale;
   defaults["model"]["pos_code_distance"] = ModelConfig{}.pos_code_distance;

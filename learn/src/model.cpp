@@ -222,6 +222,8 @@ void ModelConfig::validate() const {
   need(init_std > 0 && init_std < 10, fmt::format("model.init_std must be in (0, 10) (got {})", init_std));
   need(fire_width >= 1 && fire_width <= 4096, fmt::format("model.fire_width must be in [1, 4096] (got {})", fire_width));
   need(rel_window >= 0 && rel_window <= 64, fmt::format("model.rel_window must be in [0, 64] (got {})", rel_window));
+  need(!rel_far || pos_mode == PosMode::coupled_rel,
+       fmt::format("model.rel_far applies to pos_mode coupled_rel only (pos_mode is {})", pos_mode_name(pos_mode)));
   const int L = pos_tables(pos_mode);
   for (int lv = L; lv < kMaxPosLevels; ++lv)
     need(pos_codes[lv] == PosCode::learned,
@@ -276,6 +278,7 @@ void to_json(nlohmann::json& j, const ModelConfig& c) {
   }
   if (c.input_injection) j["input_injection"] = true;
   if (c.pos_mode == PosMode::coupled_rel) j["rel_window"] = c.rel_window;
+  if (c.rel_far) j["rel_far"] = true;
   if (c.any_pos_code()) {
     j["pos_codes"] = c.pos_codes_string();
     j["pos_code_scale"] = c.pos_code_scale;
@@ -301,7 +304,7 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
                                 "d_head",   "d_ff",       "max_pos1",   "max_pos2",    "max_pos3", "pos_mode",
                                 "norm_eps", "init_std",   "attn_scale", "init",        "tie_readout",
                                 "final_norm", "architecture", "abacus_k", "fire_width", "fire_threshold",
-                                "input_injection", "pos_codes", "pos_code_scale", "pos_code_distance", "rel_window"};
+                                "input_injection", "pos_codes", "pos_code_scale", "pos_code_distance", "rel_window", "rel_far"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return it.key() == k; }) == std::end(known))
       throw InputError(fmt::format("model config: unknown field '{}'", it.key()));
@@ -331,6 +334,13 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
     throw InputError(fmt::format("model.rel_window applies to pos_mode coupled_rel only (pos_mode is {})",
                                  pos_mode_name(c.pos_mode)));
   geti("rel_window", c.rel_window);
+  if (j.contains("rel_far")) {
+    if (c.pos_mode != PosMode::coupled_rel)
+      throw InputError(fmt::format("model.rel_far applies to pos_mode coupled_rel only (pos_mode is {})",
+                                   pos_mode_name(c.pos_mode)));
+    if (!j["rel_far"].is_boolean()) throw InputError("model.rel_far must be true or false");
+    c.rel_far = j["rel_far"].get<bool>();
+  }
   if (auto v = gets("fire_threshold")) c.fire_threshold = parse_fire_threshold(*v);
   if (j.contains("input_injection")) {
     if (!j["input_injection"].is_boolean()) throw InputError("model.input_injection must be true or false");
@@ -417,8 +427,10 @@ nlohmann::json architecture_description(const ModelConfig& c) {
     d["position_bias"] = fmt::format(
         "coupled_rel: scores(i, j) += sum over the 2 coupling levels lv of g[layer, head, lv, d + {0}] with d = "
         "id_lv(j) - id_lv(i), |d| <= {0} (rel_bias.weight (n_layers, n_heads, 2, {1})); no bias where either "
-        "ID is 0 or |d| > {0}; init N(0, init_std) (t5: d_model^-1/2)",
-        c.rel_window, 2 * c.rel_window + 1);
+        "ID is 0{2}; init N(0, init_std) (t5: d_model^-1/2)",
+        c.rel_window, c.rel_buckets(),
+        c.rel_far ? fmt::format(", g[layer, head, lv, {}] where |d| > {}", 2 * c.rel_window + 1, c.rel_window)
+                  : fmt::format(" or |d| > {}", c.rel_window));
   }
   return d;
 }
@@ -452,11 +464,11 @@ Layout Layout::make(const ModelConfig& c) {
     L.fire_L_sqrt = add("fire.L_sqrt", {1});
   }
   if (c.pos_mode == PosMode::coupled_rel)
-    L.rel_bias = add("rel_bias.weight", {c.n_layers, c.n_heads, pos_levels(c.pos_mode), 2 * c.rel_window + 1});
+    L.rel_bias = add("rel_bias.weight", {c.n_layers, c.n_heads, pos_levels(c.pos_mode), c.rel_buckets()});
   for (int b = 0; b < c.n_layers; ++b) {
     Block k;
     if (L.rel_bias >= 0)
-      k.rel_bias = L.rel_bias + std::int64_t(b) * c.n_heads * pos_levels(c.pos_mode) * (2 * c.rel_window + 1);
+      k.rel_bias = L.rel_bias + std::int64_t(b) * c.n_heads * pos_levels(c.pos_mode) * c.rel_buckets();
     const std::string p = fmt::format("layers.{}.", b);
     k.attn_norm1 = add(p + "attn_norm1.weight", {C});
     k.wq = add(p + "attn.q.weight", {D, C});
@@ -744,7 +756,7 @@ void block_forward(typename Acts<S>::Block& b, const S* x, const ModelView<S>& m
       for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv) ids[lv] = xb.pos[lv] + xb.begin(s);
       ctx.rel_bias->resize(std::size_t(NH) * std::size_t(T) * std::size_t(Tk));
       coupled_rel_bias(ctx.rel_bias->data(), ctx.params + w.rel_bias, ids, pos_levels(c.pos_mode), T, past, NH,
-                       c.rel_window);
+                       c.rel_window, c.rel_far);
       bias = ctx.rel_bias->data(), bias_rows = T, bias_cols = Tk;
     }
     attention_forward(b.ao.data() + o, b.att.data() + att_at, b.q.data() + o, b.k.data() + o, b.v.data() + o, T, Tk,
@@ -828,7 +840,7 @@ void block_backward(S* G, GradScratch<S>& g, const typename Acts<S>::Block& b, c
     if (ctx.rel_bias) {
       const std::int32_t* ids[kMaxPosLevels] = {};
       for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv) ids[lv] = xb.pos[lv] + xb.begin(s);
-      coupled_rel_bias_backward(G + w.rel_bias, g.drel_bias.data(), ids, pos_levels(c.pos_mode), T, NH, c.rel_window);
+      coupled_rel_bias_backward(G + w.rel_bias, g.drel_bias.data(), ids, pos_levels(c.pos_mode), T, NH, c.rel_window, c.rel_far);
     }
     att_at += std::int64_t(NH) * T * T;
     if (ctx.rope_cos) {  // 3'. RoPE: the rotation is orthogonal, d(before) = R^T d(after)

@@ -37,9 +37,9 @@ __all__ = ["code_similarity", "similarity_by_distance", "position_scores", "atte
 
 
 def _table(model, level):
-    if not 1 <= level <= model.cfg.levels:
+    if not 1 <= level <= model.cfg.tables:
         raise InputError("level %d: the model has %d position table%s (pos_mode %s)"
-                         % (level, model.cfg.levels, "" if model.cfg.levels == 1 else "s", model.cfg.pos_mode))
+                         % (level, model.cfg.tables, "" if model.cfg.tables == 1 else "s", model.cfg.pos_mode))
     return model.pos_emb[level - 1].weight.detach().to(torch.float64)[1:]  # IDs 1..max_pos (0: BOS, unused)
 
 
@@ -136,9 +136,24 @@ def keys_text(q, heads):
     return "\n".join(out) + "\n"
 
 
+def gains_text(model):
+    """pos_mode coupled_rel: its only position parameters, the gains per layer, head and level by ID
+    difference d = key - query (rel_bias.weight)."""
+    g, W = model.rel_bias.weight.detach(), model.cfg.rel_window
+    out = ["pos_mode coupled_rel: no position table; score gains by ID difference d = key - query, d = %d..%d"
+           % (-W, W)]
+    for l in range(g.shape[0]):
+        for h in range(g.shape[1]):
+            out.append("layer %d head %d  " % (l, h) + "   ".join(
+                "level %d: " % (lv + 1) + " ".join("%+6.2f" % float(x) for x in g[l, h, lv]) for lv in range(2)))
+    return "\n".join(out) + "\n"
+
+
 def distance_text(model, distances=(1, 2, 3, 5, 8, 10, 11, 12, 14, 16, 20, 24, 30)):
+    if model.cfg.pos_mode == "coupled_rel":
+        return gains_text(model)
     out = []
-    for lv in range(1, model.cfg.levels + 1):
+    for lv in range(1, model.cfg.tables + 1):
         by = similarity_by_distance(code_similarity(model, lv))
         out.append("level %d (%s) cosine by ID distance, mean/max: " % (lv, model.cfg.pos_codes[lv - 1]) + "  ".join(
             "d%d %.2f/%.2f" % (d, *by[d]) for d in distances if d in by))
@@ -148,7 +163,7 @@ def distance_text(model, distances=(1, 2, 3, 5, 8, 10, 11, 12, 14, 16, 20, 24, 3
 def plot_codes(model, problem, s1=1, s2=1, title=None):
     from .figures import _plt, CMAP_ATTENTION
     plt = _plt()
-    L, H = model.cfg.levels, model.cfg.n_heads
+    L, H = model.cfg.tables, model.cfg.n_heads
     fig, axes = plt.subplots(L, 2 + H, figsize=(3.2 * (2 + H), 3.0 * L + 1.4), squeeze=False)
     for lv in range(1, L + 1):
         sim = code_similarity(model, lv)
@@ -212,7 +227,9 @@ def main(argv=None):
             check_output_path(out)
         model = load_learned(args.model)
         if model.cfg.levels < 1:
-            raise InputError("pos_mode %s has no position table" % model.cfg.pos_mode)
+            raise InputError("pos_mode %s has no position IDs" % model.cfg.pos_mode)
+        if model.cfg.tables < 1 and not args.no_figure:  # coupled_rel: the gains and the keys are printed
+            raise InputError("pos_mode %s has no position table to draw: add --no-figure" % model.cfg.pos_mode)
         problem = _instance(args, model)
         print(distance_text(model), end="")
         q, heads = attended_keys(model, problem, args.s1, args.s2)

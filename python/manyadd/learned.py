@@ -133,7 +133,7 @@ class LearnedConfig:
             raise InputError("config.json: 'model' must be an object")
         for k in model:
             if (k not in _SIZES and k not in ARCHITECTURE_SWITCHES and k not in _INERT and k != "norm_eps"
-                    and k != "rel_window"):
+                    and k not in ("rel_window", "rel_far")):
                 raise InputError("config.json: model.%s is unknown to this version of manyadd (python/manyadd/learned.py):"
                                  " refusing to guess how it changes the forward" % k)
         for k, (lo, hi) in _SIZES.items():
@@ -154,9 +154,13 @@ class LearnedConfig:
         for k in _FIRE_ONLY:
             if k in model and self.pos_mode != "fire":
                 raise InputError("config.json: model.%s applies to pos_mode fire only (pos_mode is %r)" % (k, self.pos_mode))
-        if "rel_window" in model and self.pos_mode != "coupled_rel":
-            raise InputError("config.json: model.rel_window applies to pos_mode coupled_rel only (pos_mode is %r)"
-                             % self.pos_mode)
+        for k in ("rel_window", "rel_far"):
+            if k in model and self.pos_mode != "coupled_rel":
+                raise InputError("config.json: model.%s applies to pos_mode coupled_rel only (pos_mode is %r)"
+                                 % (k, self.pos_mode))
+        self.rel_far = model.get("rel_far", False)
+        if not isinstance(self.rel_far, bool):
+            raise InputError("config.json: model.rel_far must be true or false (got %r)" % (self.rel_far,))
         lo, hi, dflt = _REL_WINDOW
         self.rel_window = model.get("rel_window", dflt)
         if isinstance(self.rel_window, bool) or not isinstance(self.rel_window, int) or not lo <= self.rel_window <= hi:
@@ -262,23 +266,26 @@ class Fire(nn.Module):
 
 class CoupledRelBias(nn.Module):
     """pos_mode coupled_rel's score bias (learn/include/manyadd/learn/layers.hpp, coupled_rel_bias): the
-    parameter rel_bias.weight g (n_layers, H, 2, 2W + 1); layer l's bias of query i and key j is
-    sum over levels lv of g[l, h, lv, d + W] with d = id_lv(j) - id_lv(i), |d| <= W, nothing where either
-    ID is 0 or |d| > W. The C++ adds level 1's gain to 0, then level 2's: the same float sum."""
+    parameter rel_bias.weight g (n_layers, H, 2, 2W + 1 (+ 1 with rel_far)); layer l's bias of query i and
+    key j is sum over levels lv of g[l, h, lv, d + W] with d = id_lv(j) - id_lv(i), |d| <= W, and for
+    |d| > W g[l, h, lv, 2W + 1] with rel_far, nothing without; nothing where either ID is 0. The C++ adds
+    level 1's gain to 0, then level 2's: the same float sum."""
 
     def __init__(self, cfg):
         super().__init__()
-        self.W = cfg.rel_window
-        self.weight = nn.Parameter(torch.zeros(cfg.n_layers, cfg.n_heads, 2, 2 * self.W + 1))
+        self.W, self.far = cfg.rel_window, cfg.rel_far
+        self.weight = nn.Parameter(torch.zeros(cfg.n_layers, cfg.n_heads, 2, 2 * self.W + 1 + int(self.far)))
 
     def forward(self, l, pos):
         bias = None
         for lv in range(2):
             p = pos[lv]  # (B, T)
             d = p[:, None, :] - p[:, :, None]  # (B, Tq, Tk): key ID - query ID
-            on = (d.abs() <= self.W) & (p[:, :, None] > 0) & (p[:, None, :] > 0)
-            g = self.weight[l, :, lv]  # (H, 2W + 1)
-            b = g[:, (d.clamp(-self.W, self.W) + self.W)]  # (H, B, Tq, Tk)
+            near = d.abs() <= self.W
+            on = (near | self.far) & (p[:, :, None] > 0) & (p[:, None, :] > 0)
+            g = self.weight[l, :, lv]  # (H, nb)
+            idx = torch.where(near, d + self.W, torch.full_like(d, 2 * self.W + 1 if self.far else 0))  # 0: masked
+            b = g[:, idx]  # (H, B, Tq, Tk)
             b = torch.where(on[None], b, torch.zeros((), dtype=b.dtype, device=b.device)).transpose(0, 1)
             bias = b if bias is None else bias + b
         return bias

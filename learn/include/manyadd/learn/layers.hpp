@@ -337,35 +337,37 @@ void attention_backward(S* dq, S* dk, S* dv, S* scratch, const S* dout, const S*
 // at position j <= past + i (columns after the query are left 0: the causal mask drops them):
 //   bias[h, i, j] = sum over levels lv of g[h, lv, d + W]   where d = id_lv(key) - id_lv(query), |d| <= W
 // and nothing for a level where either ID is 0 (BOS, unused slots) or |d| > W. g is the layer's (NH, L,
-// 2W + 1) gains. ids[lv][t] is the ID of query row t; with past > 0 (decoding one sequence against its
+// nb) gains, nb = 2W + 1, or 2W + 2 with far: the last gain for every |d| > W. ids[lv][t] is the ID of query row t; with past > 0 (decoding one sequence against its
 // cache), ids[lv][-past .. -1] are the cached keys' IDs (the caller passes pointers into the whole
 // sequence's IDs). The bias is a function of ID differences alone: a pair of IDs never seen in training
-// gets what every pair at its difference gets, and every difference beyond W gets 0.
-inline int coupled_rel_bucket(std::int32_t query_id, std::int32_t key_id, int W) {
+// gets what every pair at its difference gets, and every difference beyond W gets 0 (far: one gain).
+inline int coupled_rel_bucket(std::int32_t query_id, std::int32_t key_id, int W, bool far) {
   if (query_id <= 0 || key_id <= 0) return -1;
   const std::int64_t d = std::int64_t(key_id) - query_id;
-  return d < -W || d > W ? -1 : int(d + W);
+  return d < -W || d > W ? (far ? 2 * W + 1 : -1) : int(d + W);
 }
 template <class S>
-void coupled_rel_bias(S* bias, const S* g, const std::int32_t* const* ids, int L, int T, int past, int NH, int W) {
-  const int Tk = past + T, nb = 2 * W + 1;
+void coupled_rel_bias(S* bias, const S* g, const std::int32_t* const* ids, int L, int T, int past, int NH, int W,
+                      bool far) {
+  const int Tk = past + T, nb = 2 * W + 1 + (far ? 1 : 0);
   std::fill(bias, bias + std::int64_t(NH) * T * Tk, S(0));
   for (int i = 0; i < T; ++i)
     for (int j = 0; j <= past + i; ++j)
       for (int lv = 0; lv < L; ++lv) {
-        const int b = coupled_rel_bucket(ids[lv][i], ids[lv][j - past], W);
+        const int b = coupled_rel_bucket(ids[lv][i], ids[lv][j - past], W, far);
         if (b < 0) continue;
         for (int h = 0; h < NH; ++h) bias[(std::int64_t(h) * T + i) * Tk + j] += g[(h * L + lv) * nb + b];
       }
 }
 // d of the above (past = 0, training): dg[h, lv, b] += sum over (i, j <= i) in bucket b of dbias[h, i, j].
 template <class S>
-void coupled_rel_bias_backward(S* dg, const S* dbias, const std::int32_t* const* ids, int L, int T, int NH, int W) {
-  const int nb = 2 * W + 1;
+void coupled_rel_bias_backward(S* dg, const S* dbias, const std::int32_t* const* ids, int L, int T, int NH, int W,
+                               bool far) {
+  const int nb = 2 * W + 1 + (far ? 1 : 0);
   for (int i = 0; i < T; ++i)
     for (int j = 0; j <= i; ++j)
       for (int lv = 0; lv < L; ++lv) {
-        const int b = coupled_rel_bucket(ids[lv][i], ids[lv][j], W);
+        const int b = coupled_rel_bucket(ids[lv][i], ids[lv][j], W, far);
         if (b < 0) continue;
         for (int h = 0; h < NH; ++h) dg[(h * L + lv) * nb + b] += dbias[(std::int64_t(h) * T + i) * T + j];
       }

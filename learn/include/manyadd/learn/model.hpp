@@ -38,7 +38,8 @@ namespace manyadd::learn {
 //   rope     RoPE (Su et al. 2021): no table; q and k rotated by their token index (layers.hpp)
 //   coupled_rel  the bi-level coupling's IDs as a relative bias, no table: every layer's score of query
 //            i and key j gets sum over levels lv of g[layer, head, lv, d] where d = id_lv(j) - id_lv(i)
-//            and |d| <= rel_window (learned gains, drawn as the init scheme's other weights), nothing otherwise (nor where either ID is 0):
+//            and |d| <= rel_window (learned gains, drawn as the init scheme's other weights); with rel_far one
+//            more gain per head and level for every |d| > rel_window; nothing otherwise (nor where either ID is 0):
 //            "is the key's ID mine, my successor's, my predecessor's" for every ID, trained or not
 //            (layers.hpp, coupled_rel_*; learn/README.md "coupled_rel")
 enum class PosMode { coupled, digits, absolute, none, coupled3, abacus, fire, rope, coupled_rel };
@@ -152,6 +153,10 @@ struct ModelConfig {
   // pos_mode coupled_rel only (in config.json for it alone): the largest |ID difference| with a gain of
   // its own; every other pair of IDs gets no bias.
   int rel_window = 2;
+  // pos_mode coupled_rel: one more gain per layer, head and level for every pair of IDs farther apart
+  // than rel_window (T5's last bucket): without it those pairs score 0 however many there are.
+  bool rel_far = false;
+  int rel_buckets() const { return 2 * rel_window + 1 + (rel_far ? 1 : 0); }  // gains per (layer, head, level)
 
   void validate() const;  // throws InputError
   bool any_pos_code() const;  // some level's table is not learned
@@ -181,15 +186,15 @@ struct Layout {
   std::int64_t total = 0;
   struct Block {
     std::int64_t attn_norm1, wq, wk, wv, wo, attn_norm2, ffn_norm1, wi, wo_ff, ffn_norm2;
-    std::int64_t rel_bias = -1;  // coupled_rel: this layer's (n_heads, 2, 2 rel_window + 1) gains
+    std::int64_t rel_bias = -1;  // coupled_rel: this layer's (n_heads, 2, rel_buckets()) gains
   };
   std::int64_t wte = 0, wpe[kMaxPosLevels] = {0, 0, 0}, final_norm = 0;
   // pos_mode fire: the MLP's three matrices (fire.mlp.0/2/4.weight: (H, 1), (H, H), (n_heads, H), the
   // indices of the authors' nn.Sequential) and the scalars fire.c, fire.L_sqrt (shape (1)); -1 otherwise.
   std::int64_t fire_w1 = -1, fire_w2 = -1, fire_w3 = -1, fire_c = -1, fire_L_sqrt = -1;
   std::int64_t final_norm_bias = -1;  // final_norm layer only
-  // pos_mode coupled_rel: rel_bias.weight (n_layers, n_heads, 2, 2 rel_window + 1), the gains of every
-  // layer, head, level and ID difference d (index d + rel_window); -1 otherwise (Block::rel_bias: the layer's)
+  // pos_mode coupled_rel: rel_bias.weight (n_layers, n_heads, 2, rel_buckets()), the gains of every
+  // layer, head, level and ID difference d (index d + rel_window; 2 rel_window + 1: |d| > rel_window, rel_far); -1 otherwise (Block::rel_bias: the layer's)
   std::int64_t rel_bias = -1;
   std::int64_t lm_head = -1;          // -1 when the readout is tied to tok_emb
   std::int64_t readout() const { return lm_head >= 0 ? lm_head : wte; }  // the readout matrix (vocab, C)
