@@ -317,7 +317,7 @@ class Impl final : public ImplBase {
       wpe[lv] = P(lay_.wpe[lv]);
     }
     grow(wk.x0, R * C);
-    embedding_forward(wk.x0.data(), pb.tokens.data() + ch.r0, pos, pos_levels(c_.pos_mode), P(lay_.wte), wpe, int(R), C);
+    embedding_forward(wk.x0.data(), pb.tokens.data() + ch.r0, pos, pos_tables(c_.pos_mode), P(lay_.wte), wpe, int(R), C);
     // 2.-7. the blocks (input injection: block l >= 1 reads its predecessor's output + x0)
     const float* x = wk.x0.data();
     for (int l = 0; l < L; ++l) {
@@ -353,7 +353,9 @@ class Impl final : public ImplBase {
   }
 
   // The attention of sequence s of the chunk: every row as a query, or (last) its live rows.
-  AttnArgs attn_args(const Worker& wk, const Block& b, const PackedBatch& pb, const Chunk& ch, int s, bool last) const {
+  // rel_dgain: coupled_rel's gains' gradient (the worker's), in the backward; null in the forward.
+  AttnArgs attn_args(const Worker& wk, const Block& b, const PackedBatch& pb, const Chunk& ch, int s, bool last,
+                     const Layout::Block& w, float* rel_dgain) const {
     const int D = c_.n_heads * c_.d_head;
     AttnArgs a;
     a.T = pb.length(s), a.NH = c_.n_heads, a.HS = c_.d_head;
@@ -365,6 +367,10 @@ class Impl final : public ImplBase {
       a.qrows = wk.live_local.data() + lo, a.nq = hi - lo;
     } else {
       a.qrows = iota_.data(), a.nq = a.T;
+    }
+    if (w.rel_bias >= 0) {  // coupled_rel: the layer's gains, the sequence's IDs
+      a.rel_gain = P(w.rel_bias), a.rel_W = c_.rel_window, a.rel_far = c_.rel_far, a.rel_dgain = rel_dgain;
+      for (int lv = 0; lv < 2; ++lv) a.rel_ids[lv] = pb.pos[std::size_t(lv)].data() + pb.offsets[std::size_t(s)];
     }
     return a;
   }
@@ -393,7 +399,7 @@ class Impl final : public ImplBase {
     // 4. attention of each sequence's query rows against its own keys
     grow(b.stats, Rq * NH * 2), grow(b.ao, Rq * D);
     for (int s = ch.s0; s < ch.s1; ++s) {
-      const AttnArgs a = attn_args(wk, b, pb, ch, s, last);
+      const AttnArgs a = attn_args(wk, b, pb, ch, s, last, w, nullptr);
       if (a.nq == 0) continue;
       const std::int64_t q0 = query_row(wk, pb, ch, s, last);
       grow(wk.work, cpu_fast::attention_workspace(a.T, HS));
@@ -480,9 +486,9 @@ class Impl final : public ImplBase {
     const std::int32_t* pos[kMaxPosLevels];
     float* dwpe[kMaxPosLevels] = {nullptr, nullptr, nullptr};
     for (int lv = 0; lv < kMaxPosLevels; ++lv) pos[lv] = pb.pos[lv].empty() ? nullptr : pb.pos[lv].data() + ch.r0;
-    for (int lv = 0; lv < pos_levels(c_.pos_mode); ++lv)
+    for (int lv = 0; lv < pos_tables(c_.pos_mode); ++lv)
       if (!pos_code_frozen(c_.pos_codes[lv])) dwpe[lv] = G + lay_.wpe[lv];
-    embedding_backward(G + lay_.wte, dwpe, wk.dx.data(), pb.tokens.data() + ch.r0, pos, pos_levels(c_.pos_mode), int(R), C);
+    embedding_backward(G + lay_.wte, dwpe, wk.dx.data(), pb.tokens.data() + ch.r0, pos, pos_tables(c_.pos_mode), int(R), C);
   }
 
   // Passes 7..2 of one block in reverse: wk.dx holds d(block output) (Rq, C) on entry and d(block input)
@@ -516,7 +522,7 @@ class Impl final : public ImplBase {
     // 4. attention, one sequence at a time: dq at its query rows, dk and dv at all its rows
     grow(wk.dqkv, R * 3 * D);
     for (int s = ch.s0; s < ch.s1; ++s) {
-      const AttnArgs a = attn_args(wk, b, pb, ch, s, last);
+      const AttnArgs a = attn_args(wk, b, pb, ch, s, last, w, w.rel_bias >= 0 ? G + w.rel_bias : nullptr);
       const std::int64_t q0 = query_row(wk, pb, ch, s, last), o = pb.offsets[std::size_t(s)] - ch.r0;
       grow(wk.work, cpu_fast::attention_workspace(a.T, HS));
       k_.attention_backward(a, wk.dao.data() + q0 * D, D, b.ao.data() + q0 * D, D, b.stats.data() + q0 * NH * 2,
@@ -545,9 +551,9 @@ class CpuFastDevice final : public detail::CpuDeviceBase {
     if (c.pos_mode == PosMode::fire)
       throw InputError("the cpu-fast device does not run pos_mode fire (its bias is a T x T table per head, which this "
                        "device never holds): use --device cpu");
-    if (c.pos_mode == PosMode::coupled_rel)
-      throw InputError("the cpu-fast device does not run pos_mode coupled_rel (its fused attention adds no per-pair bias): "
-                       "use --device cpu");
+    if (c.pos_mode == PosMode::coupled_rel && p != Precision::fp32)
+      throw InputError("the cpu-fast device runs pos_mode coupled_rel in fp32 only (its bias has no bf16 rounding "
+                       "points here): use --precision fp32 or --device cpu");
     if (threads < 1 || threads > 256) throw InputError(fmt::format("threads must be in [1, 256] (got {})", threads));
     if (!cpu_gemm::unavailable().empty())
       throw InputError("the cpu-fast device needs oneDNN (Debian's libdnnl2, which ./x installs): " + cpu_gemm::unavailable());

@@ -36,6 +36,15 @@ struct AttnArgs {
   int nq = 0;
   float scale = 1.f;
   bool bf16 = false;
+  // pos_mode coupled_rel (fp32 only): the score of query row i and key j plus sum over the two levels of
+  // rel_gain[(h 2 + lv) nb + bucket] (layers.hpp coupled_rel_bias and coupled_rel_bucket; nb = 2 rel_W + 1,
+  // + 1 with rel_far), the sequence's IDs rel_ids[lv][0 .. T); rel_gain null: no bias. The backward adds
+  // each pair's d score into rel_dgain (same layout) when it is not null.
+  const float* rel_gain = nullptr;
+  const std::int32_t* rel_ids[2] = {nullptr, nullptr};
+  int rel_W = 0;
+  bool rel_far = false;
+  float* rel_dgain = nullptr;
 };
 // Scratch floats the attention kernels need for a sequence of T rows (forward and backward).
 std::int64_t attention_workspace(int T, int HS);

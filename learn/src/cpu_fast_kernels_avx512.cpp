@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "cpu_fast_kernels.hpp"
+#include "manyadd/learn/layers.hpp"  // coupled_rel_bucket (compiled outside the target region)
 
 namespace manyadd::learn::cpu_fast {
 namespace avx512 {

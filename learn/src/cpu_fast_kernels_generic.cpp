@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "cpu_fast_kernels.hpp"
+#include "manyadd/learn/layers.hpp"  // coupled_rel_bucket
 
 namespace manyadd::learn::cpu_fast {
 namespace {
