@@ -72,7 +72,9 @@ int main(int argc, char** argv) {
                   "no m column");
   cli::add_output(app, "--png", png, "PNG heatmap output (default grid.png in the current directory)");
   cli::add_real(app, "--require", require,
-                "fail (exit 1) if any evaluated cell inside the training region has accuracy below this; < 0 = off");
+                "fail (exit 1) if any evaluated cell inside the training region has accuracy (a fraction) below "
+                "this; -1 = off",
+                -1, 1);
   cli::add_json(app, json_path, "JSON report");
   cli::add_device(app, device,
                   "cpu | cpu-fast (grid, teacher-forced only: packed batches on the fast CPU device, --threads; "
