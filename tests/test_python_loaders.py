@@ -120,6 +120,7 @@ def apply_case(case, d):
         text = text.replace(old, new)
     if "text" in case:
         text = case["text"]
+    text = case.get("text_prefix", "") + text
     with open(cpath, "wb") as f:
         f.write(text.encode("latin-1" if case.get("latin1") else "utf-8"))
     if case.get("checkpoint") or "tensors" in case:
@@ -258,6 +259,14 @@ class Refusals(unittest.TestCase):
         apply_case({"delete": ["model.n_layers", "model.init_std", "model.norm_eps"]}, d)
         self.assertEqual(load_learned(d).generate("57+48+96"), ANSWER)
         shutil.rmtree(d)
+
+    def test_what_evaluate_ignores_is_ignored(self):
+        # a train section that is not an object (evaluate reads no field of it), a byte-order mark
+        for k, case in enumerate(({"set": {"train": "sa"}}, {"text_prefix": "\ufeff"})):
+            d = copy_dir(LEARNED, os.path.join(_TMP, "ignored%d" % k))
+            apply_case(case, d)
+            self.assertEqual(load_learned(d).generate("57+48+96"), ANSWER)
+            shutil.rmtree(d)
 
 
 class Fuzz(unittest.TestCase):

@@ -63,6 +63,8 @@ def read_json(path, max_bytes=MAX_JSON):
             raise InputError("cannot read '%s': %s" % (path, e.strerror or e)) from None
     if len(raw) > max_bytes:
         raise InputError("'%s' is longer than the %d bytes this reader accepts" % (path, max_bytes))
+    if raw.startswith(b"\xef\xbb\xbf"):  # a byte-order mark, which nlohmann's parser skips
+        raw = raw[3:]
     try:
         return json.loads(raw.decode("utf-8"), object_pairs_hook=_unique, parse_constant=_no_constant,
                           parse_float=_finite_float, parse_int=_bounded_int)
@@ -282,11 +284,11 @@ def learned_shapes(model):
 
 
 def train_section(train, what):
-    """The fields of config.json "train" the Python side reads, checked (absent: None)."""
-    if train is None:
-        return None
+    """The fields of config.json "train" the Python side reads, checked as evaluate reads them (absent or
+    not an object: None, as evaluate ignores it; train.precision, which evaluate does not read, is
+    checked too: LearnedConfig records it)."""
     if not isinstance(train, dict):
-        raise InputError("%s: the train section must be a JSON object" % what)
+        return None
     out = dict(train)
     if "task" in train:
         if not isinstance(train["task"], str):
