@@ -261,152 +261,173 @@ RowEngine::RowEngine(const ConstructedModel& M, const Shape& shape, std::int64_t
   }
 }
 
-RowResult RowEngine::row(std::int64_t j, const CompiledFFN& F) const {
-  const Layout& L = M_.layout;
-  const int d = L.d();
-  const std::int64_t l = shape_.l, m = shape_.m, LL = l + 1, N = shape_.N();
-  if (j < 0 || j >= N) throw InputError("RowEngine: query index outside the sequence");
-  std::int32_t qp1, qp2;
-  position_id_at(shape_, s1_, s2_, j, qp1, qp2);
-  auto num = [&](std::int64_t k) { return tokens_[std::size_t(k)] < 10 ? double(tokens_[std::size_t(k)]) : 0.0; };
-  // Key k's index range: BOS 0; A_i (i = 1..m) digits at (i-1)LL + 1 + r (r = 0..l-1, level-1
-  // offset l - r), its separator at i LL; B_b (b = 0..m) separator at (m+b) LL (b >= 1; b = 0 is
-  // the '=' already counted as A_m's separator), digits at (m+b) LL + t (offset t = 1..l).
-  // The keys, as (level-1 offset o, level-2 offset b, index k), visited by blocks: a whole digit
-  // block at once, the rest (separators, the query's own partial block) one key at a time.
-  auto visit_blocks = [&](auto&& block, auto&& single) {
-    // query blocks A_1 .. A_m
-    for (std::int64_t i = 1; i <= m; ++i) {
-      const std::int64_t k0 = (i - 1) * LL + 1, sep = i * LL;
-      if (k0 > j) return;
-      const std::int64_t b = i - 1;
-      if (sep <= j) block(k0, b, true);
-      else
-        for (std::int64_t k = k0; k <= j; ++k) single(k, l - (k - k0), b);
-      if (sep <= j) single(sep, 0, i < m ? b : 0);
-    }
-    for (std::int64_t bb = 0; bb <= m; ++bb) {
-      const std::int64_t base = (m + bb) * LL;
-      if (bb > 0) {
-        if (base > j) return;
-        single(base, 0, bb);
-      }
-      const std::int64_t k0 = base + 1;
-      if (k0 > j) return;
-      if (base + l <= j) block(k0, bb, false);
-      else
-        for (std::int64_t k = k0; k <= j; ++k) single(k, k - base, bb);
-    }
-  };
-  RowResult R;
-  Eigen::VectorXd xq = Eigen::VectorXd::Zero(d);
-  xq(Layout::FULL_ONES) = 1;
-  write_position(L, qp1, qp2, xq.data());
-  // Per head: weight = exp(a1[o] - A1max) * exp(a2[b] + tokpart + A1max - top) (both factors <= 1,
-  // max-subtracted as the dense engine); z and the value sum without the digit blocks' NUM part.
-  struct PerHead {
-    std::vector<double> e1, e1rev, e2;
-    double z = 0, acc = 0, vnum = 0;
-  };
-  std::array<PerHead, 4> H;
-  for (int h = 0; h < 4; ++h) {
-    const Head& Hd = M_.heads[std::size_t(h)];
-    PerHead& P = H[std::size_t(h)];
-    const Eigen::VectorXd q = Hd.Q * xq;
-    // K is linear: a key's score = level-1 part + level-2 part + token part, each from the weights:
-    // part = (K x_part) . q = x_part . (K^T q).
-    const Eigen::VectorXd kq = Hd.K.transpose() * q;
-    // (the position rows of pe1_/pe2_ are zero outside their level's blocks)
-    const Eigen::VectorXd a1v = pe1_.middleCols(L.POS_1(), 2 * L.P1) * kq.segment(L.POS_1(), 2 * L.P1);
-    const Eigen::VectorXd a2v = pe2_.middleCols(L.POS_2(), 2 * L.P2) * kq.segment(L.POS_2(), 2 * L.P2);
-    const std::vector<double> a1(a1v.data(), a1v.data() + a1v.size()), a2(a2v.data(), a2v.data() + a2v.size());
-    Eigen::VectorXd xt = Eigen::VectorXd::Zero(d);
-    xt(Layout::FULL_ONES) = 1;
-    const double tokpart = (Hd.K * xt).dot(q);
-    xt(Layout::IS_BOS) = 1;
-    const double bos = (Hd.K * xt).dot(q);
-    P.vnum = Hd.V(0, Layout::NUM);
-    const double vone = Hd.V(0, Layout::FULL_ONES), vbos = Hd.V(0, Layout::IS_BOS);
-    // the first pass finds the top score, the second sums
-    const double A1max = *std::max_element(a1.begin(), a1.end());
-    double top = bos;
-    visit_blocks([&](std::int64_t, std::int64_t b, bool) { top = std::max(top, A1max + a2[std::size_t(b)] + tokpart); },
-                 [&](std::int64_t, std::int64_t o, std::int64_t b) { top = std::max(top, a1[std::size_t(o)] + a2[std::size_t(b)] + tokpart); });
-    P.e1.resize(a1.size());
-    P.e1rev.resize(a1.size());
-    P.e2.resize(a2.size());
-    for (std::size_t o = 0; o < a1.size(); ++o) P.e1[o] = std::exp(a1[o] - A1max);
-    for (std::int64_t r = 0; r < l; ++r) P.e1rev[std::size_t(r)] = P.e1[std::size_t(l - r)];  // A blocks: offsets l .. 1
-    for (std::size_t o = 0; o < a2.size(); ++o) P.e2[o] = std::exp(std::min(0.0, a2[o] + tokpart + A1max - top));
-    double sumDigits = 0;
-    for (std::int64_t o = 1; o <= l; ++o) sumDigits += P.e1[std::size_t(o)];
-    const double wb = std::exp(bos - top);
-    P.z = wb;
-    P.acc = wb * (vbos + vone);
-    visit_blocks(
-        [&](std::int64_t, std::int64_t b, bool) {
-          P.z += P.e2[std::size_t(b)] * sumDigits;
-          P.acc += P.e2[std::size_t(b)] * vone * sumDigits;
-        },
-        [&](std::int64_t k, std::int64_t o, std::int64_t b) {
-          const double w = P.e1[std::size_t(o)] * P.e2[std::size_t(b)];
-          P.z += w;
-          P.acc += w * (P.vnum * num(k) + vone);
-        });
+namespace {
+// The keys of row j, as (level-1 offset o, level-2 offset b, index k), visited by blocks: a whole digit
+// block at once (block(k0, b, is_A)), the rest (separators, the query's own partial block) one key at a
+// time (single(k, o, b)). Key k's index range: BOS 0 (not visited); A_i (i = 1..m) digits at
+// (i-1)LL + 1 + r (r = 0..l-1, level-1 offset l - r), its separator at i LL; B_b (b = 0..m) separator
+// at (m+b) LL (b >= 1; b = 0 is the '=' already counted as A_m's separator), digits at (m+b) LL + t
+// (offset t = 1..l).
+template <class Block, class Single>
+void visit_key_blocks(std::int64_t j, std::int64_t l, std::int64_t m, Block&& block, Single&& single) {
+  const std::int64_t LL = l + 1;
+  // query blocks A_1 .. A_m
+  for (std::int64_t i = 1; i <= m; ++i) {
+    const std::int64_t k0 = (i - 1) * LL + 1, sep = i * LL;
+    if (k0 > j) return;
+    const std::int64_t b = i - 1;
+    if (sep <= j) block(k0, b, true);
+    else
+      for (std::int64_t k = k0; k <= j; ++k) single(k, l - (k - k0), b);
+    if (sep <= j) single(sep, 0, i < m ? b : 0);
   }
-  // The digit blocks' NUM part of the heads that read NUM: sum_b e2[b] sum_r e[r] digit(b, r). A
-  // block's level-2 weights take one value per hypercube distance (<= P2 + 1 values), so the blocks
-  // are grouped by them and the digits of a group summed exactly as integers, one pass over the
-  // digits for all such heads: O(N) bytes per row instead of O(N) multiply-adds per head.
+  for (std::int64_t bb = 0; bb <= m; ++bb) {
+    const std::int64_t base = (m + bb) * LL;
+    if (bb > 0) {
+      if (base > j) return;
+      single(base, 0, bb);
+    }
+    const std::int64_t k0 = base + 1;
+    if (k0 > j) return;
+    if (base + l <= j) block(k0, bb, false);
+    else
+      for (std::int64_t k = k0; k <= j; ++k) single(k, k - base, bb);
+  }
+}
+
+// One head's sums for a row: weight = exp(a1[o] - A1max) * exp(a2[b] + tokpart + A1max - top) (both
+// factors <= 1, max-subtracted as the dense engine); z and the value sum acc without the digit blocks'
+// NUM part (add_digit_blocks adds it); e1, e1rev, e2 the factors by offset.
+struct RowHeadSums {
+  std::vector<double> e1, e1rev, e2;
+  double z = 0, acc = 0, vnum = 0;
+};
+
+RowHeadSums head_sums(const Head& Hd, const Layout& L, const Eigen::VectorXd& xq, const Eigen::MatrixXd& pe1,
+                      const Eigen::MatrixXd& pe2, const std::vector<std::uint8_t>& tokens, std::int64_t j, std::int64_t l,
+                      std::int64_t m) {
+  const int d = L.d();
+  auto num = [&](std::int64_t k) { return tokens[std::size_t(k)] < 10 ? double(tokens[std::size_t(k)]) : 0.0; };
+  RowHeadSums P;
+  const Eigen::VectorXd q = Hd.Q * xq;
+  // K is linear: a key's score = level-1 part + level-2 part + token part, each from the weights:
+  // part = (K x_part) . q = x_part . (K^T q).
+  const Eigen::VectorXd kq = Hd.K.transpose() * q;
+  // (the position rows of pe1/pe2 are zero outside their level's blocks)
+  const Eigen::VectorXd a1v = pe1.middleCols(L.POS_1(), 2 * L.P1) * kq.segment(L.POS_1(), 2 * L.P1);
+  const Eigen::VectorXd a2v = pe2.middleCols(L.POS_2(), 2 * L.P2) * kq.segment(L.POS_2(), 2 * L.P2);
+  const std::vector<double> a1(a1v.data(), a1v.data() + a1v.size()), a2(a2v.data(), a2v.data() + a2v.size());
+  Eigen::VectorXd xt = Eigen::VectorXd::Zero(d);
+  xt(Layout::FULL_ONES) = 1;
+  const double tokpart = (Hd.K * xt).dot(q);
+  xt(Layout::IS_BOS) = 1;
+  const double bos = (Hd.K * xt).dot(q);
+  P.vnum = Hd.V(0, Layout::NUM);
+  const double vone = Hd.V(0, Layout::FULL_ONES), vbos = Hd.V(0, Layout::IS_BOS);
+  // the first pass finds the top score, the second sums
+  const double A1max = *std::max_element(a1.begin(), a1.end());
+  double top = bos;
+  visit_key_blocks(
+      j, l, m, [&](std::int64_t, std::int64_t b, bool) { top = std::max(top, A1max + a2[std::size_t(b)] + tokpart); },
+      [&](std::int64_t, std::int64_t o, std::int64_t b) { top = std::max(top, a1[std::size_t(o)] + a2[std::size_t(b)] + tokpart); });
+  P.e1.resize(a1.size());
+  P.e1rev.resize(a1.size());
+  P.e2.resize(a2.size());
+  for (std::size_t o = 0; o < a1.size(); ++o) P.e1[o] = std::exp(a1[o] - A1max);
+  for (std::int64_t r = 0; r < l; ++r) P.e1rev[std::size_t(r)] = P.e1[std::size_t(l - r)];  // A blocks: offsets l .. 1
+  for (std::size_t o = 0; o < a2.size(); ++o) P.e2[o] = std::exp(std::min(0.0, a2[o] + tokpart + A1max - top));
+  double sumDigits = 0;
+  for (std::int64_t o = 1; o <= l; ++o) sumDigits += P.e1[std::size_t(o)];
+  const double wb = std::exp(bos - top);
+  P.z = wb;
+  P.acc = wb * (vbos + vone);
+  visit_key_blocks(
+      j, l, m,
+      [&](std::int64_t, std::int64_t b, bool) {
+        P.z += P.e2[std::size_t(b)] * sumDigits;
+        P.acc += P.e2[std::size_t(b)] * vone * sumDigits;
+      },
+      [&](std::int64_t k, std::int64_t o, std::int64_t b) {
+        const double w = P.e1[std::size_t(o)] * P.e2[std::size_t(b)];
+        P.z += w;
+        P.acc += w * (P.vnum * num(k) + vone);
+      });
+  return P;
+}
+
+// The digit blocks' NUM part of the heads that read NUM: sum_b e2[b] sum_r e[r] digit(b, r). A
+// block's level-2 weights take one value per hypercube distance (<= P2 + 1 values), so the blocks
+// are grouped by them and the digits of a group summed exactly as integers, one pass over the
+// digits for all such heads: O(N) bytes per row instead of O(N) multiply-adds per head. pair_sum:
+// A_{b+1} + B_b by significance (RowEngine's pair_sum_).
+void add_digit_blocks(std::array<RowHeadSums, 4>& H, const std::vector<std::uint8_t>& tokens,
+                      const std::vector<std::uint8_t>& pair_sum, std::int64_t j, std::int64_t l, std::int64_t m) {
+  const std::int64_t LL = l + 1;
   std::vector<int> reads;
   for (int h = 0; h < 4; ++h)
     if (H[std::size_t(h)].vnum != 0) reads.push_back(h);
-  if (!reads.empty()) {
-    std::map<std::vector<double>, int> group_of;
-    std::vector<std::vector<double>> group_e2;
-    // full blocks by level-2 offset b: A_{b+1} (index b) and B_b share it, so share a group
-    std::vector<int> groupA(std::size_t(m + 1), -1), groupB(std::size_t(m + 1), -1);
-    visit_blocks(
-        [&](std::int64_t, std::int64_t b, bool isA) {
-          std::vector<double> key;
-          for (int h : reads) key.push_back(H[std::size_t(h)].e2[std::size_t(b)]);
-          auto it = group_of.find(key);
-          if (it == group_of.end()) {
-            it = group_of.emplace(key, int(group_e2.size())).first;
-            group_e2.push_back(key);
-          }
-          (isA ? groupA : groupB)[std::size_t(b)] = it->second;
-        },
-        [](std::int64_t, std::int64_t, std::int64_t) {});
-    const std::size_t G = group_e2.size();
-    std::vector<std::int32_t> sums(2 * G * std::size_t(l), 0);  // [A/B][group][r]; at most 9 (m + 1) each
-    auto add = [&](const std::uint8_t* t, bool isA, int g) {
-      std::int32_t* s = sums.data() + (std::size_t(isA ? 0 : 1) * G + std::size_t(g)) * std::size_t(l);
-      for (std::int64_t r = 0; r < l; ++r) s[r] += t[r];  // full blocks hold digits only
-    };
-    for (std::int64_t b = 0; b <= m; ++b) {
-      const int ga = groupA[std::size_t(b)], gb = groupB[std::size_t(b)];
-      if (ga >= 0 && gb >= 0 && b < m) {
-        add(pair_sum_.data() + b * l, false, gb);  // A_{b+1} + B_b by significance: one pass for both
-      } else {
-        if (ga >= 0) add(tokens_.data() + b * LL + 1, true, ga);
-        if (gb >= 0) add(tokens_.data() + (m + b) * LL + 1, false, gb);
-      }
-    }
-    for (std::size_t hi = 0; hi < reads.size(); ++hi) {
-      PerHead& P = H[std::size_t(reads[hi])];
-      for (std::size_t g = 0; g < G; ++g) {
-        const std::int32_t* sa = sums.data() + g * std::size_t(l);
-        const std::int32_t* sb = sums.data() + (G + g) * std::size_t(l);
-        double dot = 0;
-        for (std::int64_t r = 0; r < l; ++r) dot += P.e1rev[std::size_t(r)] * sa[r] + P.e1[std::size_t(r + 1)] * sb[r];
-        P.acc += P.vnum * group_e2[g][hi] * dot;
-      }
+  if (reads.empty()) return;
+  std::map<std::vector<double>, int> group_of;
+  std::vector<std::vector<double>> group_e2;
+  // full blocks by level-2 offset b: A_{b+1} (index b) and B_b share it, so share a group
+  std::vector<int> groupA(std::size_t(m + 1), -1), groupB(std::size_t(m + 1), -1);
+  visit_key_blocks(
+      j, l, m,
+      [&](std::int64_t, std::int64_t b, bool isA) {
+        std::vector<double> key;
+        for (int h : reads) key.push_back(H[std::size_t(h)].e2[std::size_t(b)]);
+        auto it = group_of.find(key);
+        if (it == group_of.end()) {
+          it = group_of.emplace(key, int(group_e2.size())).first;
+          group_e2.push_back(key);
+        }
+        (isA ? groupA : groupB)[std::size_t(b)] = it->second;
+      },
+      [](std::int64_t, std::int64_t, std::int64_t) {});
+  const std::size_t G = group_e2.size();
+  std::vector<std::int32_t> sums(2 * G * std::size_t(l), 0);  // [A/B][group][r]; at most 9 (m + 1) each
+  auto add = [&](const std::uint8_t* t, bool isA, int g) {
+    std::int32_t* s = sums.data() + (std::size_t(isA ? 0 : 1) * G + std::size_t(g)) * std::size_t(l);
+    for (std::int64_t r = 0; r < l; ++r) s[r] += t[r];  // full blocks hold digits only
+  };
+  for (std::int64_t b = 0; b <= m; ++b) {
+    const int ga = groupA[std::size_t(b)], gb = groupB[std::size_t(b)];
+    if (ga >= 0 && gb >= 0 && b < m) {
+      add(pair_sum.data() + b * l, false, gb);  // A_{b+1} + B_b by significance: one pass for both
+    } else {
+      if (ga >= 0) add(tokens.data() + b * LL + 1, true, ga);
+      if (gb >= 0) add(tokens.data() + (m + b) * LL + 1, false, gb);
     }
   }
+  for (std::size_t hi = 0; hi < reads.size(); ++hi) {
+    RowHeadSums& P = H[std::size_t(reads[hi])];
+    for (std::size_t g = 0; g < G; ++g) {
+      const std::int32_t* sa = sums.data() + g * std::size_t(l);
+      const std::int32_t* sb = sums.data() + (G + g) * std::size_t(l);
+      double dot = 0;
+      for (std::int64_t r = 0; r < l; ++r) dot += P.e1rev[std::size_t(r)] * sa[r] + P.e1[std::size_t(r + 1)] * sb[r];
+      P.acc += P.vnum * group_e2[g][hi] * dot;
+    }
+  }
+}
+}  // namespace
+
+RowResult RowEngine::row(std::int64_t j, const CompiledFFN& F) const {
+  const Layout& L = M_.layout;
+  const std::int64_t l = shape_.l, m = shape_.m, N = shape_.N();
+  if (j < 0 || j >= N) throw InputError("RowEngine: query index outside the sequence");
+  std::int32_t qp1, qp2;
+  position_id_at(shape_, s1_, s2_, j, qp1, qp2);
+  Eigen::VectorXd xq = Eigen::VectorXd::Zero(L.d());
+  xq(Layout::FULL_ONES) = 1;
+  write_position(L, qp1, qp2, xq.data());
+  std::array<RowHeadSums, 4> H;
+  for (int h = 0; h < 4; ++h) H[std::size_t(h)] = head_sums(M_.heads[std::size_t(h)], L, xq, pe1_, pe2_, tokens_, j, l, m);
+  add_digit_blocks(H, tokens_, pair_sum_, j, l, m);
+  RowResult R;
   for (int h = 0; h < 4; ++h) R.out[std::size_t(h)] = H[std::size_t(h)].acc / H[std::size_t(h)].z;
   std::array<double, 7> y{};
-  y[Layout::NUM] = num(j);
+  y[Layout::NUM] = tokens_[std::size_t(j)] < 10 ? double(tokens_[std::size_t(j)]) : 0.0;
   y[Layout::FULL_ONES] = 1;
   for (int h = 0; h < 4; ++h) y[std::size_t(3 + h)] = R.out[std::size_t(h)];
   R.logits = F.logits(y);

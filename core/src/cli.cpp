@@ -179,12 +179,46 @@ std::string exit_codes_footer(bool has_failed_check) {
              : "Exit codes: 0 done, 2 bad input or usage, 3 internal error.";
 }
 
+namespace {
+// The option of `app` or of its option groups that the argument `arg` names ("--json", "-h", "--p2=3"),
+// or nullptr.
+const CLI::Option* option_named(const CLI::App& app, const std::string& arg) {
+  if (arg.size() < 2 || arg[0] != '-') return nullptr;
+  const std::string name = arg.substr(0, arg.find('='));
+  for (const CLI::Option* o : app.get_options())
+    if (o->check_name(name)) return o;
+  for (const CLI::App* group : app.get_subcommands([](const CLI::App*) { return true; }))
+    if (const CLI::Option* o = option_named(*group, arg)) return o;
+  return nullptr;
+}
+// An option that takes a value followed by another option of the tool ("--json --p2"): the value was
+// forgotten, and the next option would otherwise be taken as it (a file named "--p2"). Returns the
+// message, empty when there is none. "--json=--p2" or "--json ./--p2" still say it on purpose.
+std::string value_is_an_option(const CLI::App& app, int argc, const char* const* argv) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;
+    const CLI::Option* o = arg.find('=') == std::string::npos ? option_named(app, arg) : nullptr;
+    if (!o || o->get_expected_min() == 0) continue;
+    if (option_named(app, argv[i + 1]))
+      return fmt::format("{} needs a value, and '{}' is another option (a value that starts with '-' is written "
+                         "{}=VALUE, a file named so ./{})",
+                         arg, argv[i + 1], arg, argv[i + 1]);
+  }
+  return "";
+}
+}  // namespace
+
 int parse(CLI::App& app, int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   report::set_command_line(argc, argv);
   if (!app.get_option_no_throw("--version"))
     app.set_version_flag("--version", fmt::format("{} {} (commit {})",  // the name is set from argv[0] by parse
                                                   app.get_name().empty() && argc > 0 ? report::command_line()[0] : app.get_name(),
                                                   report::version(), report::commit()));
+  if (const std::string why = value_is_an_option(app, argc, argv); !why.empty()) {
+    err << app.get_name() << ": " << why << "\n";
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForVersion& e) {

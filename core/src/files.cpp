@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -125,21 +124,36 @@ void make_output_dir(const std::string& dir) {
 }
 
 std::string read_file(const std::string& path, std::uint64_t max_bytes) {
+  // O_NONBLOCK: opening a FIFO does not wait for a writer (it would block forever); the type is checked on
+  // the opened descriptor, so a path swapped after a check cannot slip through.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw InputError(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } close_fd{fd};
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) throw InputError(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
+  if (::fstat(fd, &st) != 0) throw InputError(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
   if (S_ISDIR(st.st_mode)) throw InputError(fmt::format("'{}' is a directory, not a file", path));
-  if (S_ISREG(st.st_mode) && std::uint64_t(st.st_size) > max_bytes)
+  if (!S_ISREG(st.st_mode))
+    throw InputError(fmt::format("'{}' is not a regular file (a FIFO, socket or device): readers take regular files only",
+                                 path));
+  if (std::uint64_t(st.st_size) > max_bytes)
     throw InputError(fmt::format("'{}' has {} bytes, more than the {} this reader accepts", path, st.st_size, max_bytes));
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw InputError(fmt::format("cannot open '{}'", path));
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
   std::string out;
+  out.reserve(std::size_t(st.st_size));
   char buf[1 << 16];
-  while (f.read(buf, sizeof buf) || f.gcount() > 0) {
-    out.append(buf, std::size_t(f.gcount()));
+  for (;;) {  // to the end, even if the file grew since fstat: bounded by max_bytes
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw InputError(fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
+    if (n == 0) break;
+    out.append(buf, std::size_t(n));
     if (out.size() > max_bytes)
       throw InputError(fmt::format("'{}' is longer than the {} bytes this reader accepts", path, max_bytes));
   }
-  if (f.bad()) throw InputError(fmt::format("cannot read '{}'", path));
   return out;
 }
 

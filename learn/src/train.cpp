@@ -364,6 +364,15 @@ namespace {
 const char kLogHeader[] = "step,loss,lr,grad_norm,tokens_per_s,elapsed_s";
 const char kEvalHeader[] = "step,mean_exact_match,min_exact_match,elapsed_s";
 
+// Whether `path` exists; InputError with the OS message where that cannot be known (a name too long, a
+// directory without permission): the user's to correct, not an internal error.
+bool path_exists(const std::string& path) {
+  std::error_code ec;
+  const bool there = std::filesystem::exists(path, ec);
+  if (ec) throw InputError(fmt::format("'{}': {}", path, ec.message()));
+  return there;
+}
+
 // Rewrites a CSV log so that it describes exactly the steps the checkpoint holds: the header, then the
 // complete rows (`columns` fields, a step first, steps increasing) of steps <= upto. Dropped: rows of
 // steps a killed run logged after its last checkpoint, and a last line a kill cut short (no newline).
@@ -373,7 +382,7 @@ std::int64_t rewrite_log(const std::string& path, const std::string& header, std
   check_output_path(path);  // the log is appended to: not through a link, not into a device
   std::string kept = header + "\n";
   std::int64_t last = 0;
-  if (keep && std::filesystem::exists(path)) {
+  if (keep && path_exists(path)) {
     const std::string text = read_file(path, std::uint64_t(1) << 30);
     for (std::size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) {
       const std::string line = text.substr(at, nl - at);
@@ -427,8 +436,7 @@ void remove_stale_temporaries(const std::string& dir) {
 nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const std::string& dir, bool resume,
                             std::int64_t stop_after, const ProgressOptions& progress,
                             std::shared_ptr<TrainDevice> device, double max_seconds, bool allow_precision_change) {
-  namespace fs = std::filesystem;
-  if (!resume && fs::exists(dir + "/checkpoint.safetensors"))
+  if (!resume && path_exists(dir + "/checkpoint.safetensors"))
     throw InputError(fmt::format("'{}' already holds a run (checkpoint.safetensors); pass --resume or choose another --out",
                                  dir));
   Trainer tr(mc, tc);

@@ -29,6 +29,202 @@
 using namespace manyadd;
 using namespace manyadd::learn;
 
+namespace {
+// The options (main declares them).
+struct Args {
+  std::string model, csv = "grid.csv", png = "grid.png", json_path, mode_s = "teacher", device = "cpu",
+                     precision_s = "fp32", task_s, problem;
+  int n_min = 0, n_max = 0, n_step = 0, m_min = 0, m_max = 0, threads = 2;
+  std::int64_t samples = 1000, s1 = 1, s2 = 1, s3 = 1;
+  std::uint64_t seed = 12345;
+  double require = -1;
+  bool quiet = false;
+};
+
+// --problem: one problem's expected response, teacher-forced predictions and greedy output (and the
+// JSON report); exit 0 when the greedy answer is right, 1 when not.
+int run_problem(const Args& a, const LoadedModel& lm, const Task& tk, const ModelView<float>& view) {
+  const Problem p = tk.parse(a.problem);
+  const Written w = tk.write(p);
+  const Example ex = make_example(tk, p, lm.cfg, Offsets{a.s1, a.s2, a.s3});
+  Acts<float> acts;
+  std::vector<std::uint8_t> tf, gr;
+  bool answer_tf = false;
+  const bool ok_tf = teacher_forced_correct(acts, view, ex, &tf, &answer_tf);
+  const bool ok_gr = greedy_correct(view, ex, &gr);
+  std::vector<std::uint8_t> exp_eos(ex.tokens.begin() + w.eq + 1, ex.tokens.end());
+  exp_eos.push_back(kDollar);
+  // The greedy answer read back in the task's format (when the output is one).
+  std::string greedy_answer = "(not a well-formed sequence)";
+  std::vector<std::uint8_t> whole(ex.tokens.begin(), ex.tokens.begin() + w.eq + 1);
+  whole.insert(whole.end(), gr.begin(), gr.end());
+  if (!whole.empty() && whole.back() == kDollar) whole.pop_back();
+  try {
+    const Reading rd = tk.read(whole);
+    greedy_answer = rd.answer + (rd.consistent ? "" : " (scratchpad inconsistent: " + rd.why + ")");
+  } catch (const InputError&) {
+  }
+  std::printf("problem  %s  (%s: %s, T=%lld, answer %s)\n", tk.to_string(p).c_str(), tk.name(),
+              tk.shape_words(p).c_str(), static_cast<long long>(w.T()), tk.reference_answer(p).c_str());
+  std::printf("query    %s\n",
+              tokens_to_string(std::vector<std::uint8_t>(ex.tokens.begin(), ex.tokens.begin() + w.eq + 1)).c_str());
+  std::printf("expected %s\nteacher  %s  (%s; answer tokens %s)\ngreedy   %s  (%s; answer %s)\n",
+              tokens_to_string(exp_eos).c_str(), tokens_to_string(tf).c_str(), ok_tf ? "exact" : "wrong",
+              answer_tf ? "right" : "wrong", tokens_to_string(gr).c_str(), ok_gr ? "exact" : "wrong",
+              greedy_answer.c_str());
+  if (!a.json_path.empty()) {
+    nlohmann::json logits = nlohmann::json::array();
+    for (std::int64_t k = w.eq; k < w.T(); ++k)
+      logits.push_back(std::vector<float>(acts.logits.begin() + k * lm.cfg.vocab, acts.logits.begin() + (k + 1) * lm.cfg.vocab));
+    nlohmann::json rep = {{"problem", tk.to_string(p)}, {"tokens", tokens_to_string(ex.tokens)},
+                          {"pos1", ex.pos[0]}, {"pos2", ex.pos[1]}, {"expected", tokens_to_string(exp_eos)},
+                          {"teacher", tokens_to_string(tf)}, {"greedy", tokens_to_string(gr)},
+                          {"teacher_exact", ok_tf}, {"greedy_exact", ok_gr}, {"logits_from_eq", logits}};
+    if (tk.kind() != TaskKind::addition) {
+      rep["task"] = tk.name();
+      rep["pos3"] = ex.pos[2];
+      rep["answer"] = tk.reference_answer(p);
+      rep["teacher_answer_exact"] = answer_tf;
+      rep["greedy_answer"] = greedy_answer;
+    }
+    report::write_json_report(a.json_path, "evaluate", ok_gr ? "pass" : "fail", rep);
+  }
+  return ok_gr ? 0 : 1;
+}
+
+// The training region config.json records (train_n = 0: none), read as far as it is integers.
+TrainConfig training_region(const nlohmann::json& config_json) {
+  TrainConfig region;
+  region.train_n = region.train_m = 0;
+  if (config_json.contains("train") && config_json["train"].is_object()) {
+    const auto& t = config_json["train"];
+    if (t.contains("train_n") && t["train_n"].is_number_integer()) region.train_n = t["train_n"].get<int>();
+    if (t.contains("train_m") && t["train_m"].is_number_integer()) region.train_m = t["train_m"].get<int>();
+  }
+  return region;
+}
+
+// The evaluated grid: accuracy per row and column (NaN: the cell does not fit the model), the CSV text,
+// the JSON cells, the greedy disagreements, the worst in-distribution accuracy (2: none) and the time.
+struct Grid {
+  std::vector<std::vector<double>> acc;
+  std::vector<int> rows, cols;
+  std::string csv_text;
+  nlohmann::json cells = nlohmann::json::array();
+  std::int64_t disagree = 0;
+  double worst_in = 2, secs = 0;
+};
+
+Grid eval_grid(const Args& a, const Task& tk, const GridAxis& a0, const GridAxis& a1, const TrainConfig& region,
+               const ModelView<float>& view, EvalMode mode, TrainDevice* dev) {
+  const bool two = tk.two_axes();
+  Grid g;
+  const bool addition = tk.kind() == TaskKind::addition;  // its CSV and JSON as they always were
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int j = a.m_min; j <= a.m_max; ++j) g.cols.push_back(j);
+  g.csv_text = two ? "n,m,samples,exact,accuracy" : "n,samples,exact,accuracy";
+  g.csv_text += addition ? "\n" : ",answer_exact,answer_accuracy\n";
+  ProgressOptions popt;
+  popt.quiet = a.quiet;
+  const std::int64_t n_rows = (a.n_max - a.n_min) / a.n_step + 1;
+  Progress prog("evaluate", n_rows * std::int64_t(g.cols.size()), "cells", popt);
+  prog.message(two ? fmt::format("exact match (%) per cell: one row per {} = {}..{}, columns {} = {}..{}", a0.csv, a.n_min,
+                                 a.n_max, a1.csv, a.m_min, a.m_max)
+                   : fmt::format("exact match (%) per {} = {}..{} step {}: whole response, answer token", a0.csv,
+                                 a.n_min, a.n_max, a.n_step));
+  for (int i = a.n_min; i <= a.n_max; i += a.n_step) {
+    g.rows.push_back(i);
+    g.acc.emplace_back();
+    std::vector<double> answers;
+    for (int j = a.m_min; j <= a.m_max; ++j) {
+      const auto r = eval_cell(view, tk, i, j, a.samples, a.seed, a.threads, mode, dev);
+      const double x = r.fits ? r.accuracy() : NAN, aa = r.fits ? r.answer_accuracy() : NAN;
+      g.acc.back().push_back(x);
+      answers.push_back(aa);
+      g.disagree += r.disagree;
+      if (r.fits && tk.in_training_region(region, i, j)) g.worst_in = std::min(g.worst_in, x);
+      const std::string key = two ? fmt::format("{},{}", i, j) : fmt::format("{}", i);
+      g.csv_text += r.fits ? fmt::format("{},{},{},{:.4f}", key, r.samples, r.exact, x) : fmt::format("{},0,0,NA", key);
+      if (!addition) g.csv_text += r.fits ? fmt::format(",{},{:.4f}", r.answer_exact, aa) : ",0,NA";
+      g.csv_text += "\n";
+      nlohmann::json cell = {{"n", i}, {"m", j}, {"samples", r.samples}, {"exact", r.exact},
+                             {"accuracy", r.fits ? nlohmann::json(x) : nlohmann::json(nullptr)}};
+      if (!addition) {
+        cell["answer_exact"] = r.answer_exact;
+        cell["answer_accuracy"] = r.fits ? nlohmann::json(aa) : nlohmann::json(nullptr);
+      }
+      if (!two) cell.erase("m");
+      g.cells.push_back(cell);
+      prog.add();
+    }
+    if (!two) g.acc.back().push_back(answers[0]);  // one-axis tasks: column 2 = the answer-token metric
+    std::string row;
+    for (double v : g.acc.back()) row += std::isnan(v) ? "   NA" : fmt::format(" {:4.0f}", 100 * v);
+    prog.message(fmt::format("{}={:2d}:{}", a0.csv, i, row));
+  }
+  prog.finish();
+  g.secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return g;
+}
+
+// The heatmap PNG: addition's as it always was; other tasks with their axes, parity's two columns.
+void write_grid_png(const Args& a, const Task& tk, const Grid& g, const GridAxis& a0, const GridAxis& a1,
+                    const TrainConfig& region) {
+  const bool two = tk.two_axes();
+  if (tk.kind() == TaskKind::addition) {
+    write_heatmap_png(a.png, g.acc, a.n_min, a.m_min, region.train_n, region.train_m);
+  } else {
+    HeatmapAxes ax;
+    ax.rows = g.rows;
+    ax.ytitle = a0.title;
+    if (two) {
+      ax.xtitle = a1.title, ax.cols = g.cols;
+      ax.col_lo = a1.min_value, ax.col_hi = region.train_m;
+    } else {  // parity: column 1 the whole response, column 2 the answer token
+      ax.xtitle = "1 WHOLE RESPONSE 2 ANSWER TOKEN", ax.cols = {1, 2};
+      ax.col_lo = 1, ax.col_hi = region.train_n > 0 ? 2 : 0;
+    }
+    ax.row_lo = a0.min_value, ax.row_hi = region.train_n;
+    write_png(a.png, heatmap_image(g.acc, ax));
+  }
+}
+
+// The checks (--mode both's agreement, --require), the JSON report and the summary line; the exit code.
+int grid_verdict(const Args& a, const Task& tk, const Grid& g, const TrainConfig& region, EvalMode mode) {
+  const bool two = tk.two_axes(), addition = tk.kind() == TaskKind::addition;
+  bool failed = false;
+  if (mode == EvalMode::both && g.disagree > 0) {
+    std::fprintf(stderr, "evaluate: teacher-forced and greedy verdicts disagree on %lld instances\n",
+                 static_cast<long long>(g.disagree));
+    failed = true;
+  }
+  if (a.require >= 0 && g.worst_in <= 1 && g.worst_in < a.require) {
+    std::fprintf(stderr, "evaluate: an in-distribution cell has accuracy %.4f < --require %.4f\n", g.worst_in, a.require);
+    failed = true;
+  }
+  if (!a.json_path.empty()) {
+    nlohmann::json rep = {{"model", a.model},       {"mode", a.mode_s},     {"device", a.device},  {"samples", a.samples},
+                          {"precision", a.precision_s},
+                          {"seed", a.seed},         {"n_range", {a.n_min, a.n_max}}, {"m_range", {a.m_min, a.m_max}},
+                          {"train_n", region.train_n},   {"train_m", region.train_m}, {"cells", g.cells},
+                          {"disagreements", g.disagree}, {"min_in_distribution", g.worst_in <= 1 ? nlohmann::json(g.worst_in) : nlohmann::json(nullptr)},
+                          {"seconds", g.secs},      {"failed", failed}};
+    if (!addition) {
+      rep["task"] = tk.name();
+      rep["n_step"] = a.n_step;
+      if (!two) rep.erase("m_range");
+      rep["metrics"] = {{"accuracy", "teacher-forced exact match of the whole response (scratchpad and EOS)"},
+                        {"answer_accuracy", "teacher-forced exact match of the final answer's tokens alone"}};
+    }
+    const bool checks = a.require >= 0 || mode == EvalMode::both;  // the verdict is the exit code's
+    report::write_json_report(a.json_path, "evaluate", failed ? "fail" : checks ? "pass" : "done", rep);
+  }
+  std::printf("evaluated %d x %d cells x %lld samples in %.1f s; %s, %s\n", int(g.rows.size()), int(g.cols.size()),
+              static_cast<long long>(a.samples), g.secs, a.csv.c_str(), a.png.c_str());
+  return failed ? 1 : 0;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{
       "Evaluate a model directory written by `train` on its task's grid: exact match of the whole response\n"
@@ -39,75 +235,69 @@ int main(int argc, char** argv) {
       "multiplication-noscratch TM(n, m), 1..30; parity and parity-noscratch query lengths n = 5..100 step 5.\n"
       "Cells whose position IDs exceed the model's max_pos are reported as NA (grey in the heatmap).",
       "evaluate"};
-  std::string model, csv, png, json_path, mode_s = "teacher", device = "cpu", precision_s = "fp32", task_s;
-  int n_min = 0, n_max = 0, n_step = 0, m_min = 0, m_max = 0, threads = 2;
-  std::int64_t samples = 1000;
-  std::uint64_t seed = 12345;
-  double require = -1;
-  bool quiet = false;
-  std::string problem;
-  std::int64_t s1 = 1, s2 = 1, s3 = 1;
-  cli::add_string(app, "--model", model, "model directory (config.json + model.safetensors)")->required();
-  cli::add_string(app, "--task", task_s,
+  Args a;
+  cli::add_string(app, "--model", a.model, "model directory (config.json + model.safetensors)")->required();
+  cli::add_string(app, "--task", a.task_s,
                   "the task the model was trained on (config.json's train.task; addition when absent): another is "
                   "refused (" + task_names() + ")");
-  auto* o_nmin = cli::add_int(app, "--n-min", n_min, "smallest row value n (default: the task's grid)", -1'000'000, 1'000'000, false);
-  auto* o_nmax = cli::add_int(app, "--n-max", n_max, "largest row value n (default: the task's grid)", -1'000'000, 1'000'000, false);
-  auto* o_nstep = cli::add_int(app, "--n-step", n_step, "step between rows (default: the task's grid; parity 5)", 1,
+  auto* o_nmin = cli::add_int(app, "--n-min", a.n_min, "smallest row value n (default: the task's grid)", -1'000'000, 1'000'000, false);
+  auto* o_nmax = cli::add_int(app, "--n-max", a.n_max, "largest row value n (default: the task's grid)", -1'000'000, 1'000'000, false);
+  auto* o_nstep = cli::add_int(app, "--n-step", a.n_step, "step between rows (default: the task's grid; parity 5)", 1,
                                1'000'000, false);
-  auto* o_mmin = cli::add_int(app, "--m-min", m_min, "smallest column value m (default: the task's grid)", -1'000'000,
+  auto* o_mmin = cli::add_int(app, "--m-min", a.m_min, "smallest column value m (default: the task's grid)", -1'000'000,
                               1'000'000, false);
-  auto* o_mmax = cli::add_int(app, "--m-max", m_max, "largest column value m (default: the task's grid)", -1'000'000,
+  auto* o_mmax = cli::add_int(app, "--m-max", a.m_max, "largest column value m (default: the task's grid)", -1'000'000,
                               1'000'000, false);
-  cli::add_int(app, "--samples", samples, "samples per cell (the paper: 1000)", 1);
-  cli::add_seed(app, seed, "seed of the test samples (each cell seeded from (seed, n, m))");
-  cli::add_threads(app, threads);
-  cli::add_string(app, "--mode", mode_s,
+  cli::add_int(app, "--samples", a.samples, "samples per cell (the paper: 1000)", 1);
+  cli::add_seed(app, a.seed, "seed of the test samples (each cell seeded from (seed, n, m))");
+  cli::add_threads(app, a.threads);
+  cli::add_string(app, "--mode", a.mode_s,
                   "teacher (one forward per instance) | greedy (KV-cache decoding) | both (teacher verdicts, greedy "
                   "checked to agree) (default teacher)");
-  csv = "grid.csv", png = "grid.png";
-  cli::add_output(app, "--csv", csv,
+  cli::add_output(app, "--csv", a.csv,
                   "CSV output (default grid.csv in the current directory; never into --model): "
                   "n,m,samples,exact,accuracy (addition); other tasks add answer_exact,answer_accuracy, and parity has "
                   "no m column");
-  cli::add_output(app, "--png", png, "PNG heatmap output (default grid.png in the current directory)");
-  cli::add_real(app, "--require", require,
-                "fail (exit 1) if any evaluated cell inside the training region has accuracy below this; < 0 = off");
-  cli::add_json(app, json_path, "JSON report");
-  cli::add_device(app, device,
+  cli::add_output(app, "--png", a.png, "PNG heatmap output (default grid.png in the current directory)");
+  cli::add_real(app, "--require", a.require,
+                "fail (exit 1) if any evaluated cell inside the training region has accuracy (a fraction) below "
+                "this; -1 = off",
+                -1, 1);
+  cli::add_json(app, a.json_path, "JSON report");
+  cli::add_device(app, a.device,
                   "cpu | cpu-fast (grid, teacher-forced only: packed batches on the fast CPU device, --threads; "
                   "attention streamed over rows, no T x T buffer) | cuda (grid, teacher-forced only, packed batches on "
                   "a GPU; exit 2 without a device)");
-  cli::add_string(app, "--precision", precision_s,
+  cli::add_string(app, "--precision", a.precision_s,
                   "fp32 | bf16: the forward's arithmetic (bf16: the rounding points of bf16 training, as the authors "
                   "evaluate under autocast) (default fp32)");
-  cli::add_string(app, "--problem", problem,
+  cli::add_string(app, "--problem", a.problem,
                   "instead of the grid: one problem in the task's notation (57+48+96, 0101, 37*925); prints the "
                   "expected response, the teacher-forced predictions and the greedy output (JSON adds tokens, "
                   "position IDs and response logits); exit 1 if the greedy answer is wrong");
   const std::int64_t kMaxOffset = std::numeric_limits<std::int64_t>::max();
-  cli::add_int(app, "--s1", s1, "with --problem: level-1 position offset (at most what max_pos1 allows)", 1, kMaxOffset);
-  cli::add_int(app, "--s2", s2, "with --problem: level-2 position offset (at most what max_pos2 allows)", 1, kMaxOffset);
-  cli::add_int(app, "--s3", s3, "with --problem: level-3 position offset (coupled3; at most what max_pos3 allows)", 1,
+  cli::add_int(app, "--s1", a.s1, "with --problem: level-1 position offset (at most what max_pos1 allows)", 1, kMaxOffset);
+  cli::add_int(app, "--s2", a.s2, "with --problem: level-2 position offset (at most what max_pos2 allows)", 1, kMaxOffset);
+  cli::add_int(app, "--s3", a.s3, "with --problem: level-3 position offset (coupled3; at most what max_pos3 allows)", 1,
                kMaxOffset);
-  cli::add_quiet(app, quiet);
+  cli::add_quiet(app, a.quiet);
   app.footer(cli::exit_codes_footer(true));
   if (const int rc = cli::parse(app, argc, argv, std::cout, std::cerr); rc >= 0) return rc;
   return run_tool("evaluate", std::cerr, [&] {
-    if (!task_s.empty()) parse_task(task_s);  // a misspelt name before the model is read
+    if (!a.task_s.empty()) parse_task(a.task_s);  // a misspelt name before the model is read
     EvalMode mode;
-    if (mode_s == "teacher") mode = EvalMode::teacher;
-    else if (mode_s == "greedy") mode = EvalMode::greedy;
-    else if (mode_s == "both") mode = EvalMode::both;
-    else throw InputError(fmt::format("--mode '{}' unknown (teacher|greedy|both)", mode_s));
-    if (device != "cpu" && mode != EvalMode::teacher)
+    if (a.mode_s == "teacher") mode = EvalMode::teacher;
+    else if (a.mode_s == "greedy") mode = EvalMode::greedy;
+    else if (a.mode_s == "both") mode = EvalMode::both;
+    else throw InputError(fmt::format("--mode '{}' unknown (teacher|greedy|both)", a.mode_s));
+    if (a.device != "cpu" && mode != EvalMode::teacher)
       throw InputError(fmt::format("--device {} evaluates teacher-forced only (--mode teacher); greedy decoding runs on "
-                                   "the CPU", device));
-    if (device != "cpu" && !problem.empty())
-      throw InputError(fmt::format("--problem runs on the CPU only (drop --device {})", device));
-    const Precision prec = parse_precision(precision_s);
-    const LoadedModel lm = load_model_dir(model);
-    const Task& tk = task_of_model(lm.config_json, task_s, model);
+                                   "the CPU", a.device));
+    if (a.device != "cpu" && !a.problem.empty())
+      throw InputError(fmt::format("--problem runs on the CPU only (drop --device {})", a.device));
+    const Precision prec = parse_precision(a.precision_s);
+    const LoadedModel lm = load_model_dir(a.model);
+    const Task& tk = task_of_model(lm.config_json, a.task_s, a.model);
     tk.check_model(lm.cfg);
     // The grid: the task's axes, narrowed by the flags.
     const bool two = tk.two_axes();
@@ -115,179 +305,33 @@ int main(int argc, char** argv) {
     const GridAxis a1 = two ? tk.axis(1) : GridAxis{"m", "", 1, 1, 1, 1, 1};
     if (!two && (o_mmin->count() || o_mmax->count()))
       throw InputError(fmt::format("task {} has one axis (n, the query length): drop --m-min/--m-max", tk.name()));
-    if (!o_nmin->count()) n_min = a0.lo;
-    if (!o_nmax->count()) n_max = o_nmin->count() ? std::max(n_min, a0.hi) : a0.hi;
-    if (!o_nstep->count()) n_step = a0.step;
-    if (!o_mmin->count()) m_min = a1.lo;
-    if (!o_mmax->count()) m_max = o_mmin->count() ? std::max(m_min, a1.hi) : a1.hi;
-    if (n_min < a0.min_value || n_max < n_min || n_max > a0.max_value)
+    if (!o_nmin->count()) a.n_min = a0.lo;
+    if (!o_nmax->count()) a.n_max = o_nmin->count() ? std::max(a.n_min, a0.hi) : a0.hi;
+    if (!o_nstep->count()) a.n_step = a0.step;
+    if (!o_mmin->count()) a.m_min = a1.lo;
+    if (!o_mmax->count()) a.m_max = o_mmin->count() ? std::max(a.m_min, a1.hi) : a1.hi;
+    if (a.n_min < a0.min_value || a.n_max < a.n_min || a.n_max > a0.max_value)
       throw InputError(fmt::format("need {} <= --n-min <= --n-max <= {}", a0.min_value, a0.max_value));
-    if (m_min < a1.min_value || m_max < m_min || m_max > a1.max_value)
+    if (a.m_min < a1.min_value || a.m_max < a.m_min || a.m_max > a1.max_value)
       throw InputError(fmt::format("need {} <= --m-min <= --m-max <= {}", a1.min_value, a1.max_value));
-    if (problem.empty())  // a cell's samples are held at once
-      check_samples_fit(samples, tk, n_max, m_max,
-                        fmt::format("--samples {} per cell up to {}", samples,
-                                    tk.kind() == TaskKind::addition ? fmt::format("TA({}, {})", n_max, m_max)
-                                                                    : fmt::format("{} cell ({}, {})", tk.name(), n_max, m_max)));
+    if (a.problem.empty())  // a cell's samples are held at once
+      check_samples_fit(a.samples, tk, a.n_max, a.m_max,
+                        fmt::format("--samples {} per cell up to {}", a.samples,
+                                    tk.kind() == TaskKind::addition ? fmt::format("TA({}, {})", a.n_max, a.m_max)
+                                                                    : fmt::format("{} cell ({}, {})", tk.name(), a.n_max, a.m_max)));
     const ModelView<float> view{lm.cfg, lm.lay, lm.params.data(), prec};
-    const std::shared_ptr<TrainDevice> dev = make_named_device(device, lm.cfg, threads, prec);  // InputError -> exit 2
-    if (const std::string note = device_note(device, prec); !quiet && !note.empty())
+    const std::shared_ptr<TrainDevice> dev = make_named_device(a.device, lm.cfg, a.threads, prec);  // InputError -> exit 2
+    if (const std::string note = device_note(a.device, prec); !a.quiet && !note.empty())
       std::fprintf(stderr, "evaluate: %s\n", note.c_str());
     if (dev) {
       const std::vector<float> zeros(lm.params.size(), 0.f);
       dev->set_state(lm.params, zeros, zeros);
     }
-    if (!problem.empty()) {
-      const Problem p = tk.parse(problem);
-      const Written w = tk.write(p);
-      const Example ex = make_example(tk, p, lm.cfg, Offsets{s1, s2, s3});
-      Acts<float> a;
-      std::vector<std::uint8_t> tf, gr;
-      bool answer_tf = false;
-      const bool ok_tf = teacher_forced_correct(a, view, ex, &tf, &answer_tf);
-      const bool ok_gr = greedy_correct(view, ex, &gr);
-      std::vector<std::uint8_t> exp_eos(ex.tokens.begin() + w.eq + 1, ex.tokens.end());
-      exp_eos.push_back(kDollar);
-      // The greedy answer read back in the task's format (when the output is one).
-      std::string greedy_answer = "(not a well-formed sequence)";
-      std::vector<std::uint8_t> whole(ex.tokens.begin(), ex.tokens.begin() + w.eq + 1);
-      whole.insert(whole.end(), gr.begin(), gr.end());
-      if (!whole.empty() && whole.back() == kDollar) whole.pop_back();
-      try {
-        const Reading rd = tk.read(whole);
-        greedy_answer = rd.answer + (rd.consistent ? "" : " (scratchpad inconsistent: " + rd.why + ")");
-      } catch (const InputError&) {
-      }
-      std::printf("problem  %s  (%s: %s, T=%lld, answer %s)\n", tk.to_string(p).c_str(), tk.name(),
-                  tk.shape_words(p).c_str(), static_cast<long long>(w.T()), tk.reference_answer(p).c_str());
-      std::printf("query    %s\n",
-                  tokens_to_string(std::vector<std::uint8_t>(ex.tokens.begin(), ex.tokens.begin() + w.eq + 1)).c_str());
-      std::printf("expected %s\nteacher  %s  (%s; answer tokens %s)\ngreedy   %s  (%s; answer %s)\n",
-                  tokens_to_string(exp_eos).c_str(), tokens_to_string(tf).c_str(), ok_tf ? "exact" : "wrong",
-                  answer_tf ? "right" : "wrong", tokens_to_string(gr).c_str(), ok_gr ? "exact" : "wrong",
-                  greedy_answer.c_str());
-      if (!json_path.empty()) {
-        nlohmann::json logits = nlohmann::json::array();
-        for (std::int64_t k = w.eq; k < w.T(); ++k)
-          logits.push_back(std::vector<float>(a.logits.begin() + k * lm.cfg.vocab, a.logits.begin() + (k + 1) * lm.cfg.vocab));
-        nlohmann::json rep = {{"problem", tk.to_string(p)}, {"tokens", tokens_to_string(ex.tokens)},
-                              {"pos1", ex.pos[0]}, {"pos2", ex.pos[1]}, {"expected", tokens_to_string(exp_eos)},
-                              {"teacher", tokens_to_string(tf)}, {"greedy", tokens_to_string(gr)},
-                              {"teacher_exact", ok_tf}, {"greedy_exact", ok_gr}, {"logits_from_eq", logits}};
-        if (tk.kind() != TaskKind::addition) {
-          rep["task"] = tk.name();
-          rep["pos3"] = ex.pos[2];
-          rep["answer"] = tk.reference_answer(p);
-          rep["teacher_answer_exact"] = answer_tf;
-          rep["greedy_answer"] = greedy_answer;
-        }
-        report::write_json_report(json_path, "evaluate", ok_gr ? "pass" : "fail", rep);
-      }
-      return ok_gr ? 0 : 1;
-    }
-    TrainConfig region;  // the training region, if known (train_n = 0: none)
-    region.train_n = region.train_m = 0;
-    if (lm.config_json.contains("train") && lm.config_json["train"].is_object()) {
-      const auto& t = lm.config_json["train"];
-      if (t.contains("train_n") && t["train_n"].is_number_integer()) region.train_n = t["train_n"].get<int>();
-      if (t.contains("train_m") && t["train_m"].is_number_integer()) region.train_m = t["train_m"].get<int>();
-    }
-    const bool addition = tk.kind() == TaskKind::addition;  // its CSV and JSON as they always were
-    const auto t0 = std::chrono::steady_clock::now();
-    std::vector<std::vector<double>> acc;
-    std::vector<int> rows, cols;
-    for (int j = m_min; j <= m_max; ++j) cols.push_back(j);
-    std::string csv_text = two ? "n,m,samples,exact,accuracy" : "n,samples,exact,accuracy";
-    csv_text += addition ? "\n" : ",answer_exact,answer_accuracy\n";
-    nlohmann::json cells = nlohmann::json::array();
-    std::int64_t disagree = 0;
-    double worst_in = 2;
-    ProgressOptions popt;
-    popt.quiet = quiet;
-    const std::int64_t n_rows = (n_max - n_min) / n_step + 1;
-    Progress prog("evaluate", n_rows * std::int64_t(cols.size()), "cells", popt);
-    prog.message(two ? fmt::format("exact match (%) per cell: one row per {} = {}..{}, columns {} = {}..{}", a0.csv, n_min,
-                                   n_max, a1.csv, m_min, m_max)
-                     : fmt::format("exact match (%) per {} = {}..{} step {}: whole response, answer token", a0.csv,
-                                   n_min, n_max, n_step));
-    for (int i = n_min; i <= n_max; i += n_step) {
-      rows.push_back(i);
-      acc.emplace_back();
-      std::vector<double> answers;
-      for (int j = m_min; j <= m_max; ++j) {
-        const auto r = eval_cell(view, tk, i, j, samples, seed, threads, mode, dev.get());
-        const double a = r.fits ? r.accuracy() : NAN, aa = r.fits ? r.answer_accuracy() : NAN;
-        acc.back().push_back(a);
-        answers.push_back(aa);
-        disagree += r.disagree;
-        if (r.fits && tk.in_training_region(region, i, j)) worst_in = std::min(worst_in, a);
-        const std::string key = two ? fmt::format("{},{}", i, j) : fmt::format("{}", i);
-        csv_text += r.fits ? fmt::format("{},{},{},{:.4f}", key, r.samples, r.exact, a) : fmt::format("{},0,0,NA", key);
-        if (!addition) csv_text += r.fits ? fmt::format(",{},{:.4f}", r.answer_exact, aa) : ",0,NA";
-        csv_text += "\n";
-        nlohmann::json cell = {{"n", i}, {"m", j}, {"samples", r.samples}, {"exact", r.exact},
-                               {"accuracy", r.fits ? nlohmann::json(a) : nlohmann::json(nullptr)}};
-        if (!addition) {
-          cell["answer_exact"] = r.answer_exact;
-          cell["answer_accuracy"] = r.fits ? nlohmann::json(aa) : nlohmann::json(nullptr);
-        }
-        if (!two) cell.erase("m");
-        cells.push_back(cell);
-        prog.add();
-      }
-      if (!two) acc.back().push_back(answers[0]);  // one-axis tasks: column 2 = the answer-token metric
-      std::string row;
-      for (double a : acc.back()) row += std::isnan(a) ? "   NA" : fmt::format(" {:4.0f}", 100 * a);
-      prog.message(fmt::format("{}={:2d}:{}", a0.csv, i, row));
-    }
-    prog.finish();
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    atomic_write(csv, csv_text);
-    if (addition) {
-      write_heatmap_png(png, acc, n_min, m_min, region.train_n, region.train_m);
-    } else {
-      HeatmapAxes ax;
-      ax.rows = rows;
-      ax.ytitle = a0.title;
-      if (two) {
-        ax.xtitle = a1.title, ax.cols = cols;
-        ax.col_lo = a1.min_value, ax.col_hi = region.train_m;
-      } else {  // parity: column 1 the whole response, column 2 the answer token
-        ax.xtitle = "1 WHOLE RESPONSE 2 ANSWER TOKEN", ax.cols = {1, 2};
-        ax.col_lo = 1, ax.col_hi = region.train_n > 0 ? 2 : 0;
-      }
-      ax.row_lo = a0.min_value, ax.row_hi = region.train_n;
-      write_png(png, heatmap_image(acc, ax));
-    }
-    bool failed = false;
-    if (mode == EvalMode::both && disagree > 0) {
-      std::fprintf(stderr, "evaluate: teacher-forced and greedy verdicts disagree on %lld instances\n",
-                   static_cast<long long>(disagree));
-      failed = true;
-    }
-    if (require >= 0 && worst_in <= 1 && worst_in < require) {
-      std::fprintf(stderr, "evaluate: an in-distribution cell has accuracy %.4f < --require %.4f\n", worst_in, require);
-      failed = true;
-    }
-    if (!json_path.empty()) {
-      nlohmann::json rep = {{"model", model},       {"mode", mode_s},     {"device", device},  {"samples", samples},
-                            {"precision", precision_s},
-                            {"seed", seed},         {"n_range", {n_min, n_max}}, {"m_range", {m_min, m_max}},
-                            {"train_n", region.train_n},   {"train_m", region.train_m}, {"cells", cells},
-                            {"disagreements", disagree}, {"min_in_distribution", worst_in <= 1 ? nlohmann::json(worst_in) : nlohmann::json(nullptr)},
-                            {"seconds", secs},      {"failed", failed}};
-      if (!addition) {
-        rep["task"] = tk.name();
-        rep["n_step"] = n_step;
-        if (!two) rep.erase("m_range");
-        rep["metrics"] = {{"accuracy", "teacher-forced exact match of the whole response (scratchpad and EOS)"},
-                          {"answer_accuracy", "teacher-forced exact match of the final answer's tokens alone"}};
-      }
-      const bool checks = require >= 0 || mode == EvalMode::both;  // the verdict is the exit code's
-      report::write_json_report(json_path, "evaluate", failed ? "fail" : checks ? "pass" : "done", rep);
-    }
-    std::printf("evaluated %d x %d cells x %lld samples in %.1f s; %s, %s\n", int(rows.size()), int(cols.size()),
-                static_cast<long long>(samples), secs, csv.c_str(), png.c_str());
-    return failed ? 1 : 0;
+    if (!a.problem.empty()) return run_problem(a, lm, tk, view);
+    const TrainConfig region = training_region(lm.config_json);
+    const Grid g = eval_grid(a, tk, a0, a1, region, view, mode, dev.get());
+    atomic_write(a.csv, g.csv_text);
+    write_grid_png(a, tk, g, a0, a1, region);
+    return grid_verdict(a, tk, g, region, mode);
   });
 }

@@ -188,6 +188,51 @@ ojson width_case(const nlohmann::json& c) {
   return {{"width", rule}, {"n", n}, {"m", m}, {"l", width(parse_padding(rule), n, m)}};
 }
 
+// ---- the work, estimated before any of it is done ------------------------------------------------
+// Bytes one token of an answer takes at the peak: the token, its IDs (up to 3 levels) and its target in
+// the vectors (4 bytes each: 20), the same five in the answer's JSON values (16 bytes each: 80), and its
+// share of the dumped text and of the printed table (a number and a comma or a column each: ~25).
+constexpr double kBytesPerToken = 128;
+
+// The test cell (i, j) a task's problem lies in (Task::cell_extent's axes).
+std::pair<int, int> cell_of(const Task& tk, const Problem& p) {
+  const auto len = [&](std::size_t k) { return k < p.operands.size() ? int(p.operands[k].size()) : 1; };
+  switch (tk.kind()) {
+    case TaskKind::addition:
+    case TaskKind::addition_noscratch: return {p.max_digits(), int(p.operands.size())};
+    case TaskKind::parity:
+    case TaskKind::parity_noscratch: return {len(0), 1};
+    default: return {len(0), len(1)};  // two numbers of i and j digits
+  }
+}
+
+// The bytes a case's answer takes, from its fields alone (nothing is written): a sequence case's N
+// tokens (its shape), a task case's longest sequence of the problem's cell (the task's extent), a
+// sample case's drawn digits (twice: the problems and their JSON strings). A case the C++ refuses
+// counts 0: its answer is the error message.
+double case_bytes(const nlohmann::json& c) {
+  try {
+    if (c.contains("width")) return 0;
+    if (c.contains("sample")) {
+      const double n = double(get_int(c, "n", 1, 1, 1000)), m = double(get_int(c, "m", 2, 1, 1000)),
+                   count = double(get_int(c, "count", 1, 1, 10000));
+      return count * (64.0 + 2.0 * m * (n + 2.0));
+    }
+    if (c.contains("task")) {
+      const Task& tk = task_named(get_str(c, "task", ""));
+      const Problem p = tk.parse(get_str(c, "problem", ""));
+      const auto [i, j] = cell_of(tk, p);
+      return double(tk.cell_extent(i, j).T) * kBytesPerToken;
+    }
+    const Problem p = parse_problem(get_str(c, "problem", ""));
+    const std::int64_t n = get_int(c, "n", p.max_digits(), -1000, 1'000'000);
+    const Shape shape = Shape::make(n, std::int64_t(p.operands.size()), parse_padding(get_str(c, "padding", "minimal")));
+    return double(shape.N()) * kBytesPerToken;
+  } catch (const InputError&) {
+    return 0;
+  }
+}
+
 // One case's tokens and IDs as a table (index, token, one row per level), and its JSON if asked.
 void print_ids(const ojson& r, const std::string& json_path) {
   const std::string toks = r["tokens"].get<std::string>();
@@ -216,25 +261,37 @@ int main(int argc, char** argv) {
   auto* o_cases = cli::add_string(app, "--cases", cases,
                                   "a JSON list of cases (see learn/tools/format_ids.cpp); the answers go to --json");
   o_problem->excludes(o_cases);
-  cli::add_string(app, "--padding", padding, "padding rule: minimal (learn/, the paper's experiments) or theorem (default minimal)");
-  cli::add_int(app, "--n", n, "digits per operand (0 = the longest operand)", 0, 100'000'000);
-  cli::add_string(app, "--task", task_s, "the task (" + task_names() + ") (default addition)");
+  auto* o_padding = cli::add_string(app, "--padding", padding,
+                                    "padding rule: minimal (learn/, the paper's experiments) or theorem (default minimal; "
+                                    "addition only)");
+  auto* o_n = cli::add_int(app, "--n", n, "digits per operand (0 = the longest operand; addition only)", 0, 100'000'000);
+  auto* o_task = cli::add_string(app, "--task", task_s, "the task (" + task_names() + ") (default addition)");
   auto* o_mode = cli::add_string(app, "--pos-mode", mode,
                                  "position IDs: coupled|coupled3|digits|absolute|none|abacus|fire|rope (learn/'s modes; "
                                  "fire and rope have none; default: the task's coupling)");
-  cli::add_int(app, "--s1", s1, "level-1 position offset", 1, 1'000'000);
-  cli::add_int(app, "--s2", s2, "level-2 position offset", 1, 1'000'000);
-  cli::add_int(app, "--s3", s3, "level-3 position offset", 1, 1'000'000);
+  auto* o_s1 = cli::add_int(app, "--s1", s1, "level-1 position offset", 1, 1'000'000);
+  auto* o_s2 = cli::add_int(app, "--s2", s2, "level-2 position offset", 1, 1'000'000);
+  auto* o_s3 = cli::add_int(app, "--s3", s3, "level-3 position offset (3-level tasks: multiplication)", 1, 1'000'000);
   cli::add_json(app, json_path,
                 "write the answer(s) as JSON to FILE: golden data (the Python twin's tests compare against it), not "
                 "a report, so without the tools' provenance and verdict");
   app.footer(cli::exit_codes_footer(false));
   if (const int rc = cli::parse(app, argc, argv, std::cout, std::cerr); rc >= 0) return rc;
   return run_tool("format_ids", std::cerr, [&] {
+    // An option the chosen path would ignore is refused, not dropped silently.
+    const auto refuse_given = [](std::initializer_list<CLI::Option*> opts, const std::string& why) {
+      for (CLI::Option* o : opts)
+        if (o->count()) throw InputError(fmt::format("{} {}: drop it", o->get_name(), why));
+    };
     if (!cases.empty()) {
+      refuse_given({o_padding, o_n, o_task, o_mode, o_s1, o_s2, o_s3},
+                   "does not apply to --cases (every case gives its own fields)");
       if (json_path.empty()) throw InputError("--cases writes its answers to --json FILE");
       const nlohmann::json in = read_json_file(cases);
       if (!in.is_array()) throw InputError(fmt::format("{}: expected a JSON list of cases", cases));
+      double bytes = 0;
+      for (const auto& c : in) bytes += c.is_object() ? case_bytes(c) : 0.0;
+      cli::check_fits_memory(bytes, fmt::format("--cases {} ({} cases)", cases, in.size()));
       std::string text = "[\n";  // one case per line: a diff of the golden file reads case by case
       for (std::size_t i = 0; i < in.size(); ++i) {
         const auto& c = in[i];
@@ -250,8 +307,10 @@ int main(int argc, char** argv) {
     }
     if (problem.empty()) throw InputError("give --problem P (e.g. 57+48+96) or --cases FILE");
     if (parse_task(task_s) != TaskKind::addition) {
+      refuse_given({o_padding, o_n}, fmt::format("applies to addition (task {} has its own format)", task_s));
       nlohmann::json c = {{"task", task_s}, {"problem", problem}, {"s1", s1}, {"s2", s2}, {"s3", s3}};
       if (o_mode->count()) c["pos_mode"] = mode;
+      cli::check_fits_memory(case_bytes(c), "--problem's sequence");
       const ojson r = task_case(c);
       if (r.contains("error")) throw InputError(r["error"].get<std::string>());
       std::printf("%s %s  (T=%d, '=' at %d, answer %s = tokens %d..%d, pos_mode %s)\n", task_s.c_str(),
@@ -261,8 +320,10 @@ int main(int argc, char** argv) {
       print_ids(r, json_path);
       return 0;
     }
+    refuse_given({o_s3}, "applies to 3-level tasks (addition has 2 levels)");
     nlohmann::json c = {{"problem", problem}, {"padding", padding}, {"pos_mode", mode}, {"s1", s1}, {"s2", s2}};
     if (n > 0) c["n"] = n;
+    cli::check_fits_memory(case_bytes(c), "--problem's sequence (its shape's N tokens)");
     const ojson r = sequence_case(c);
     if (r.contains("error")) throw InputError(r["error"].get<std::string>());
     std::printf("sequence %s  (n=%d m=%d l=%d N=%d, %s padding, pos_mode %s, s1=%lld s2=%lld)\n",

@@ -53,7 +53,9 @@ KernelRounding kernel_rounding(const ConstructedModel& M, int h, int D, double w
   k.wlo = std::exp2(-2 * k.eta2 * (1 + r)) * (1 - e2) * (1 - 1e-15);
   k.whi = (1 + e2) * (1 + 1e-15);
   const double gap = 2 * H.lambda * log2e * (1 - 1e-15) - 2 * k.eta2;
-  if (!(gap > 0)) throw InputError("kernel_rounding: the score error reaches the gap 2 lambda");
+  if (!(gap > 0))
+    throw KernelUnbounded(fmt::format("kernel_rounding: the score error reaches the gap 2 lambda (head {}, lambda {})",
+                                      h + 1, H.lambda));
   k.eps = std::exp2(-gap * (1 - r)) * (1 + e2) * (1 + 1e-15);
   // Step 3.
   k.rho = (e2 + r + 2 * k.eta2 * std::log(2.0) * r) * (1 + 1e-9);

@@ -298,107 +298,101 @@ void check_whole_claim_options(const WholeClaimOptions& o) {
   if (o.sample_shapes < 0 || o.sample_shapes > 100000) throw InputError("--sample-shapes must be in [0, 100000]");
 }
 
-WholeClaimResult whole_claim(const WholeClaimOptions& o) {
-  const auto t0 = Clock::now();
-  check_whole_claim_options(o);  // before building anything
-
-  WholeClaimResult R;
-  R.P1 = o.P1;
-  R.P2 = o.P2;
-  const std::int64_t C1v = pow2(o.P1), C2v = pow2(o.P2);
-  R.admitted = {1, C1v, 1, C2v - 1};                     // P1 >= log2(l), P2 >= log2(m + 1) (end of D.4.2)
-  const ShapeRange with_offsets{1, C1v - 1, 1, C2v - 1};  // l + 1 <= max_pos1 <= 2^P1: offsets exist
-  R.lambda = o.lambda > 0 ? o.lambda : default_lambda(max_tokens(with_offsets));
-  const ConstructedModel M = build_model(o.P1, o.P2, R.lambda);
-  const CompiledFFN F = CompiledFFN::build(M);
-
-  // ---- part 1: the solver, over every shape with offsets
-  {
-    const auto tp = Clock::now();
-    SmtOptions so;
-    so.witnesses = so.mutants = o.non_vacuity;
-    so.threads = o.threads;
-    R.smt = prove_closed_form(M, SmtRange{o.P1, o.P2, 1, C1v - 1, 1, C2v - 1}, closed::families(), so);
-    R.seconds_part1 = since(tp);
-  }
-
-  // ---- the class union, and parts 2-3 at the largest N of the range that avoids the wrap
-  const auto tc = Clock::now();
-  const std::vector<ClassGroup> all_groups = class_groups(with_offsets, o.P1, o.P2);
-  R.seconds_classes = since(tc);
-  ShapeRange claimed{1, C1v - 2, 1, C2v - 1};
-  const auto t23 = Clock::now();
-  auto cert = std::make_unique<ClassCertifier>(M, max_tokens(claimed));
-  std::vector<ClassGroup> groups, wraps;
-  for (const auto& g : all_groups) (is_wrap(g) ? wraps : groups).push_back(g);
+namespace {
+// The class part's state: the range claimed, its certifier and class groups, the wrap groups that
+// fail, and the margins per precision (real, float64, float32) with the first failing class named.
+struct ClassPart {
+  ShapeRange claimed;
+  std::unique_ptr<ClassCertifier> cert;
+  std::vector<ClassGroup> groups;
+  std::vector<std::pair<ClassGroup, ClassCertifier::Verdict>> wrap_fails;
   std::array<double, 3> mm{std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity(),
                            std::numeric_limits<double>::infinity()};
   std::array<bool, 3> ok{true, true, true};
   std::string fail_reason;
+  bool all_ok() const { return ok[0] && ok[1] && ok[2]; }
+};
+
+// Part 1: the solver, over every shape with offsets.
+void prove_part1(const ConstructedModel& M, const WholeClaimOptions& o, WholeClaimResult& R) {
+  const auto tp = Clock::now();
+  SmtOptions so;
+  so.witnesses = so.mutants = o.non_vacuity;
+  so.threads = o.threads;
+  R.smt = prove_closed_form(M, SmtRange{o.P1, o.P2, 1, pow2(o.P1) - 1, 1, pow2(o.P2) - 1}, closed::families(), so);
+  R.seconds_part1 = since(tp);
+}
+
+// The class union, and parts 2-3 at the largest N of the range that avoids the wrap (l = 2^P1 - 1):
+// by boxes that hold every shape's hull; then the wrap groups, and the wrap claimed too when they hold.
+ClassPart certify_classes(const ConstructedModel& M, const WholeClaimOptions& o, WholeClaimResult& R) {
+  const std::int64_t C1v = pow2(o.P1), C2v = pow2(o.P2);
+  const ShapeRange with_offsets{1, C1v - 1, 1, C2v - 1};  // l + 1 <= max_pos1 <= 2^P1: offsets exist
+  const auto tc = Clock::now();
+  const std::vector<ClassGroup> all_groups = class_groups(with_offsets, o.P1, o.P2);
+  R.seconds_classes = since(tc);
+  ClassPart C;
+  C.claimed = ShapeRange{1, C1v - 2, 1, C2v - 1};
+  const auto t23 = Clock::now();
+  C.cert = std::make_unique<ClassCertifier>(M, max_tokens(C.claimed));
+  std::vector<ClassGroup> wraps;
+  for (const auto& g : all_groups) (is_wrap(g) ? wraps : C.groups).push_back(g);
   auto check_all = [&] {
-    const auto v = cert->check(groups);
-    mm = v.margin;
-    ok = v.ok;
-    fail_reason.clear();
+    const auto v = C.cert->check(C.groups);
+    C.mm = v.margin;
+    C.ok = v.ok;
+    C.fail_reason.clear();
     if (v.failing_group >= 0) {
-      const ClassGroup& g = groups[std::size_t(v.failing_group)];
-      fail_reason = fmt::format("{} (class x3 = {}, x4 = {}: {})", v.reason, v.failing_x3, g.x4, g.origin);
+      const ClassGroup& g = C.groups[std::size_t(v.failing_group)];
+      C.fail_reason = fmt::format("{} (class x3 = {}, x4 = {}: {})", v.reason, v.failing_x3, g.x4, g.origin);
     }
   };
   // the claimed range (no wrap) by boxes that hold every shape's hull
-  const auto box_check = [&] {
-    const BoxCheck bc = check_boxes(claimed.l_hi, claimed.m_hi, 3, false, [&](const ClassBox& b, std::array<bool, 3>& okb) {
-      return cert->box_margins(b, okb);
-    });
-    mm = bc.margin;
-    ok = bc.ok;
-    R.boxes = bc.boxes;
-    if (!(ok[0] && ok[1] && ok[2])) {
-      check_all();  // name the first failing class
-      fail_reason = fmt::format("{}; box {}", fail_reason.empty() ? std::string("a box's hull fails") : fail_reason, bc.failing);
-    }
-  };
-  box_check();
+  const BoxCheck bc = check_boxes(C.claimed.l_hi, C.claimed.m_hi, 3, false, [&](const ClassBox& b, std::array<bool, 3>& okb) {
+    return C.cert->box_margins(b, okb);
+  });
+  C.mm = bc.margin;
+  C.ok = bc.ok;
+  R.boxes = bc.boxes;
+  if (!C.all_ok()) {
+    check_all();  // name the first failing class
+    C.fail_reason = fmt::format("{}; box {}", C.fail_reason.empty() ? std::string("a box's hull fails") : C.fail_reason, bc.failing);
+  }
   // The wrap groups: a failure at a smaller u is a failure at every larger u (the enclosures only
   // widen), so they are checked with the same tables; a pass must be re-checked at their own N.
-  std::vector<std::pair<ClassGroup, ClassCertifier::Verdict>> wrap_fails;
   std::unique_ptr<ClassCertifier> big;
   for (const auto& g : wraps) {
-    auto v = cert->check(g);
+    auto v = C.cert->check(g);
     if (v.ok[0] && v.ok[1] && v.ok[2]) {
       if (!big) big = std::make_unique<ClassCertifier>(M, max_tokens(with_offsets));
       v = big->check(g);
     }
-    if (!(v.ok[0] && v.ok[1] && v.ok[2])) wrap_fails.push_back({g, v});
+    if (!(v.ok[0] && v.ok[1] && v.ok[2])) C.wrap_fails.push_back({g, v});
   }
-  if (wrap_fails.empty()) {  // the wrap holds: claim l = 2^P1 - 1 too, at its own N
-    claimed = with_offsets;
-    groups = all_groups;
-    cert = big ? std::move(big) : std::make_unique<ClassCertifier>(M, max_tokens(with_offsets));
+  if (C.wrap_fails.empty()) {  // the wrap holds: claim l = 2^P1 - 1 too, at its own N
+    C.claimed = with_offsets;
+    C.groups = all_groups;
+    C.cert = big ? std::move(big) : std::make_unique<ClassCertifier>(M, max_tokens(with_offsets));
     check_all();
   }
   R.seconds_part23 = since(t23);
-  R.claimed = claimed;
-  R.margin = mm;
-  R.precision_ok = ok;
-  R.groups = std::int64_t(groups.size());
-  if (wrap_fails.empty()) R.boxes = R.groups;  // the claimed range holds the wrap: checked by groups
-  for (const auto& g : groups) R.classes += g.size();
-  R.n_tokens_max = max_tokens(claimed);
+  R.claimed = C.claimed;
+  R.margin = C.mm;
+  R.precision_ok = C.ok;
+  R.groups = std::int64_t(C.groups.size());
+  if (C.wrap_fails.empty()) R.boxes = R.groups;  // the claimed range holds the wrap: checked by groups
+  for (const auto& g : C.groups) R.classes += g.size();
+  R.n_tokens_max = max_tokens(C.claimed);
+  return C;
+}
 
-  // ---- lambda_min and the windows (bisection in double; the verdict above is exact)
-  if (o.windows) {
-    const auto tw = Clock::now();
-    if (wrap_fails.empty())
-      lambda_windows([&](double lam, int p) { return cert->holds(groups, lam, p); }, R.lambda_min, R.windows);
-    else
-      lambda_windows(boxes_hold(*cert, claimed), R.lambda_min, R.windows);
-    R.seconds_windows = since(tw);
-  }
-
-  // ---- the failing admitted ranges, each with a concrete counterexample
+// The failing admitted ranges (the wrap l = 2^P1 - 1 when it fails, and l = 2^P1), each with a
+// concrete counterexample confirmed by an engine.
+void failing_ranges(const ConstructedModel& M, const CompiledFFN& F, const WholeClaimOptions& o, const ClassPart& C,
+                    WholeClaimResult& R) {
+  const std::int64_t C1v = pow2(o.P1), C2v = pow2(o.P2);
   const auto tf = Clock::now();
-  for (const auto& [g, v] : wrap_fails) {
+  for (const auto& [g, v] : C.wrap_fails) {
     if (!R.failing.empty() && R.failing.back().what.rfind("l = 2^P1 - 1", 0) == 0) continue;  // one per range
     FailingRange fr;
     fr.what = fmt::format("l = 2^P1 - 1 = {}", C1v - 1);
@@ -426,78 +420,81 @@ WholeClaimResult whole_claim(const WholeClaimOptions& o) {
     }
     R.failing.push_back(fr);
   }
-  {
-    FailingRange fr;
-    fr.what = fmt::format("l = 2^P1 = {}", C1v);
-    fr.range = {C1v, C1v, 1, C2v - 1};
-    fr.reason = fmt::format(
-        "admitted by the dimension formula P1 >= log2(n + 1 + floor(log10 m)) = log2 l, but D.4.2 needs l + 1 <= max_pos1 <= "
-        "2^P1: no valid offset exists; at s1 = 1 the most significant digit's ID 2^P1 + 1 aliases ID 1");
-    if (const auto sh = shape_of_width(C1v, 1))
-      if (auto ce = confirm(M, F, *sh, 1, 1, zeros(1), {})) {
-        ce->command = command_of(*ce, o.P1, o.P2, R.lambda, true);
-        fr.counterexample = ce;
-      }
-    R.failing.push_back(fr);
-  }
+  FailingRange fr;
+  fr.what = fmt::format("l = 2^P1 = {}", C1v);
+  fr.range = {C1v, C1v, 1, C2v - 1};
+  fr.reason = fmt::format(
+      "admitted by the dimension formula P1 >= log2(n + 1 + floor(log10 m)) = log2 l, but D.4.2 needs l + 1 <= max_pos1 <= "
+      "2^P1: no valid offset exists; at s1 = 1 the most significant digit's ID 2^P1 + 1 aliases ID 1");
+  if (const auto sh = shape_of_width(C1v, 1))
+    if (auto ce = confirm(M, F, *sh, 1, 1, zeros(1), {})) {
+      ce->command = command_of(*ce, o.P1, o.P2, R.lambda, true);
+      fr.counterexample = ce;
+    }
+  R.failing.push_back(fr);
   R.seconds_confirm = since(tf);
+}
 
-  // ---- per-shape certificates in the claimed range: the boundary (smallest and largest l and m at
-  // the extreme offsets) and random (shape, offset) pairs
-  {
-    const auto ts = Clock::now();
-    struct Pick {
-      std::int64_t l, m, s1, s2;
-      const char* why;
-    };
-    std::vector<Pick> picks;
-    for (std::int64_t l : {claimed.l_lo, claimed.l_hi})
-      for (std::int64_t m : {claimed.m_lo, claimed.m_hi}) {
-        picks.push_back({l, m, 1, 1, "boundary"});
-        if (C1v - l > 1 || C2v - m > 1) picks.push_back({l, m, C1v - l, C2v - m, "boundary"});
-      }
-    Rng rng(o.seed ^ 0x5a3e1eULL);
-    for (int k = 0; k < o.sample_shapes; ++k) {
-      const std::int64_t l = std::int64_t(rng.uniform(std::uint64_t(claimed.l_lo), std::uint64_t(claimed.l_hi)));
-      const std::int64_t m = std::int64_t(rng.uniform(std::uint64_t(claimed.m_lo), std::uint64_t(claimed.m_hi)));
-      picks.push_back({l, m, std::int64_t(rng.uniform(1, std::uint64_t(C1v - l))), std::int64_t(rng.uniform(1, std::uint64_t(C2v - m))),
-                       "random"});
+// Per-shape certificates in the claimed range, against the class part's margins: the boundary
+// (smallest and largest l and m at the extreme offsets) and random (shape, offset) pairs.
+void sample_shapes(const ConstructedModel& M, const WholeClaimOptions& o, const ClassPart& C, WholeClaimResult& R) {
+  const std::int64_t C1v = pow2(o.P1), C2v = pow2(o.P2);
+  const ShapeRange& claimed = C.claimed;
+  const auto ts = Clock::now();
+  struct Pick {
+    std::int64_t l, m, s1, s2;
+    const char* why;
+  };
+  std::vector<Pick> picks;
+  for (std::int64_t l : {claimed.l_lo, claimed.l_hi})
+    for (std::int64_t m : {claimed.m_lo, claimed.m_hi}) {
+      picks.push_back({l, m, 1, 1, "boundary"});
+      if (C1v - l > 1 || C2v - m > 1) picks.push_back({l, m, C1v - l, C2v - m, "boundary"});
     }
-    for (const Pick& pk : picks) {
-      ShapeSample smp;
-      smp.l = pk.l;
-      smp.m = pk.m;
-      smp.s1 = pk.s1;
-      smp.s2 = pk.s2;
-      smp.why = pk.why;
-      const auto sh = shape_of_width(pk.l, pk.m);
-      if (!sh) continue;  // no n gives this width (l = 1 with m >= 2): not a shape of either padding
-      smp.n = sh->n;
-      smp.padding = padding_name(sh->padding);
-      // the structure pass's code tables take 4 (2^P1 + 2 * 2^P2) bytes whatever the shape
-      const double table_bytes = 4.0 * (double(C1v) + 2.0 * double(C2v));
-      if (sh->N() > o.sample_max_tokens || table_bytes > 1e9) {
-        smp.skipped = true;
-      } else {
-        const auto tq = Clock::now();
-        const CertResult cr = Certifier(M, *sh, CertOptions{true, false}).run(pk.s1, pk.s2);
-        smp.proven = cr.proven;
-        smp.agrees = cr.proven;
-        for (const auto& pm : cr.margins) {
-          const int p = pm.precision == "real" ? 0 : pm.precision == "float64" ? 1 : 2;
-          smp.margin[std::size_t(p)] = pm.min_margin;
-          smp.agrees = smp.agrees && pm.min_margin >= R.margin[std::size_t(p)];
-        }
-        smp.seconds = since(tq);
-      }
-      if (!smp.skipped) R.samples_agree = R.samples_agree && (smp.agrees || !(ok[0] && ok[1] && ok[2]));
-      R.samples.push_back(smp);
-    }
-    R.seconds_samples = since(ts);
+  Rng rng(o.seed ^ 0x5a3e1eULL);
+  for (int k = 0; k < o.sample_shapes; ++k) {
+    const std::int64_t l = std::int64_t(rng.uniform(std::uint64_t(claimed.l_lo), std::uint64_t(claimed.l_hi)));
+    const std::int64_t m = std::int64_t(rng.uniform(std::uint64_t(claimed.m_lo), std::uint64_t(claimed.m_hi)));
+    picks.push_back({l, m, std::int64_t(rng.uniform(1, std::uint64_t(C1v - l))), std::int64_t(rng.uniform(1, std::uint64_t(C2v - m))),
+                     "random"});
   }
+  for (const Pick& pk : picks) {
+    ShapeSample smp;
+    smp.l = pk.l;
+    smp.m = pk.m;
+    smp.s1 = pk.s1;
+    smp.s2 = pk.s2;
+    smp.why = pk.why;
+    const auto sh = shape_of_width(pk.l, pk.m);
+    if (!sh) continue;  // no n gives this width (l = 1 with m >= 2): not a shape of either padding
+    smp.n = sh->n;
+    smp.padding = padding_name(sh->padding);
+    // the structure pass's code tables take 4 (2^P1 + 2 * 2^P2) bytes whatever the shape
+    const double table_bytes = 4.0 * (double(C1v) + 2.0 * double(C2v));
+    if (sh->N() > o.sample_max_tokens || table_bytes > 1e9) {
+      smp.skipped = true;
+    } else {
+      const auto tq = Clock::now();
+      const CertResult cr = Certifier(M, *sh, CertOptions{true, false}).run(pk.s1, pk.s2);
+      smp.proven = cr.proven;
+      smp.agrees = cr.proven;
+      for (const auto& pm : cr.margins) {
+        const int p = pm.precision == "real" ? 0 : pm.precision == "float64" ? 1 : 2;
+        smp.margin[std::size_t(p)] = pm.min_margin;
+        smp.agrees = smp.agrees && pm.min_margin >= R.margin[std::size_t(p)];
+      }
+      smp.seconds = since(tq);
+    }
+    if (!smp.skipped) R.samples_agree = R.samples_agree && (smp.agrees || !C.all_ok());
+    R.samples.push_back(smp);
+  }
+  R.seconds_samples = since(ts);
+}
 
-  // ---- verdict for the claimed range
-  R.proven = R.smt.proven && R.smt.non_vacuous && ok[0] && ok[1] && ok[2] && R.samples_agree;
+// The verdict for the claimed range, and the first reason it is not proven (part 1, the cross-check,
+// or the precision whose margin fails, with its lambda window).
+void claim_verdict(const WholeClaimOptions& o, const ClassPart& C, WholeClaimResult& R) {
+  R.proven = R.smt.proven && R.smt.non_vacuous && C.all_ok() && R.samples_agree;
   if (!R.smt.proven || !R.smt.non_vacuous) {
     for (const auto& ck : R.smt.checks)
       if (!ck.ok) {
@@ -515,16 +512,19 @@ WholeClaimResult whole_claim(const WholeClaimOptions& o) {
   } else if (!R.proven) {
     const char* names[] = {"real", "float64", "float32"};
     for (int p = 0; p < 3 && R.reason.empty(); ++p) {
-      if (ok[std::size_t(p)]) continue;
+      if (C.ok[std::size_t(p)]) continue;
       const auto& w = R.windows[std::size_t(p)];
       const std::string hi = std::isfinite(w.hi) ? fmt::format("{:.4g}]", w.hi) : std::string("inf)");
-      R.reason = w.empty ? fmt::format("{}: no lambda holds at this N (empty window); {}", names[p], fail_reason)
-                         : fmt::format("lambda = {} is outside the {} window [{:.4g}, {}: {}", R.lambda, names[p], w.lo, hi, fail_reason);
-      if (!o.windows) R.reason = fmt::format("{} margin not positive at lambda = {}: {}", names[p], R.lambda, fail_reason);
+      R.reason = w.empty ? fmt::format("{}: no lambda holds at this N (empty window); {}", names[p], C.fail_reason)
+                         : fmt::format("lambda = {} is outside the {} window [{:.4g}, {}: {}", R.lambda, names[p], w.lo, hi, C.fail_reason);
+      if (!o.windows) R.reason = fmt::format("{} margin not positive at lambda = {}: {}", names[p], R.lambda, C.fail_reason);
     }
   }
+}
 
-  // ---- what the claimed range means in n, and how many (shape, offset) pairs it holds
+// What the claimed range means in n (the largest n of either padding at m = 1 and at the largest m),
+// and how many (shape, offset) pairs it holds.
+void claimed_extent(const ShapeRange& claimed, std::int64_t C1v, std::int64_t C2v, WholeClaimResult& R) {
   using boost::multiprecision::cpp_int;
   const std::int64_t Lc = claimed.l_hi, Mc = claimed.m_hi;
   auto nmax = [&](Padding pad, std::int64_t m) {
@@ -539,6 +539,37 @@ WholeClaimResult whole_claim(const WholeClaimOptions& o) {
   const cpp_int pairs = sl * sm;
   R.pairs_covered = pairs.str();
   R.pairs_covered_approx = pairs.convert_to<double>();
+}
+}  // namespace
+
+WholeClaimResult whole_claim(const WholeClaimOptions& o) {
+  const auto t0 = Clock::now();
+  check_whole_claim_options(o);  // before building anything
+
+  WholeClaimResult R;
+  R.P1 = o.P1;
+  R.P2 = o.P2;
+  const std::int64_t C1v = pow2(o.P1), C2v = pow2(o.P2);
+  R.admitted = {1, C1v, 1, C2v - 1};  // P1 >= log2(l), P2 >= log2(m + 1) (end of D.4.2)
+  R.lambda = o.lambda > 0 ? o.lambda : default_lambda(max_tokens(ShapeRange{1, C1v - 1, 1, C2v - 1}));
+  const ConstructedModel M = build_model(o.P1, o.P2, R.lambda);
+  const CompiledFFN F = CompiledFFN::build(M);
+
+  prove_part1(M, o, R);
+  const ClassPart C = certify_classes(M, o, R);
+  // lambda_min and the windows (bisection in double; the verdict above is exact)
+  if (o.windows) {
+    const auto tw = Clock::now();
+    if (C.wrap_fails.empty())
+      lambda_windows([&](double lam, int p) { return C.cert->holds(C.groups, lam, p); }, R.lambda_min, R.windows);
+    else
+      lambda_windows(boxes_hold(*C.cert, C.claimed), R.lambda_min, R.windows);
+    R.seconds_windows = since(tw);
+  }
+  failing_ranges(M, F, o, C, R);
+  sample_shapes(M, o, C, R);
+  claim_verdict(o, C, R);
+  claimed_extent(C.claimed, C1v, C2v, R);
   R.seconds = since(t0);
   return R;
 }

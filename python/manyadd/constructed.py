@@ -29,21 +29,15 @@ paper's NUM, IS_BOS, ..., POS_2_NEXT; model.dim(name) is the index, e.g. model.d
     blocks.0.mlp.hook_pre (B, T, 82) before the ReLU      blocks.0.mlp.hook_post (B, T, 82) after it
     blocks.0.hook_mlp_out (B, T, d)      blocks.0.hook_resid_post (B, T, d) = X1     hook_logits (B, T, 14)
 """
-import json
-import os
-
 import torch
 from torch import nn
 
 from . import format as fmt
-from . import safetensors
+from . import strict
 from .files import InputError
 from .hooks import HookedModule, HookPoint
 
 __all__ = ["ConstructedTransformer", "load_constructed"]
-
-_FORMAT = "manyadd-constructed"
-_FORMAT_VERSIONS = (1,)
 
 
 class ConstructedTransformer(HookedModule):
@@ -159,30 +153,8 @@ class ConstructedTransformer(HookedModule):
 
 def load_constructed(model_dir, device="cpu", dtype=torch.float64):
     """The model `verify_construction --export DIR` wrote, in eval mode (float64 by default, as exported;
-    float32 runs the dense engine's float arithmetic up to summation order)."""
-    path = os.path.join(model_dir, "config.json")
-    try:
-        with open(path, "rb") as f:
-            config = json.loads(f.read(1 << 24).decode("utf-8"))
-    except OSError as e:
-        raise InputError("cannot read %s: %s" % (path, e.strerror or e)) from None
-    except (UnicodeDecodeError, ValueError) as e:
-        raise InputError("%s is not valid JSON: %s" % (path, e)) from None
-    if not isinstance(config, dict) or config.get("format") != _FORMAT:
-        raise InputError("%s: not a constructed model (format %r; `verify_construction --export` writes %r)"
-                         % (path, config.get("format") if isinstance(config, dict) else None, _FORMAT))
-    if config.get("format_version") not in _FORMAT_VERSIONS:
-        raise InputError("%s: format_version %r unknown to this version of manyadd (knows %s)"
-                         % (path, config.get("format_version"), _FORMAT_VERSIONS))
-    arrays, _ = safetensors.read(os.path.join(model_dir, "model.safetensors"), use_numpy=True)
-    need = ["embed.token", "embed.pos1", "embed.pos2", "ffn.W1", "ffn.b1", "ffn.W2", "ffn.b2", "readout.Wout"]
-    need += ["heads.%d.%s" % (h + 1, t) for h in range(len(config.get("heads", []))) for t in "QKVU"]
-    missing = [k for k in need if k not in arrays]
-    if missing or not config.get("heads"):
-        raise InputError("%s: model.safetensors lacks %s" % (model_dir, ", ".join(missing[:4]) or "heads"))
-    d = len(config["residual_dims"])
-    for k in need:
-        if arrays[k].shape[-1] != d and not k.endswith(".U") and not k.startswith("ffn.b") and k != "ffn.W2":
-            raise InputError("%s: tensor %s has shape %s, not (.., d = %d)" % (model_dir, k, arrays[k].shape, d))
-    tensors = {k: torch.from_numpy(arrays[k]).to(torch.float64) for k in need}
+    float32 runs the dense engine's float arithmetic up to summation order). config.json is checked against
+    what the exporter writes and the tensors' names and shapes against it (manyadd.strict) first."""
+    config, arrays = strict.read_constructed_dir(model_dir)  # config.json and the tensors' names and shapes
+    tensors = {k: torch.from_numpy(arrays[k]).to(torch.float64) for k in arrays}
     return ConstructedTransformer(tensors, config).to(device=device, dtype=dtype).eval()

@@ -5,6 +5,9 @@ which is fsynced, renamed over the target, and the directory fsynced; on every f
 temporary is removed. The target must be a new path or an existing regular file: a directory, a device
 (/dev/null), a FIFO or a symbolic link is refused with InputError before anything is written (a rename
 would replace the link or the device node by a file).
+
+Reading: open_regular opens a regular file only; a FIFO (which would block the reader forever), a
+device or a directory is refused with InputError before anything is read.
 """
 import os
 import stat
@@ -82,3 +85,25 @@ def atomic_write(path, data):
         pass
     finally:
         os.close(dfd)
+
+
+def open_regular(path):
+    """A read-only file object of `path`, which must be a regular file: a FIFO, a device or a directory
+    is refused before anything is read (a FIFO would block the reader forever). The type is checked on
+    the opened descriptor (O_NONBLOCK: opening a FIFO does not wait for a writer), so a path swapped
+    after the check cannot slip through."""
+    path = os.fspath(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise InputError("cannot read '%s': %s" % (path, e.strerror or e)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (a FIFO, socket or device)"
+            raise InputError("'%s' is %s: a reader takes regular files only" % (path, kind))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise

@@ -66,16 +66,14 @@ config.json: every field of its "model" section is read and checked (see ARCHITE
 field this module does not know, or a value of a known switch it does not implement, is an InputError:
 a model written by a newer `train` is refused rather than run with a different forward.
 """
-import json
 import math
-import os
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from . import format as fmt
-from . import safetensors
+from . import strict
 from .files import InputError
 from .hooks import HookedModule, HookPoint
 
@@ -203,19 +201,11 @@ class LearnedConfig:
 
     @classmethod
     def read(cls, path):
-        try:
-            with open(path, "rb") as f:
-                raw = f.read((1 << 20) + 1)
-            if len(raw) > 1 << 20:
-                raise InputError("%s is larger than 1 MiB: not a `train` config.json" % path)
-            cfg = json.loads(raw.decode("utf-8"))
-        except OSError as e:
-            raise InputError("cannot read %s: %s" % (path, e.strerror or e)) from None
-        except (UnicodeDecodeError, ValueError) as e:
-            raise InputError("%s is not valid JSON: %s" % (path, e)) from None
+        """The checked configuration of a config.json (manyadd.strict: the C++ reader's rules)."""
+        cfg = strict.read_json(path)
         if not isinstance(cfg, dict) or "model" not in cfg:
             raise InputError("%s: no 'model' section (is this a `train` output directory?)" % path)
-        return cls(cfg["model"], cfg.get("train"))
+        return cls(strict.learned_model(cfg["model"], path), strict.train_section(cfg.get("train"), path))
 
     def __repr__(self):
         return ("LearnedConfig(n_layers=%d, n_heads=%d, d_model=%d, d_head=%d, d_ff=%d, pos_mode=%r, max_pos=%s)"
@@ -488,10 +478,11 @@ class LearnedTransformer(HookedModule):
 def load_learned(model_dir, device="cpu", dtype=torch.float32, checkpoint=False):
     """The model of a `train` output directory (config.json + model.safetensors, or checkpoint.safetensors
     with checkpoint=True) in eval mode. dtype float32 reproduces the C++ (fp32); float64 runs the same
-    weights in double. The file is read by manyadd.safetensors (every check, the checksum verified)."""
-    cfg = LearnedConfig.read(os.path.join(model_dir, "config.json"))
-    tensors, meta = safetensors.read(os.path.join(model_dir, "checkpoint.safetensors" if checkpoint
-                                                  else "model.safetensors"), use_numpy=True)
+    weights in double. config.json and the weights' names and shapes are checked by manyadd.strict (the
+    C++ reader's rules) before anything is built; the file is read by manyadd.safetensors (every check,
+    the checksum verified)."""
+    config, tensors, meta = strict.read_learned_dir(model_dir, checkpoint)
+    cfg = LearnedConfig(config["model"], config["train"])
     model = LearnedTransformer(cfg)
     sd = model.state_dict()
     missing = sorted(set(sd) - set(tensors))

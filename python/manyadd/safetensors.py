@@ -34,11 +34,10 @@ import array
 import json
 import math
 import os
-import stat
 import struct
 import sys
 
-from .files import InputError, atomic_write
+from .files import InputError, atomic_write, open_regular
 
 __all__ = ["DTYPES", "InputError", "Tensor", "fnv1a64", "parse", "read", "to_bytes", "write"]
 
@@ -414,14 +413,12 @@ def read(path, *, require_checksum=True, verify_checksum=True, allow_nonfinite=F
       use_numpy         None: numpy arrays when numpy is importable; True: require numpy; False: never
     """
     path = os.fspath(path)
-    try:
-        st = os.stat(path)
-        if stat.S_ISDIR(st.st_mode):
-            raise InputError("'%s' is a directory, not a file" % path)
-        if stat.S_ISREG(st.st_mode) and st.st_size > max_bytes:
-            raise InputError("'%s' has %d bytes, more than the %d this reader accepts" % (path, st.st_size, max_bytes))
+    with open_regular(path) as f:  # a FIFO, a device or a directory is refused before reading
+        size = os.fstat(f.fileno()).st_size
+        if size > max_bytes:
+            raise InputError("'%s' has %d bytes, more than the %d this reader accepts" % (path, size, max_bytes))
         buf = bytearray()
-        with open(path, "rb") as f:  # in pieces: a FIFO or a growing file stops at max_bytes
+        try:  # in pieces: a growing file stops at max_bytes
             while True:
                 piece = f.read(min(1 << 26, max_bytes + 1 - len(buf)))
                 if not piece:
@@ -429,8 +426,8 @@ def read(path, *, require_checksum=True, verify_checksum=True, allow_nonfinite=F
                 buf += piece
                 if len(buf) > max_bytes:
                     raise InputError("'%s' is longer than the %d bytes this reader accepts" % (path, max_bytes))
-    except OSError as e:
-        raise InputError("cannot read '%s': %s" % (path, e.strerror or e)) from None
+        except OSError as e:
+            raise InputError("cannot read '%s': %s" % (path, e.strerror or e)) from None
     return parse(buf, path, require_checksum=require_checksum, verify_checksum=verify_checksum,
                  allow_nonfinite=allow_nonfinite, allow_legacy_checksum=allow_legacy_checksum, use_numpy=use_numpy)
 

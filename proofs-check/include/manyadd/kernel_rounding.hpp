@@ -56,6 +56,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "manyadd/core/error.hpp"
 #include "manyadd/model.hpp"
 
 namespace manyadd {
@@ -68,6 +69,13 @@ struct KernelRounding {
   double rho = 0;       // relative error per rise of the running max (step 3)
   int D = 0;            // the kernel's padded q/k width (KS = D / 8 MMA k-steps)
   double skip = 0;      // the far-tile skip threshold it was checked against (step 5)
+};
+
+// Thrown by kernel_rounding when the head's scale leaves no room for the kernel's score error (the
+// error bound reaches the gap 2 lambda, e.g. lambda 0: a head switched off): the kernel's program has
+// no rounding bound there, which the certificate reports as a failed precision, not as bad input.
+struct KernelUnbounded : InputError {
+  using InputError::InputError;
 };
 
 // Head h of M, run by the kernel at padded width D (a multiple of 8 >= the head's P + 1).

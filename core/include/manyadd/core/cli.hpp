@@ -59,7 +59,8 @@ std::string exit_codes_footer(bool has_failed_check);
 
 // Parses argv. Returns -1 to go on; 0 after --help or --version (printed to out: the project version and
 // the commit of the build, report.hpp); 2 on a usage error (message on err, prefixed with the tool's
-// name). Records argv for the --json reports (report::command_line).
+// name). Records argv for the --json reports (report::command_line). An option that takes a value followed
+// by another option of the app ("--json --p2": the value forgotten) is a usage error, not a value.
 int parse(CLI::App& app, int argc, const char* const* argv, std::ostream& out, std::ostream& err);
 
 }  // namespace manyadd::cli

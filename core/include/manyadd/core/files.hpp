@@ -49,8 +49,9 @@ void atomic_write(const std::string& path, const std::string& bytes);
 // file in the way, no permission): the user's to correct.
 void make_output_dir(const std::string& dir);
 
-// Whole file into memory; InputError when it cannot be read or exceeds max_bytes (checked before
-// reading, so a huge or endless file is refused without allocating it).
+// Whole file into memory; InputError when it cannot be read, is not a regular file (a FIFO would block
+// the reader forever; a device may never end) or exceeds max_bytes (checked before reading, so a huge
+// file is refused without allocating it).
 std::string read_file(const std::string& path, std::uint64_t max_bytes = std::uint64_t(1) << 34);
 // JSON text parsed strictly: a key twice in one object is refused (nlohmann's parser would keep the
 // last), as are NaN/Infinity literals and numbers beyond double. Syntax errors throw nlohmann's

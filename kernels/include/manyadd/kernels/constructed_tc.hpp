@@ -64,7 +64,8 @@ MANYADD_HD inline float bits_float(std::uint32_t u) {
 #endif
 }
 
-// The far-tile skip (issue 14, item 3). For one row, a 64-key tile whose computed scores all lie
+// The far-tile skip: key tiles far below the row's running max are left out, allowed because the
+// certificate charges what they could add (below). For one row, a 64-key tile whose computed scores all lie
 // more than `skip` below the row's running max m, RN(m - tile max) > skip, adds nothing to the row:
 // no exp2f, no additions (and no rise: its max is below m). skip = tile_skip_threshold(lambda, P) of
 // the head: at least 32, so every weight it drops is below 2^-32 of the running max, and at least

@@ -1,5 +1,6 @@
 // Attention maps of the learned and the constructed model on the same TA(n, m) instances, and the
-// scores that say how much a learned head attends where a constructed head does (issue 7).
+// scores that say how much a learned head attends where a constructed head does (the paper's Figure 7
+// claim, that a trained 1-layer 4-head model attends like the construction, made measurable).
 //
 // Definitions (also in learn/README.md, "compare_attention"). For a shape and offsets (s1, s2), rows
 // j are the response query indices (j >= index of '='). For constructed head h (1 digit_sum, 2 carry,
