@@ -507,7 +507,7 @@ class LearnedApi(TempDir):
             (lambda c: c["model"].update(rel_far=False), "applies to pos_mode coupled_rel only"),
             (lambda c: c["model"].update(pos_mode="coupled_rel", rel_far=1), "rel_far"),
             # coupled_rel has no tables: the committed model's pos_emb.* are then tensors it does not use
-            (lambda c: c["model"].update(pos_mode="coupled_rel"), "lacks rel_bias.weight"),
+            (lambda c: c["model"].update(pos_mode="coupled_rel"), "is not part of the model"),
             (lambda c: c["model"].update(pos_mode="coupled_rel", rel_window=65), "rel_window"),
         ]
         for edit, msg in cases:

@@ -104,6 +104,7 @@ LEARNED_FIELDS = {
     "fire_width": ("int", 32, (1, 4096), "fire"),
     "fire_threshold": ("str", "max", ("max", "min"), "fire"),
     "rel_window": ("int", 2, (0, 64), "coupled_rel"),
+    "rel_far": ("bool", False, None, "coupled_rel"),
     "input_injection": ("bool", False, None, None),
     "pos_codes": ("str", "learned", None, None),  # one kind, or one per table, comma-separated: below
     "pos_code_scale": ("f32", 1.0, (0.0, 100.0), None),
@@ -268,7 +269,7 @@ def learned_shapes(model):
         s.update({"fire.mlp.0.weight": (W, 1), "fire.mlp.2.weight": (W, W), "fire.mlp.4.weight": (H, W),
                   "fire.c": (1,), "fire.L_sqrt": (1,)})
     if mode == "coupled_rel":
-        s["rel_bias.weight"] = (L, H, levels, 2 * model["rel_window"] + 1)
+        s["rel_bias.weight"] = (L, H, levels, 2 * model["rel_window"] + 1 + int(model["rel_far"]))
     for b in range(L):
         p = "layers.%d." % b
         s.update({p + "attn_norm1.weight": (C,), p + "attn.q.weight": (D, C), p + "attn.k.weight": (D, C),
