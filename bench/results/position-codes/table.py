@@ -26,7 +26,10 @@ def level2(run):
         from manyadd import codes, load_learned
     except ImportError:
         return ""
-    by = codes.similarity_by_distance(codes.code_similarity(load_learned(run), 2))
+    model = load_learned(run)
+    if model.cfg.tables < 2:  # coupled_rel: no table
+        return "no table"
+    by = codes.similarity_by_distance(codes.code_similarity(model, 2))
     return "%.2f/%.2f, %.2f/%.2f" % (by[10] + by[14])
 
 
