@@ -143,9 +143,10 @@ std::string config_flag(const FieldDoc& f) {
   return "--" + flag;
 }
 
-ConfigOptions::ConfigOptions(CLI::App& app) {
+namespace {
+// learn's defaults as the flags show them (to_json writes some fields only for the models they apply to).
+nlohmann::json learn_defaults() {
   nlohmann::json defaults = {{"model", ModelConfig{}}, {"train", TrainConfig{}}};
-  // to_json writes these for the models they apply to only
   ModelConfig fire;
   fire.pos_mode = PosMode::fire;
   const nlohmann::json fj = fire;
@@ -155,7 +156,14 @@ ConfigOptions::ConfigOptions(CLI::App& app) {
   defaults["model"]["pos_codes"] = ModelConfig{}.pos_codes_string();
   defaults["model"]["pos_code_scale"] = ModelConfig{}.pos_code_scale;
   defaults["model"]["pos_code_distance"] = ModelConfig{}.pos_code_distance;
-  for (const auto& doc : config_fields()) {
+  return defaults;
+}
+}  // namespace
+
+ConfigOptions::ConfigOptions(CLI::App& app) : ConfigOptions(app, config_fields(), learn_defaults()) {}
+
+ConfigOptions::ConfigOptions(CLI::App& app, const std::vector<FieldDoc>& docs, const nlohmann::json& defaults) {
+  for (const auto& doc : docs) {
     const nlohmann::json& d = defaults.at(doc.section).at(doc.name);
     Field& f = fields_.emplace_back();
     f.doc = &doc;

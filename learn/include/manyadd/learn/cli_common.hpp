@@ -45,9 +45,12 @@ std::string config_flag(const FieldDoc& f);  // "--d-model" for model.d_model
 // One strict option per field (core/cli.hpp: integers, unsigned integers, finite reals, non-empty
 // strings, as the field's default value is typed), help "section.name: help (default V)" with V the
 // struct's default. given() returns the fields set on the command line, {"model": {...}, "train": {...}}.
+// The one-argument form is train's (config_fields(), ModelConfig and TrainConfig); another tool passes
+// its own table (it must outlive the options) and defaults {"model": {...}, "train": {...}}.
 class ConfigOptions {
  public:
   explicit ConfigOptions(CLI::App& app);
+  ConfigOptions(CLI::App& app, const std::vector<FieldDoc>& fields, const nlohmann::json& defaults);
   nlohmann::json given() const;
 
  private:
