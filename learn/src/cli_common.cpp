@@ -136,6 +136,15 @@ const std::vector<FieldDoc>& config_fields() {
   return f;
 }
 
+void merge_config_sections(nlohmann::json& cfg, const nlohmann::json& src, const std::string& what) {
+  if (!src.is_object()) throw InputError(fmt::format("{} must be a JSON object", what));
+  for (auto it = src.begin(); it != src.end(); ++it) {
+    if (it.key() != "model" && it.key() != "train") continue;  // config.json carries extra sections
+    if (!it.value().is_object()) throw InputError(fmt::format("{}: \"{}\" must be an object", what, it.key()));
+    for (auto f = it.value().begin(); f != it.value().end(); ++f) cfg[it.key()][f.key()] = f.value();
+  }
+}
+
 std::string config_flag(const FieldDoc& f) {
   std::string flag = f.name;
   for (auto& ch : flag)

@@ -57,6 +57,16 @@ RunCheckpoint read_run_checkpoint(const std::string& dir, const Layout& lay, std
   return c;
 }
 
+std::string config_changes(const nlohmann::json& was, const nlohmann::json& now) {
+  std::string diff;
+  for (auto it = now.begin(); it != now.end(); ++it)
+    if (!was.is_object() || !was.contains(it.key()) || was.at(it.key()) != it.value())
+      diff += fmt::format(" {} {} -> {};", it.key(),
+                          was.is_object() && was.contains(it.key()) ? was.at(it.key()).dump() : "(none)",
+                          it.value().dump());
+  return diff;
+}
+
 // Rewrites a CSV log so that it describes exactly the steps the checkpoint holds: the header, then the
 // complete rows (`columns` fields, a step first, steps increasing) of steps <= upto. Dropped: rows of
 // steps a killed run logged after its last checkpoint, and a last line a kill cut short (no newline).
@@ -84,6 +94,16 @@ std::int64_t rewrite_log(const std::string& path, const std::string& header, std
   }
   atomic_write(path, kept);
   return last;
+}
+
+void open_run_logs(RunLogs& logs, const std::string& dir, const std::string& log_header, std::size_t log_columns,
+                   const std::string& eval_header, std::size_t eval_columns, std::int64_t upto, bool keep) {
+  rewrite_log(dir + "/log.csv", log_header, log_columns, upto, keep);
+  logs.last_eval = rewrite_log(dir + "/eval.csv", eval_header, eval_columns, upto, keep);
+  logs.log.open(dir + "/log.csv", std::ios::app);
+  if (!logs.log) throw InputError(fmt::format("cannot open '{}/log.csv'", dir));
+  logs.eval.open(dir + "/eval.csv", std::ios::app);
+  if (!logs.eval) throw InputError(fmt::format("cannot open '{}/eval.csv'", dir));
 }
 
 // A double stored exactly (its IEEE bits, 16 hex digits), NaN and infinities included.

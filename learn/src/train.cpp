@@ -278,19 +278,7 @@ void Trainer::save(const std::string& dir, const std::map<std::string, std::stri
 
 void Trainer::load_checkpoint(const std::string& dir, bool allow_precision_change) {
   auto check = [&](const std::map<std::string, std::string>& meta) {
-    // Compared as configurations, not as text: a checkpoint written before a field existed holds that
-    // field's default.
-    bool same = false;
-    if (meta.count("model_config")) {
-      try {
-        ModelConfig saved;
-        from_json(nlohmann::json::parse(meta.at("model_config")), saved);
-        same = nlohmann::json(saved) == nlohmann::json(mc_);
-      } catch (const std::exception&) {
-        same = false;
-      }
-    }
-    if (!same)
+    if (!checkpoint_config_is(meta, mc_))
       throw InputError(fmt::format("'{}/checkpoint.safetensors' was written for another model configuration", dir));
     const std::string saved_prec = meta.count("precision") ? meta.at("precision") : std::string("fp32");
     if (saved_prec != tc_.precision && !allow_precision_change)
@@ -369,25 +357,18 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
     // settings the checkpoint was trained with, which its checksum covers.
     if (rs.count("train_config")) {
       nlohmann::json was = parse_json(rs.at("train_config"), what + " (run.train_config)");
-      const nlohmann::json now = tc;
       if (was.is_object() && !was.contains("task")) was["task"] = "addition";  // written before tasks existed
-      std::string diff;
-      for (auto it = now.begin(); it != now.end(); ++it)
-        if (!was.contains(it.key()) || was.at(it.key()) != it.value())
-          diff += fmt::format(" {} {} -> {};", it.key(), was.contains(it.key()) ? was.at(it.key()).dump() : "(none)",
-                              it.value().dump());
+      const std::string diff = config_changes(was, tc);
       if (!diff.empty())
         prog.message("resuming with train settings other than the checkpoint's:" + diff +
             " the steps from here differ from the run's", true);
     }
   }
   // The logs hold one history: the rows of the steps the checkpoint holds (a new run starts them anew).
-  rewrite_log(dir + "/log.csv", kLogHeader, 6, tr.steps_done(), resume);
-  const std::int64_t last_eval = rewrite_log(dir + "/eval.csv", kEvalHeader, 4, tr.steps_done(), resume);
-  std::ofstream csv(dir + "/log.csv", std::ios::app);
-  if (!csv) throw InputError(fmt::format("cannot open '{}/log.csv'", dir));
-  std::ofstream ecsv(dir + "/eval.csv", std::ios::app);
-  if (!ecsv) throw InputError(fmt::format("cannot open '{}/eval.csv'", dir));
+  RunLogs logs;
+  open_run_logs(logs, dir, kLogHeader, 6, kEvalHeader, 4, tr.steps_done(), resume);
+  const std::int64_t last_eval = logs.last_eval;
+  std::ofstream &csv = logs.log, &ecsv = logs.eval;
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   auto last = t0;

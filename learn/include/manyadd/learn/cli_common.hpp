@@ -34,6 +34,12 @@ std::pair<std::int64_t, std::int64_t> problem_bound(const Task& t, int i, int j)
 void check_samples_fit(std::int64_t samples, const Task& t, int i, int j, const std::string& what);
 void check_run_fits(const ModelConfig& mc, const TrainConfig& tc, bool on_device = false);
 
+// A tool's configuration from its sources in order (config.json on --resume, --config, the flags): the
+// "model" and "train" sections of src merged into cfg field by field, later sources winning; other
+// sections (config.json's descriptions) ignored. InputError naming `what` when src or a section is not
+// an object.
+void merge_config_sections(nlohmann::json& cfg, const nlohmann::json& src, const std::string& what);
+
 struct FieldDoc {
   const char* section;  // "model" or "train"
   const char* name;     // JSON key; the flag is --<name with '_' -> '-'>

@@ -6,10 +6,13 @@
 #pragma once
 
 #include <cstdint>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "manyadd/core/safetensors.hpp"
 #include "manyadd/learn/model.hpp"
@@ -35,12 +38,40 @@ RunCheckpoint read_run_checkpoint(const std::string& dir, const Layout& lay, std
                                   std::vector<float>& m, std::vector<float>& v,
                                   const std::function<void(const std::map<std::string, std::string>&)>& check_meta);
 
+// Whether a checkpoint's metadata "model_config" is the configuration `now`, compared as configurations
+// (parsed with Config's from_json), not as text: a checkpoint written before a field existed holds
+// that field's default. A missing or unreadable one is not.
+template <class Config>
+bool checkpoint_config_is(const std::map<std::string, std::string>& meta, const Config& now) {
+  const auto it = meta.find("model_config");
+  if (it == meta.end()) return false;
+  try {
+    Config saved;
+    from_json(nlohmann::json::parse(it->second), saved);
+    return nlohmann::json(saved) == nlohmann::json(now);
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+// What a resumed run's settings change from those its checkpoint was trained with: " key old -> new;"
+// for every field of `now` that `was` lacks or holds otherwise, "" when none.
+std::string config_changes(const nlohmann::json& was, const nlohmann::json& now);
+
 // Rewrites a CSV log so that it describes exactly the steps the checkpoint holds: the header, then the
 // complete rows (`columns` fields, a step first, steps increasing) of steps <= upto. Dropped: rows of
 // steps a killed run logged after its last checkpoint, and a last line a kill cut short (no newline).
 // keep = false: the header alone (a new run). Returns the last step kept (0: none).
 std::int64_t rewrite_log(const std::string& path, const std::string& header, std::size_t columns, std::int64_t upto,
                          bool keep);
+
+// The two logs of a run directory, log.csv and eval.csv, rewritten to the steps the checkpoint holds
+// (rewrite_log, keep = resuming) and open for appending; last_eval: the last step eval.csv holds.
+struct RunLogs {
+  std::ofstream log, eval;
+  std::int64_t last_eval = 0;
+};
+void open_run_logs(RunLogs& logs, const std::string& dir, const std::string& log_header, std::size_t log_columns,
+                   const std::string& eval_header, std::size_t eval_columns, std::int64_t upto, bool keep);
 
 // A double stored exactly (its IEEE bits, 16 hex digits), NaN and infinities included, and back
 // (InputError naming `what` for anything but 16 hex digits).
