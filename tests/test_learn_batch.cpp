@@ -30,41 +30,8 @@ using namespace manyadd;
 using namespace manyadd::learn;
 
 namespace {
-ModelConfig small_model(PosMode mode, int layers) {
-  ModelConfig c;
-  c.n_layers = layers;
-  c.n_heads = 2;
-  c.d_model = 16;
-  c.d_head = 8;
-  c.d_ff = 24;
-  c.max_pos1 = 12;
-  c.max_pos2 = 8;
-  c.pos_mode = mode;
-  if (mode == PosMode::absolute) c.max_pos1 = 80;
-  if (mode == PosMode::abacus) c.abacus_k = 4;  // + the longest number (4 digits) - 1 <= max_pos1
-  if (mode == PosMode::coupled3) {  // multiplication, up to 2 x 2 digits (tests/test_cuda_train.cpp's tables)
-    c.vocab = task(TaskKind::multiplication).vocab();
-    c.max_pos1 = 8, c.max_pos2 = 6, c.max_pos3 = 8;
-  }
-  return c;
-}
-// Examples of different shapes (addition: lengths 10..~50; coupled3's multiplication up to 2 x 2 digits),
-// random offsets.
-std::vector<Example> mixed_examples(const ModelConfig& c, int count, std::uint64_t seed) {
-  Rng rng(seed);
-  std::vector<Example> exs;
-  for (int i = 0; i < count; ++i) {
-    if (c.pos_mode == PosMode::coupled3) {
-      const Task& mul = task(TaskKind::multiplication);
-      const int n = 1 + int(rng.uniform(0, 2)), m = 1 + int(rng.uniform(0, 2));
-      exs.push_back(make_train_example(mul, mul.sample_cell(rng, n, m), c, rng));
-      continue;
-    }
-    const int n = 1 + int(rng.uniform(0, 2)), m = 2 + int(rng.uniform(0, 2));
-    exs.push_back(make_train_example(sample_TA(rng, n, m), c, rng));
-  }
-  return exs;
-}
+using fixtures::mixed_examples;
+using fixtures::small_model;
 double max_abs(const std::vector<double>& v) {
   double m = 0;
   for (double x : v) m = std::max(m, std::abs(x));

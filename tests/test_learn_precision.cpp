@@ -35,14 +35,7 @@ enum Variant { kDefaults, kPaper, kFire, kRopeInjection };
 constexpr Variant kVariants[] = {kDefaults, kPaper, kFire, kRopeInjection};
 ModelConfig small(Variant v) {
   const bool paper = v == kPaper;
-  ModelConfig c;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.d_model = 32;
-  c.d_head = 16;
-  c.d_ff = 48;
-  c.max_pos1 = 12;
-  c.max_pos2 = 8;
+  ModelConfig c = fixtures::small_model(PosMode::coupled, 2, 16);
   if (paper) {
     c.attn_scale = AttnScale::none;
     c.init = InitScheme::t5;

@@ -394,9 +394,11 @@ args = ["--n-max", "3", "--m-max", "4"]
         out = os.path.join(self.dir, "pc")
         sweep("plan", study, "--out", out, "--bin", BIN, "--set", "train.train_size=200")
         runs = load(os.path.join(out, "plan.json"))["runs"]
-        arms = ["learned", "frozen", "hypercube", "shuffled", "learned,hypercube", "learned,shuffled"]
-        self.assertEqual([r["name"] for r in runs],
-                         ["%s-s%d" % (a.replace(",", "-"), s) for a in arms for s in (1, 2, 3)])
+        desc = load(study)
+        arms = desc["axes"]["arm"]  # the arms as the description orders them, each one controlled change
+        self.assertEqual(list(arms)[0], "learned")
+        self.assertEqual(arms["learned"], {})
+        self.assertEqual([r["name"] for r in runs], ["%s-s%d" % (a, s) for a in arms for s in (1, 2, 3)])
         recipe = {"model": {"n_layers": 1, "n_heads": 4, "d_model": 64, "d_head": 16, "d_ff": 256, "max_pos1": 40,
                             "max_pos2": 40},
                   "train": {"train_n": 10, "train_m": 10, "steps": 8000, "batch": 64, "lr": 3e-3, "threads": 1,
@@ -404,9 +406,12 @@ args = ["--n-max", "3", "--m-max", "4"]
                             "train_size": 200}}
         for r in runs:
             want = json.loads(json.dumps(recipe))
-            want["model"]["pos_codes"] = r["axes"]["model.pos_codes"]
+            arm = r["name"].rsplit("-s", 1)[0]
+            for key, value in arms[arm].items():  # the arm's fields and nothing else
+                section, field = key.split(".", 1)
+                want[section][field] = value
             want["train"]["seed"] = int(r["axes"]["train.seed"])
-            self.assertEqual(r["config"], want)
+            self.assertEqual(r["config"], want, r["name"])
         plan = load(os.path.join(out, "plan.json"))
         self.assertEqual(plan["evaluate"], {"samples": 50, "seed": 12345, "threads": 1, "args": []})
 

@@ -146,11 +146,12 @@ CLI::Option* add_device(CLI::App& app, std::string& device, const std::string& h
   auto* o = app.add_option_function<std::string>(
       "--device",
       [&device](const std::string& s) {
-        if (s != "cpu" && s != "cuda") throw CLI::ValidationError(fmt::format("--device '{}' unknown (cpu|cuda)", s));
+        if (s != "cpu" && s != "cpu-fast" && s != "cuda")
+          throw CLI::ValidationError(fmt::format("--device '{}' unknown (cpu|cpu-fast|cuda)", s));
         device = s;
       },
       decorate(help, device, ""));
-  return o->type_name("cpu|cuda");
+  return o->type_name("cpu|cpu-fast|cuda");
 }
 
 CLI::Option* add_quiet(CLI::App& app, bool& quiet) {

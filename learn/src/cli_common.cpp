@@ -6,10 +6,22 @@
 #include <fmt/format.h>
 
 #include "manyadd/core/cli.hpp"
+#include "manyadd/learn/cpu_fast.hpp"
+#include "manyadd/learn/cuda_device.hpp"
 #include "manyadd/learn/task.hpp"
 #include "manyadd/learn/train.hpp"
 
 namespace manyadd::learn {
+
+std::shared_ptr<TrainDevice> make_named_device(const std::string& name, const ModelConfig& mc, int threads, Precision p) {
+  if (name == "cpu") return nullptr;
+  if (name == "cpu-fast") return make_cpu_fast_device(mc, threads, p);
+  if (name == "cuda") return make_cuda_device(mc, p);
+  throw InputError(fmt::format("--device '{}' unknown (cpu|cpu-fast|cuda)", name));
+}
+std::string device_note(const std::string& name, Precision p) {
+  return name == "cpu-fast" ? "device cpu-fast: " + cpu_fast_description(p) : "";
+}
 
 double problems_bytes(std::int64_t count, std::int64_t n, std::int64_t m) {
   // A Problem is a vector of strings: its own 24 bytes, the array of m strings (32 bytes each, ~16 of

@@ -19,7 +19,6 @@
 #include "manyadd/core/progress.hpp"
 #include "manyadd/core/report.hpp"
 #include "manyadd/learn/cli_common.hpp"
-#include "manyadd/learn/cuda_device.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
 #include "manyadd/learn/io.hpp"
@@ -75,7 +74,10 @@ int main(int argc, char** argv) {
   cli::add_real(app, "--require", require,
                 "fail (exit 1) if any evaluated cell inside the training region has accuracy below this; < 0 = off");
   cli::add_json(app, json_path, "JSON report");
-  cli::add_device(app, device, "cpu | cuda (grid, teacher-forced only, packed batches on a GPU; exit 2 without a device)");
+  cli::add_device(app, device,
+                  "cpu | cpu-fast (grid, teacher-forced only: packed batches on the fast CPU device, --threads; "
+                  "attention streamed over rows, no T x T buffer) | cuda (grid, teacher-forced only, packed batches on "
+                  "a GPU; exit 2 without a device)");
   cli::add_string(app, "--precision", precision_s,
                   "fp32 | bf16: the forward's arithmetic (bf16: the rounding points of bf16 training, as the authors "
                   "evaluate under autocast) (default fp32)");
@@ -98,9 +100,11 @@ int main(int argc, char** argv) {
     else if (mode_s == "greedy") mode = EvalMode::greedy;
     else if (mode_s == "both") mode = EvalMode::both;
     else throw InputError(fmt::format("--mode '{}' unknown (teacher|greedy|both)", mode_s));
-    if (device == "cuda" && mode != EvalMode::teacher)
-      throw InputError("--device cuda evaluates teacher-forced only (--mode teacher); greedy decoding runs on the CPU");
-    if (device == "cuda" && !problem.empty()) throw InputError("--problem runs on the CPU only (drop --device cuda)");
+    if (device != "cpu" && mode != EvalMode::teacher)
+      throw InputError(fmt::format("--device {} evaluates teacher-forced only (--mode teacher); greedy decoding runs on "
+                                   "the CPU", device));
+    if (device != "cpu" && !problem.empty())
+      throw InputError(fmt::format("--problem runs on the CPU only (drop --device {})", device));
     const Precision prec = parse_precision(precision_s);
     const LoadedModel lm = load_model_dir(model);
     const Task& tk = task_of_model(lm.config_json, task_s, model);
@@ -126,9 +130,10 @@ int main(int argc, char** argv) {
                                     tk.kind() == TaskKind::addition ? fmt::format("TA({}, {})", n_max, m_max)
                                                                     : fmt::format("{} cell ({}, {})", tk.name(), n_max, m_max)));
     const ModelView<float> view{lm.cfg, lm.lay, lm.params.data(), prec};
-    std::unique_ptr<TrainDevice> dev;
-    if (device == "cuda") {
-      dev = make_cuda_device(lm.cfg, prec);  // InputError -> exit 2
+    const std::shared_ptr<TrainDevice> dev = make_named_device(device, lm.cfg, threads, prec);  // InputError -> exit 2
+    if (const std::string note = device_note(device, prec); !quiet && !note.empty())
+      std::fprintf(stderr, "evaluate: %s\n", note.c_str());
+    if (dev) {
       const std::vector<float> zeros(lm.params.size(), 0.f);
       dev->set_state(lm.params, zeros, zeros);
     }

@@ -13,7 +13,6 @@
 #include "manyadd/core/progress.hpp"
 #include "manyadd/core/report.hpp"
 #include "manyadd/learn/cli_common.hpp"
-#include "manyadd/learn/cuda_device.hpp"
 #include "manyadd/learn/io.hpp"
 #include "manyadd/learn/task.hpp"
 #include "manyadd/learn/train.hpp"
@@ -46,9 +45,11 @@ int main(int argc, char** argv) {
                 "also stop (with a checkpoint) after the first step ending past this wall time; 0 = no limit", 0);
   cli::add_json(app, json_path, "write a JSON report (steps, loss, tokens/s, accuracy) to this file");
   cli::add_device(app, device,
-                  "cpu: deterministic for (seed, threads) | cuda: the same batches on a GPU, in the run's precision, "
-                  "every model option (d_head <= 512); exit 2 without a "
-                  "device. Not part of the config: a run may be resumed on the other device");
+                  "cpu: the reference, deterministic for (seed, threads) | cpu-fast: the same batches on the fast CPU "
+                  "device (oneDNN products, fused attention, bf16 on AVX-512 BF16; within the reference's derived "
+                  "bounds, deterministic for (seed, threads); no pos_mode fire) | cuda: the same batches on a GPU, in "
+                  "the run's precision, every model option (d_head <= 512); exit 2 without a device. Not part of the "
+                  "config: a run may be resumed on another device");
   cli::add_quiet(app, quiet);
   const ConfigOptions flags(app);
   app.footer(cli::exit_codes_footer(false));
@@ -69,7 +70,9 @@ int main(int argc, char** argv) {
     from_json(cfg["model"], mc);
     check_run_fits(mc, tc, device == "cuda");  // before the data set, the weights or any step
     std::shared_ptr<TrainDevice> dev;
-    if (device == "cuda") dev = make_cuda_device(mc, tc.precision_value());  // InputError -> exit 2
+    dev = make_named_device(device, mc, tc.threads, tc.precision_value());  // InputError -> exit 2
+    if (const std::string note = device_note(device, tc.precision_value()); !quiet && !note.empty())
+      std::fprintf(stderr, "train: %s\n", note.c_str());
     ProgressOptions progress;
     progress.quiet = quiet;
     const auto report = run_training(mc, tc, out, resume, stop_after, progress, dev, max_seconds, allow_precision_change);

@@ -40,7 +40,7 @@ CLI::Option* add_string(CLI::App& app, const std::string& name, std::string& v, 
 CLI::Option* add_output(CLI::App& app, const std::string& name, std::string& v, const std::string& help);
 
 // Shared options. --threads T in [1, 256]; --seed S (unsigned 64-bit); --json FILE (an output);
-// --device cpu|cuda.
+// --device cpu|cpu-fast|cuda.
 CLI::Option* add_threads(CLI::App& app, int& threads);
 CLI::Option* add_seed(CLI::App& app, std::uint64_t& seed, const std::string& help);
 CLI::Option* add_json(CLI::App& app, std::string& path, const std::string& help = "write the JSON report to FILE");

@@ -1,8 +1,9 @@
 // Batched training for devices: a batch of examples of different lengths packed into one varlen
 // layout (their real tokens concatenated), the AdamW update shared by every trainer, and the interface a device implements
-// (TrainDevice) with its two CPU implementations: CpuDevice (the default trainer: threads over
+// (TrainDevice) with its two reference CPU implementations: CpuDevice (the default trainer: threads over
 // sequences, one sequence at a time) and PackedCpuDevice (the whole packed batch at once, the CPU twin
-// of the CUDA device in cuda_device.cpp, which mirrors model_forward/model_backward pass by pass).
+// of the CUDA device in cuda_device.cpp, which mirrors model_forward/model_backward pass by pass). The
+// fast CPU device is in cpu_fast.hpp.
 //
 // Layout (varlen, as FlashAttention's cu_seqlens): sequence b occupies rows [offsets[b], offsets[b + 1])
 // of every (R, ...) buffer, R = the batch's real tokens; no padding. Every row-wise pass (embedding,
@@ -127,7 +128,9 @@ class TrainDevice {
   // Forward and backward only (no update): the gradient of loss_scale * loss_sum in layout order. For
   // checking a device against its twin tensor by tensor; returns the loss sum.
   virtual double gradient(const PackedBatch& pb, float loss_scale, std::vector<float>& grads) = 0;
-  // Teacher-forced argmax of every row (lowest index on ties), (R).
+  // Teacher-forced argmax of every row (lowest index on ties), (R). A device may leave the rows without a
+  // target (pb.targets -1: the prompt's, which no verdict reads) uncomputed: the fast CPU device
+  // (cpu_fast.hpp) marks them 255.
   virtual void predict(const PackedBatch& pb, std::vector<std::uint8_t>& argmax) = 0;
 
  private:

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +19,16 @@ namespace manyadd::learn {
 struct ModelConfig;
 struct TrainConfig;
 class Task;
+class TrainDevice;
+enum class Precision;
+
+// The device `--device NAME` names: nullptr for cpu (the reference CPU trainer, which the trainer and
+// the evaluation make themselves), the fast CPU device (cpu_fast.hpp) for cpu-fast with `threads`, the
+// CUDA device for cuda (InputError without one, or for what a device does not run).
+std::shared_ptr<TrainDevice> make_named_device(const std::string& name, const ModelConfig& mc, int threads, Precision p);
+// A line for the progress output on what a device runs on this machine ("" for the reference CPU
+// device): the fast CPU device's kernel build and oneDNN's instruction set.
+std::string device_note(const std::string& name, Precision p);
 
 // Memory of work sized by options, estimated before it starts and checked against the machine
 // (core/cli.hpp's check_fits_memory; InputError naming `what`, the options to reduce).
