@@ -1,7 +1,8 @@
 // The grid universal transformer's data, metrics, schedule, trainer and evaluation (grid_train.hpp):
 // the authors' sampling and grid rule, their accuracy definition, the cosine with warm restarts, the
 // weight-decay groups, a run that does not depend on the thread count or the activation cache, a micro
-// run that learns, save/load, and a resumed run bit-identical to an uninterrupted one.
+// run that learns, save/load, and a resumed run bit-identical to an uninterrupted one; AdamW decays the
+// flagged tensors alone.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -11,6 +12,7 @@
 
 #include "manyadd/core/files.hpp"
 #include "manyadd/core/safetensors.hpp"
+#include "manyadd/learn/batch.hpp"
 #include "manyadd/learn/grid_train.hpp"
 
 #include "test_util.hpp"
@@ -145,6 +147,31 @@ TEST(GridModel, WeightDecayGroupsAreTheirs) {
   EXPECT_EQ(L.lay.find("ut.attn.query.weight").shape, (std::vector<std::int64_t>{64, 8}));
   EXPECT_EQ(L.lay.find("ut.attn.rel_emb").shape, (std::vector<std::int64_t>{3, 3, 64}));
   EXPECT_EQ(L.lay.find("halt.0.weight").shape, (std::vector<std::int64_t>{128, 192}));
+}
+
+// AdamW over the grid model's segments decays exactly the flagged tensors: with a zero gradient and zero
+// moments the step is p -= lr wd p on a decayed parameter and nothing on the others.
+TEST(GridModel, AdamWDecaysOnlyTheFlaggedTensors) {
+  const GridLayout L = GridLayout::make(GridConfig{});
+  const std::size_t n = std::size_t(L.lay.total);
+  std::vector<float> p(n, 1.f), m(n, 0.f), v(n, 0.f), g(n, 0.f);
+  const AdamScalars s = adam_scalars(1e-3, 0.9, 0.999, 1e-8, 0.1, 10, 1, 0.0);
+  adamw_segments(p.data(), m.data(), v.data(), g.data(), L.lay.trainable_segments(), s);
+  int decayed = 0, kept = 0;
+  for (const TensorSpec& t : L.lay.tensors)
+    for (std::int64_t i = 0; i < t.size; ++i) {
+      const float x = p[std::size_t(t.offset + i)];
+      if (t.decay) {
+        EXPECT_EQ(x, 1.f - s.wd) << t.name;
+        decayed += x != 1.f;
+      } else {
+        EXPECT_EQ(x, 1.f) << t.name;
+        kept += x == 1.f;
+      }
+    }
+  EXPECT_GT(decayed, 0);
+  EXPECT_GT(kept, 0);
+  EXPECT_NE(s.wd, 0.f);
 }
 
 namespace {
