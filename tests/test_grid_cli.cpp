@@ -107,9 +107,11 @@ TEST(GridCli, PiecesResumeBitForBit) {
   auto r = run_cmd(kTrain + " --out " + b + kMicro + " --max-seconds 0.000001");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("trained 1 steps"), std::string::npos) << r.out;
-  r = run_cmd(kTrain + " --out " + b + kMicro + " --resume --stop-after 4 --threads 1");
+  r = run_cmd(kTrain + " --out " + b + kMicro + " --resume --stop-after 4 --threads 1 --cache-mb 0");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("trained 4 steps"), std::string::npos) << r.out;
+  // threads and the activation cache do not change the run: no warning for them
+  EXPECT_EQ(r.err.find("other than the checkpoint's"), std::string::npos) << r.err;
   r = run_cmd(kTrain + " --out " + b + " --resume -q");  // the rest from config.json alone
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(slurp(a + "/model.safetensors"), slurp(b + "/model.safetensors"));
@@ -122,6 +124,10 @@ TEST(GridCli, PiecesResumeBitForBit) {
   EXPECT_EQ(rows(a + "/log.csv"), rows(b + "/log.csv"));
   const auto cfg = nlohmann::json::parse(slurp(b + "/config.json"));
   EXPECT_EQ(cfg.at("step"), 6);
+  // a setting that does change the run is named when a resume changes it
+  r = run_cmd(kTrain + " --out " + b + " --resume -q --beta 0.01 --stop-after 6");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("other than the checkpoint's: beta 0.05 -> 0.01;"), std::string::npos) << r.err;
   EXPECT_EQ(cfg.at("model").at("d_emb"), 16);
   std::filesystem::remove_all(dir);
 }

@@ -741,7 +741,13 @@ nlohmann::json run_grid_training(const GridConfig& mc, const GridTrainConfig& tc
       throw InputError(fmt::format("'{}': {}", what, e.what()));
     }
     if (rs.count("train_config")) {
-      const std::string diff = config_changes(parse_json(rs.at("train_config"), what + " (run.train_config)"), tc);
+      // threads and cache_mb do not change the run (the trainer's results do not depend on them)
+      nlohmann::json was = parse_json(rs.at("train_config"), what + " (run.train_config)"), now = tc;
+      for (const char* k : {"threads", "cache_mb"}) {
+        if (was.is_object()) was.erase(k);
+        now.erase(k);
+      }
+      const std::string diff = config_changes(was, now);
       if (!diff.empty())
         prog.message("resuming with train settings other than the checkpoint's:" + diff +
                          " the steps from here differ from the run's",
