@@ -231,6 +231,21 @@ TEST(GridTrain, MicroRunLearnsToCopy) {
   EXPECT_GE(r.seq_acc(), 0.8);
 }
 
+// A micro run that learns to add: the same model on 2 terms of 1 digit (a carry in half the problems)
+// after 600 steps of 32 problems: on 128 validation problems character accuracy 0.95 and sequence
+// accuracy 0.93 with seed 1 (seeds 2 and 3: 0.96/0.94 and 0.95/0.92); at step 100 it stands at 0.24
+// (training character accuracy). About 10 s of CPU.
+TEST(GridTrain, MicroRunLearnsToAdd) {
+  GridTrainConfig t = micro_train(60);
+  t.train_instance = "2x1", t.term_groups = 1, t.eval_instance = "2x1";
+  GridTrainer tr(micro_model(), t);
+  for (int s = 0; s < 600; ++s) tr.step();
+  const InstanceResult r = evaluate_instance(tr.view(), Instance::parse("2x1"), 200, 1, t.grid_rule(), 128, false,
+                                             -1, 2);
+  EXPECT_GE(r.char_acc(), 0.85);
+  EXPECT_GE(r.seq_acc(), 0.8);
+}
+
 // Evaluation is a function of (seed, instance): the same on any thread count, and sampled halting
 // differs from greedy halting only in the steps it draws.
 TEST(GridEval, DeterministicOnAnyThreadCount) {
