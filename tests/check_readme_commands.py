@@ -14,10 +14,10 @@ command may read what an earlier one of the same README wrote, as a reader follo
 command quoted twice in one README runs once);
 `./x TOOL` and `build/DIR/TOOL` become the build's TOOL; paths to committed files (models/, configs/,
 tests/data/) become the source tree's; the placeholders DIR and OUT become a committed model and
-`out/placeholder`. Made cheap, not different: `train` gets `--stop-after 5` (every flag is still
-parsed and checked, and the model directory later commands read is still written), and `--samples N`
-is capped at 20. Each command must exit 0 -- or 1 for the tools whose 1 is a verdict (a check that
-failed on the 5-step model: evaluate, verify_construction) -- within 120 s; 2 (usage) or 3 (internal)
+`out/placeholder`. Made cheap, not different: `train` gets `--stop-after 5` and `train_grid`
+`--stop-after 2` (every flag is still parsed and checked, and the model directory later commands read
+is still written), and `--samples N` is capped at 20. Each command must exit 0 -- or 1 for the tools whose 1 is a verdict (a check that
+failed on the 5-step model: evaluate, evaluate_grid, verify_construction) -- within 120 s; 2 (usage) or 3 (internal)
 is what a wrong command gives.
 
 What is not run is listed (printed with its reason) in SKIP below: nothing is dropped silently; a
@@ -44,7 +44,9 @@ SKIP = [
     (r"--model out/parity\b", "reads a parity model directory that no README command writes (train --task parity)"),
 ]
 # Tools whose exit code 1 is a verdict (a failed check) rather than an error.
-VERDICT_TOOLS = {"evaluate", "verify_construction"}
+VERDICT_TOOLS = {"evaluate", "evaluate_grid", "verify_construction"}
+# Training tools run a few steps only.
+STOP_AFTER = {"train": "5", "train_grid": "2"}
 PLACEHOLDERS = {"DIR": "models/cpu-sa1010-1l4h-d64", "OUT": "out/placeholder"}
 COMMITTED = ("models/", "configs/", "tests/data/")
 TIMEOUT_S = 120
@@ -106,8 +108,8 @@ def rewrite(cmd, build, source):
         if i > 0 and args[i - 1] == "--samples" and a.isdigit():
             a = str(min(int(a), 20))
         out.append(a)
-    if tool == "train" and "--stop-after" not in out:
-        out += ["--stop-after", "5"]
+    if tool in STOP_AFTER and "--stop-after" not in out:
+        out += ["--stop-after", STOP_AFTER[tool]]
     return tool, [exe] + out
 
 

@@ -109,6 +109,35 @@ class Figures(unittest.TestCase):
         self.assertEqual(values[ns.index(3)][ms.index(4)], 0.0)
         self.assertTrue(values[ns.index(20)][ms.index(20)] != values[ns.index(20)][ms.index(20)])  # NA -> NaN
 
+    def test_halting_of_an_evaluate_grid_report(self):
+        rep = {"verdict": "done", "instances": [
+            {"instance": "1-4x1-10", "char_acc": 0.99, "seq_acc": 0.9, "steps_hist": [0, 2, 5, 10, 3]},
+            {"instance": "5-6x1-10", "char_acc": 0.8, "seq_acc": 0.3, "steps_hist": [0, 0, 0, 4, 8, 8]},
+            {"instance": "2x100", "char_acc": 0.5, "seq_acc": 0.0, "steps_hist": [0, 0, 1, 1, 1, 1, 16]}]}
+        import json
+        a, b = self.out("ha.json"), self.out("hb.json")
+        with open(a, "w") as f:
+            json.dump(rep, f)
+        rep["instances"][1]["steps_hist"] = [0, 0, 0, 0, 0, 0, 0, 0, 20]  # another distribution of steps
+        with open(b, "w") as f:
+            json.dump(rep, f)
+        self.run_cmd("halting", a, "-o", a + ".png", "--dpi", 100)
+        self.run_cmd("halting", b, "-o", b + ".png", "--dpi", 100)
+        w, h = png_size(a + ".png")
+        self.assertGreaterEqual(w, 500)
+        self.assertGreaterEqual(h, 400)
+        with open(a + ".png", "rb") as fa, open(b + ".png", "rb") as fb:
+            self.assertNotEqual(fa.read(), fb.read())
+        rows = figures.read_grid_eval(a)
+        self.assertEqual([r[0] for r in rows], ["1-4x1-10", "5-6x1-10", "2x100"])
+        self.assertEqual(figures._hist_quantile([0, 2, 5, 10, 3], 0.5), 3)  # 10th of 20 samples: 3 steps
+        bad = self.out("hbad.json")
+        with open(bad, "w") as f:
+            json.dump({"instances": [{"instance": "2x3", "char_acc": 0.5, "seq_acc": 0.1, "steps_hist": [0, 0]}]}, f)
+        self.assertIn("positive sum", self.run_cmd("halting", bad, "-o", self.out("x.png"), rc=2))
+        self.assertIn("not an evaluate_grid", self.run_cmd("halting", os.path.join(MODEL, "config.json"), "-o",
+                                                           self.out("x.png"), rc=2))
+
     def test_bad_input_exits_2(self):
         bad = self.out("bad.csv")
         with open(bad, "w") as f:

@@ -90,12 +90,16 @@ BatchView sequence_of(const PackedBatch& pb, int b) {
 }
 
 AdamScalars adam_scalars(const TrainConfig& tc, std::int64_t t, double grad_norm) {
+  return adam_scalars(lr_at(tc, t), tc.beta1, tc.beta2, tc.adam_eps, tc.weight_decay, tc.grad_clip, t, grad_norm);
+}
+
+AdamScalars adam_scalars(double lr, double beta1, double beta2, double adam_eps, double weight_decay, double grad_clip,
+                         std::int64_t t, double grad_norm) {
   AdamScalars s;
-  s.clip = (tc.grad_clip > 0 && grad_norm > tc.grad_clip) ? tc.grad_clip / grad_norm : 1.0;
-  const double lr = lr_at(tc, t);
-  const double bc1 = 1.0 - std::pow(tc.beta1, double(t)), bc2 = 1.0 - std::pow(tc.beta2, double(t));
-  s.b1 = float(tc.beta1), s.b2 = float(tc.beta2), s.eps = float(tc.adam_eps);
-  s.step_size = float(lr / bc1), s.inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2)), s.wd = float(lr * tc.weight_decay);
+  s.clip = (grad_clip > 0 && grad_norm > grad_clip) ? grad_clip / grad_norm : 1.0;
+  const double bc1 = 1.0 - std::pow(beta1, double(t)), bc2 = 1.0 - std::pow(beta2, double(t));
+  s.b1 = float(beta1), s.b2 = float(beta2), s.eps = float(adam_eps);
+  s.step_size = float(lr / bc1), s.inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2)), s.wd = float(lr * weight_decay);
   return s;
 }
 
@@ -106,6 +110,14 @@ void adamw_update(float* p, float* m, float* v, const float* grad, std::int64_t 
     v[i] = s.b2 * v[i] + (1.f - s.b2) * g * g;
     p[i] -= s.step_size * m[i] / (std::sqrt(v[i]) * s.inv_sqrt_bc2 + s.eps) + s.wd * p[i];
   }
+}
+
+void adamw_segments(float* p, float* m, float* v, const float* grad, const std::vector<ParamSegment>& segs,
+                    const AdamScalars& s) {
+  AdamScalars s0 = s;
+  s0.wd = 0;
+  for (const ParamSegment& sg : segs)
+    adamw_update(p + sg.offset, m + sg.offset, v + sg.offset, grad + sg.offset, sg.size, sg.decay ? s : s0);
 }
 
 namespace {

@@ -153,6 +153,15 @@ const std::vector<FieldDoc>& config_fields() {
   return f;
 }
 
+void merge_config_sections(nlohmann::json& cfg, const nlohmann::json& src, const std::string& what) {
+  if (!src.is_object()) throw InputError(fmt::format("{} must be a JSON object", what));
+  for (auto it = src.begin(); it != src.end(); ++it) {
+    if (it.key() != "model" && it.key() != "train") continue;  // config.json carries extra sections
+    if (!it.value().is_object()) throw InputError(fmt::format("{}: \"{}\" must be an object", what, it.key()));
+    for (auto f = it.value().begin(); f != it.value().end(); ++f) cfg[it.key()][f.key()] = f.value();
+  }
+}
+
 std::string config_flag(const FieldDoc& f) {
   std::string flag = f.name;
   for (auto& ch : flag)
@@ -160,9 +169,10 @@ std::string config_flag(const FieldDoc& f) {
   return "--" + flag;
 }
 
-ConfigOptions::ConfigOptions(CLI::App& app) {
+namespace {
+// learn's defaults as the flags show them (to_json writes some fields only for the models they apply to).
+nlohmann::json learn_defaults() {
   nlohmann::json defaults = {{"model", ModelConfig{}}, {"train", TrainConfig{}}};
-  // to_json writes these for the models they apply to only
   ModelConfig fire;
   fire.pos_mode = PosMode::fire;
   const nlohmann::json fj = fire;
@@ -174,7 +184,14 @@ ConfigOptions::ConfigOptions(CLI::App& app) {
   defaults["model"]["pos_codes"] = ModelConfig{}.pos_codes_string();
   defaults["model"]["pos_code_scale"] = ModelConfig{}.pos_code_scale;
   defaults["model"]["pos_code_distance"] = ModelConfig{}.pos_code_distance;
-  for (const auto& doc : config_fields()) {
+  return defaults;
+}
+}  // namespace
+
+ConfigOptions::ConfigOptions(CLI::App& app) : ConfigOptions(app, config_fields(), learn_defaults()) {}
+
+ConfigOptions::ConfigOptions(CLI::App& app, const std::vector<FieldDoc>& docs, const nlohmann::json& defaults) {
+  for (const auto& doc : docs) {
     const nlohmann::json& d = defaults.at(doc.section).at(doc.name);
     Field& f = fields_.emplace_back();
     f.doc = &doc;

@@ -1,6 +1,7 @@
 // What the CPU devices share (batch.cpp's CpuDevice and PackedCpuDevice, cpu_fast_device.cpp's fast
 // device): the weights and Adam moments, the step (global norm, clipping, AdamW over the trainable
-// segments only: frozen position codes take no step), and the argmax of logits rows.
+// segments only: frozen position codes take no step; weight decay where a segment's flag says), and the
+// argmax of logits rows.
 #pragma once
 
 #include <algorithm>
@@ -38,11 +39,11 @@ class CpuDeviceBase : public TrainDevice {
     StepResult r;
     r.loss_sum = forward_backward(pb, loss_scale, g_);
     r.grad_norm = std::sqrt(squared_norm(g_));
-    // AdamW (decoupled weight decay; 0 by default as the reference) after global-norm clipping.
-    // Frozen position codes (model.pos_codes) are outside the segments: never stepped, never decayed.
+    // AdamW (decoupled weight decay; 0 by default as the reference) after global-norm clipping, decayed
+    // only where a segment's decay flag is set. Frozen position codes (model.pos_codes) are outside the
+    // segments: never stepped, never decayed.
     const AdamScalars s = adam_scalars(tc, t, r.grad_norm);
-    for (const ParamSegment& sg : segs_)
-      adamw_update(p_.data() + sg.offset, m_.data() + sg.offset, v_.data() + sg.offset, g_.data() + sg.offset, sg.size, s);
+    adamw_segments(p_.data(), m_.data(), v_.data(), g_.data(), segs_, s);
     return r;
   }
   double gradient(const PackedBatch& pb, float loss_scale, std::vector<float>& grads) override {

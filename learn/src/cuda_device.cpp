@@ -135,7 +135,8 @@ class CudaDevice final : public TrainDevice {
     // Frozen position codes (model.pos_codes) are outside the segments: never stepped, never decayed.
     for (const ParamSegment& sg : segs_)
       K::adamw_update(params_.get() + sg.offset, m_.get() + sg.offset, v_.get() + sg.offset, grads_.get() + sg.offset,
-                      sg.size, slot + 1, tc.grad_clip, s.b1, s.b2, s.eps, s.step_size, s.inv_sqrt_bc2, s.wd);
+                      sg.size, slot + 1, tc.grad_clip, s.b1, s.b2, s.eps, s.step_size, s.inv_sqrt_bc2,
+                      sg.decay ? s.wd : 0.f);
     ++queued_;
   }
   std::vector<StepResult> take_results() override {

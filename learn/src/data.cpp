@@ -7,6 +7,13 @@
 
 namespace manyadd::learn {
 
+std::uint64_t seed_mix(std::uint64_t a, std::uint64_t b, std::uint64_t c) {
+  std::uint64_t z = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full ^ c * 0x165667B19E3779F9ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 namespace {
 // BOS 0, index k >= 1 -> s1 + k - 1.
 void absolute_ids(std::int64_t T, std::int64_t s1, std::vector<std::int32_t>& p) {

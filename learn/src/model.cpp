@@ -438,17 +438,7 @@ nlohmann::json architecture_description(const ModelConfig& c) {
 Layout Layout::make(const ModelConfig& c) {
   c.validate();
   Layout L;
-  auto add = [&](const std::string& name, std::vector<std::int64_t> shape) {
-    TensorSpec t;
-    t.name = name;
-    t.shape = std::move(shape);
-    t.size = 1;
-    for (auto d : t.shape) t.size *= d;
-    t.offset = L.total;
-    L.total += t.size;
-    L.tensors.push_back(t);
-    return t.offset;
-  };
+  auto add = [&](const std::string& name, std::vector<std::int64_t> shape) { return L.add(name, std::move(shape)); };
   const std::int64_t C = c.d_model, D = std::int64_t(c.n_heads) * c.d_head, F = c.d_ff;
   L.wte = add("tok_emb.weight", {c.vocab, C});
   for (int lv = 0; lv < pos_tables(c.pos_mode); ++lv) {
@@ -488,14 +478,26 @@ Layout Layout::make(const ModelConfig& c) {
   return L;
 }
 
+std::int64_t Layout::add(const std::string& name, std::vector<std::int64_t> shape) {
+  TensorSpec t;
+  t.name = name;
+  t.shape = std::move(shape);
+  t.size = 1;
+  for (auto d : t.shape) t.size *= d;
+  t.offset = total;
+  total += t.size;
+  tensors.push_back(t);
+  return t.offset;
+}
+
 std::vector<ParamSegment> Layout::trainable_segments() const {
   std::vector<ParamSegment> segs;
   for (const auto& t : tensors) {
     if (!t.trainable || t.size == 0) continue;
-    if (!segs.empty() && segs.back().offset + segs.back().size == t.offset)
+    if (!segs.empty() && segs.back().offset + segs.back().size == t.offset && segs.back().decay == t.decay)
       segs.back().size += t.size;
     else
-      segs.push_back({t.offset, t.size});
+      segs.push_back({t.offset, t.size, t.decay});
   }
   return segs;
 }
@@ -530,16 +532,17 @@ double init_std_of(const ModelConfig& c, const std::string& name) {
 }
 }  // namespace
 
+double standard_normal(Rng& rng) {
+  const double u1 = (double(rng.uniform(1, (1ull << 53))) ) / double(1ull << 53);
+  const double u2 = double(rng.uniform(0, (1ull << 53) - 1)) / double(1ull << 53);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
 template <class S>
 std::vector<S> init_params(const ModelConfig& c, const Layout& lay, std::uint64_t seed) {
   std::vector<S> p(std::size_t(lay.total), S(0));
   Rng rng(seed);
-  // Box-Muller on our own uniform draws so a seed gives the same weights with every standard library.
-  auto normal = [&]() {
-    const double u1 = (double(rng.uniform(1, (1ull << 53))) ) / double(1ull << 53);
-    const double u2 = double(rng.uniform(0, (1ull << 53) - 1)) / double(1ull << 53);
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-  };
+  auto normal = [&]() { return standard_normal(rng); };
   for (auto& t : lay.tensors) {
     if (t.name == "fire.c" || t.name == "fire.L_sqrt") {  // the authors' c0 = 0.1, L0_sqrt = 16; no draw
       p[std::size_t(t.offset)] = S(t.name == "fire.c" ? 0.1 : 16.0);

@@ -1,15 +1,10 @@
 // Training loop, optimizer, checkpoints: see train.hpp.
 #include "manyadd/learn/train.hpp"
 
-#include <signal.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -22,17 +17,9 @@
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
 #include "manyadd/learn/io.hpp"
+#include "manyadd/learn/run_files.hpp"
 
 namespace manyadd::learn {
-
-namespace {
-std::uint64_t mix(std::uint64_t a, std::uint64_t b, std::uint64_t c = 0) {
-  std::uint64_t z = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full ^ c * 0x165667B19E3779F9ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-}  // namespace
 
 void TrainConfig::validate() const {
   auto need = [](bool ok, const std::string& msg) {
@@ -157,11 +144,11 @@ Trainer::Trainer(const ModelConfig& mc, const TrainConfig& tc)
     throw InputError(fmt::format("pos_mode abacus: training offsets up to abacus_k = {} on numbers of up to {} digits "
                                  "need max_pos1 >= {} (now {})",
                                  mc_.abacus_k, big.digit_run, mc_.abacus_k + big.digit_run - 1, mc_.max_pos1));
-  params_ = init_params<float>(mc_, lay_, mix(tc_.seed, 0x1417));
+  params_ = init_params<float>(mc_, lay_, seed_mix(tc_.seed, 0x1417));
   m_.assign(params_.size(), 0.f);
   v_.assign(params_.size(), 0.f);
   dev_ = make_cpu_device(mc_, tc_.threads, tc_.precision_value());
-  Rng rng(mix(tc_.data_seed_value(), 0xDA7A));
+  Rng rng(seed_mix(tc_.data_seed_value(), 0xDA7A));
   data_ = task_->sample_train(rng, tc_);
 }
 
@@ -171,7 +158,7 @@ std::int64_t Trainer::sample_index(std::int64_t k) {
   if (epoch != perm_epoch_) {
     perm_.resize(std::size_t(size));
     for (std::int64_t i = 0; i < size; ++i) perm_[std::size_t(i)] = i;
-    Rng rng(mix(tc_.data_seed_value(), 0xE90C, std::uint64_t(epoch)));
+    Rng rng(seed_mix(tc_.data_seed_value(), 0xE90C, std::uint64_t(epoch)));
     for (std::int64_t i = size - 1; i > 0; --i)
       std::swap(perm_[std::size_t(i)], perm_[std::size_t(rng.uniform(0, std::uint64_t(i)))]);
     perm_epoch_ = epoch;
@@ -199,7 +186,7 @@ std::vector<Example> Trainer::batch_examples(std::int64_t t) {
   std::vector<Example> exs;
   exs.reserve(std::size_t(B));
   // Abacus: one offset beta per batch (McLeish et al., Sec. 3.1), from (seed, step) alone.
-  Rng batch_rng(mix(tc_.seed, std::uint64_t(t), 0xABAC05));
+  Rng batch_rng(seed_mix(tc_.seed, std::uint64_t(t), 0xABAC05));
   const Offsets abacus{mc_.pos_mode == PosMode::abacus ? abacus_offset(mc_, batch_rng) : 1, 1, 1};
   std::vector<std::int64_t> picks(static_cast<std::size_t>(B));
   {
@@ -213,7 +200,7 @@ std::vector<Example> Trainer::batch_examples(std::int64_t t) {
       continue;
     }
     // Offsets depend only on (seed, step, slot): the same with any thread count, device and on resume.
-    Rng rng(mix(tc_.seed, std::uint64_t(t), std::uint64_t(b) + 0x0FF5E7));
+    Rng rng(seed_mix(tc_.seed, std::uint64_t(t), std::uint64_t(b) + 0x0FF5E7));
     exs.push_back(make_train_example(*task_, p, mc_, rng));
   }
   return exs;
@@ -282,60 +269,26 @@ void Trainer::save(const std::string& dir, const std::map<std::string, std::stri
             "inputs of every matrix product, fp32 accumulation); the stored weights are fp32"
           : "trained in fp32";
   atomic_write(dir + "/config.json", cfg.dump(2) + "\n");
-  const std::map<std::string, std::string> meta = {{"format", "pt"}, {"step", std::to_string(step_)}};
-  write_safetensors(dir + "/model.safetensors", params_to_tensors(lay_, params_), meta);
-  auto ts = params_to_tensors(lay_, params_);
-  auto tm = params_to_tensors(lay_, m_, "adam.m.");
-  auto tv = params_to_tensors(lay_, v_, "adam.v.");
-  ts.insert(ts.end(), tm.begin(), tm.end());
-  ts.insert(ts.end(), tv.begin(), tv.end());
   nlohmann::json mj = mc_;
   std::map<std::string, std::string> ckpt_meta;
   for (const auto& [k, v] : run_state) ckpt_meta["run." + k] = v;
-  ckpt_meta.insert(
-      {{"format", "pt"}, {"step", std::to_string(step_)}, {"model_config", mj.dump()}, {"precision", tc_.precision}});
-  write_safetensors(dir + "/checkpoint.safetensors", ts, ckpt_meta);
+  ckpt_meta.insert({{"model_config", mj.dump()}, {"precision", tc_.precision}});
+  write_run_checkpoint(dir, lay_, params_, m_, v_, step_, ckpt_meta);
 }
 
 void Trainer::load_checkpoint(const std::string& dir, bool allow_precision_change) {
-  ReadOptions whole_file;  // the step and the configuration in the metadata must be under the checksum
-  whole_file.allow_legacy_checksum = false;
-  const SafetensorsFile ts = read_safetensors(dir + "/checkpoint.safetensors", whole_file);
-  auto meta = ts.metadata;
-  // Compared as configurations, not as text: a checkpoint written before a field existed holds that
-  // field's default.
-  bool same = false;
-  if (meta.count("model_config")) {
-    try {
-      ModelConfig saved;
-      from_json(nlohmann::json::parse(meta["model_config"]), saved);
-      same = nlohmann::json(saved) == nlohmann::json(mc_);
-    } catch (const std::exception&) {
-      same = false;
-    }
-  }
-  if (!same)
-    throw InputError(fmt::format("'{}/checkpoint.safetensors' was written for another model configuration", dir));
-  const std::string saved_prec = meta.count("precision") ? meta["precision"] : std::string("fp32");
-  if (saved_prec != tc_.precision && !allow_precision_change)
-    throw InputError(fmt::format("'{}/checkpoint.safetensors' was trained in {}; resuming it in {} changes the "
-                                 "arithmetic of the run (pass --allow-precision-change to do so)",
-                                 dir, saved_prec, tc_.precision));
-  if (!meta.count("step")) throw InputError(fmt::format("'{}/checkpoint.safetensors' has no step", dir));
-  std::int64_t s = -1;
-  try {
-    s = cli::parse_int(meta["step"], "its step", 0, std::numeric_limits<std::int64_t>::max());
-  } catch (const InputError& e) {
-    throw InputError(fmt::format("'{}/checkpoint.safetensors': {}", dir, e.what()));
-  }
-  check_tensor_set(lay_, ts, {"", "adam.m.", "adam.v."});
-  tensors_to_params(lay_, ts, params_);
-  tensors_to_params(lay_, ts, m_, "adam.m.");
-  tensors_to_params(lay_, ts, v_, "adam.v.");
-  step_ = s;
-  run_state_.clear();
-  for (const auto& [k, v] : ts.metadata)
-    if (k.compare(0, 4, "run.") == 0) run_state_[k.substr(4)] = v;
+  auto check = [&](const std::map<std::string, std::string>& meta) {
+    if (!checkpoint_config_is(meta, mc_))
+      throw InputError(fmt::format("'{}/checkpoint.safetensors' was written for another model configuration", dir));
+    const std::string saved_prec = meta.count("precision") ? meta.at("precision") : std::string("fp32");
+    if (saved_prec != tc_.precision && !allow_precision_change)
+      throw InputError(fmt::format("'{}/checkpoint.safetensors' was trained in {}; resuming it in {} changes the "
+                                   "arithmetic of the run (pass --allow-precision-change to do so)",
+                                   dir, saved_prec, tc_.precision));
+  };
+  RunCheckpoint c = read_run_checkpoint(dir, lay_, params_, m_, v_, check);
+  step_ = c.step;
+  run_state_ = std::move(c.run_state);
   pull_from_device_ = false;
   push_to_device_ = true;
 }
@@ -363,74 +316,6 @@ Trainer::EvalSummary Trainer::eval_in_distribution(std::int64_t samples) const {
 namespace {
 const char kLogHeader[] = "step,loss,lr,grad_norm,tokens_per_s,elapsed_s";
 const char kEvalHeader[] = "step,mean_exact_match,min_exact_match,elapsed_s";
-
-// Whether `path` exists; InputError with the OS message where that cannot be known (a name too long, a
-// directory without permission): the user's to correct, not an internal error.
-bool path_exists(const std::string& path) {
-  std::error_code ec;
-  const bool there = std::filesystem::exists(path, ec);
-  if (ec) throw InputError(fmt::format("'{}': {}", path, ec.message()));
-  return there;
-}
-
-// Rewrites a CSV log so that it describes exactly the steps the checkpoint holds: the header, then the
-// complete rows (`columns` fields, a step first, steps increasing) of steps <= upto. Dropped: rows of
-// steps a killed run logged after its last checkpoint, and a last line a kill cut short (no newline).
-// keep = false: the header alone (a new run). Returns the last step kept (0: none).
-std::int64_t rewrite_log(const std::string& path, const std::string& header, std::size_t columns, std::int64_t upto,
-                         bool keep) {
-  check_output_path(path);  // the log is appended to: not through a link, not into a device
-  std::string kept = header + "\n";
-  std::int64_t last = 0;
-  if (keep && path_exists(path)) {
-    const std::string text = read_file(path, std::uint64_t(1) << 30);
-    for (std::size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) {
-      const std::string line = text.substr(at, nl - at);
-      if (std::count(line.begin(), line.end(), ',') + 1 != std::ptrdiff_t(columns)) continue;  // the header, a torn row
-      std::int64_t step = 0;
-      try {
-        step = cli::parse_int(line.substr(0, line.find(',')), "step", 1, upto);
-      } catch (const InputError&) {
-        continue;
-      }
-      if (step <= last) continue;
-      kept += line + "\n";
-      last = step;
-    }
-  }
-  atomic_write(path, kept);
-  return last;
-}
-
-// A double stored exactly (its IEEE bits, 16 hex digits), NaN and infinities included.
-std::string double_bits(double x) {
-  std::uint64_t b;
-  std::memcpy(&b, &x, 8);
-  return fmt::format("{:016x}", b);
-}
-double from_bits(const std::string& s, const std::string& what) {
-  std::uint64_t b = 0;
-  const auto r = std::from_chars(s.data(), s.data() + s.size(), b, 16);
-  if (s.size() != 16 || r.ec != std::errc() || r.ptr != s.data() + s.size())
-    throw InputError(fmt::format("{}: '{}' is not 16 hex digits", what, s));
-  double x;
-  std::memcpy(&x, &b, 8);
-  return x;
-}
-
-// Temporaries of atomic writes that a killed process left in the run directory ("<file>.tmp.<pid>"
-// of a process that no longer runs).
-void remove_stale_temporaries(const std::string& dir) {
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    const auto k = name.rfind(".tmp.");
-    if (k == std::string::npos || !e.is_regular_file(ec)) continue;
-    const std::string pid = name.substr(k + 5);
-    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9) continue;
-    if (::kill(pid_t(std::stol(pid)), 0) != 0 && errno == ESRCH) std::filesystem::remove(e.path(), ec);
-  }
-}
 }  // namespace
 
 nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const std::string& dir, bool resume,
@@ -471,25 +356,18 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
     // settings the checkpoint was trained with, which its checksum covers.
     if (rs.count("train_config")) {
       nlohmann::json was = parse_json(rs.at("train_config"), what + " (run.train_config)");
-      const nlohmann::json now = tc;
       if (was.is_object() && !was.contains("task")) was["task"] = "addition";  // written before tasks existed
-      std::string diff;
-      for (auto it = now.begin(); it != now.end(); ++it)
-        if (!was.contains(it.key()) || was.at(it.key()) != it.value())
-          diff += fmt::format(" {} {} -> {};", it.key(), was.contains(it.key()) ? was.at(it.key()).dump() : "(none)",
-                              it.value().dump());
+      const std::string diff = config_changes(was, tc);
       if (!diff.empty())
         prog.message("resuming with train settings other than the checkpoint's:" + diff +
             " the steps from here differ from the run's", true);
     }
   }
   // The logs hold one history: the rows of the steps the checkpoint holds (a new run starts them anew).
-  rewrite_log(dir + "/log.csv", kLogHeader, 6, tr.steps_done(), resume);
-  const std::int64_t last_eval = rewrite_log(dir + "/eval.csv", kEvalHeader, 4, tr.steps_done(), resume);
-  std::ofstream csv(dir + "/log.csv", std::ios::app);
-  if (!csv) throw InputError(fmt::format("cannot open '{}/log.csv'", dir));
-  std::ofstream ecsv(dir + "/eval.csv", std::ios::app);
-  if (!ecsv) throw InputError(fmt::format("cannot open '{}/eval.csv'", dir));
+  RunLogs logs;
+  open_run_logs(logs, dir, kLogHeader, 6, kEvalHeader, 4, tr.steps_done(), resume);
+  const std::int64_t last_eval = logs.last_eval;
+  std::ofstream &csv = logs.log, &ecsv = logs.eval;
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   auto last = t0;

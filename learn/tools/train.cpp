@@ -56,14 +56,7 @@ int main(int argc, char** argv) {
   if (const int rc = cli::parse(app, argc, argv, std::cout, std::cerr); rc >= 0) return rc;
   return run_tool("train", std::cerr, [&] {
     nlohmann::json cfg = {{"model", nlohmann::json::object()}, {"train", nlohmann::json::object()}};
-    auto merge = [&](const nlohmann::json& src, const std::string& what) {
-      if (!src.is_object()) throw InputError(fmt::format("{} must be a JSON object", what));
-      for (auto it = src.begin(); it != src.end(); ++it) {
-        if (it.key() != "model" && it.key() != "train") continue;  // config.json carries extra sections
-        if (!it.value().is_object()) throw InputError(fmt::format("{}: \"{}\" must be an object", what, it.key()));
-        for (auto f = it.value().begin(); f != it.value().end(); ++f) cfg[it.key()][f.key()] = f.value();
-      }
-    };
+    auto merge = [&](const nlohmann::json& src, const std::string& what) { merge_config_sections(cfg, src, what); };
     if (resume) merge(read_json_file(out + "/config.json"), out + "/config.json");
     if (!config_path.empty()) merge(read_json_file(config_path), config_path);
     merge(flags.given(), "the flags");

@@ -7,6 +7,7 @@ bitmap font; these are the figures to read and to publish).
     python3 -m manyadd.figures attention OUT/attention.safetensors -o attention.png [--rows response]
     python3 -m manyadd.figures compare OUT/compare_TA11x11 -o side_by_side.png [--rows response]
     python3 -m manyadd.figures loss RUN [RUN2 ...] -o loss.png [--label A --label B]
+    python3 -m manyadd.figures halting EVAL.json -o halting.png
 
 grid       an accuracy grid CSV of `evaluate` (n,m,samples,exact,accuracy; NA where the position IDs do
            not fit) in the paper's layout (Figures 1, 9): x = evaluate's m, y = its n (top to bottom), in
@@ -37,10 +38,15 @@ compare    a `compare_attention` output directory (compare.json, constructed/, l
            matched pair, constructed | learned, with the pair's share and JS divergence in the titles.
 loss       train's log.csv (or run directories holding it): loss (log scale), learning rate, and, where an
            eval.csv sits beside the log, the in-distribution exact match, against the step.
+halting    `evaluate_grid --json`'s report (the grid universal transformer, paper 003): per instance, in
+           the report's order, the recurrent steps taken before halting (box: quartiles, whiskers: the
+           5th and 95th percentiles, dot: the mean) and the character and sequence accuracy on a second
+           axis (paper 003's Fig. 2).
 
 Every command writes a PNG (-o, default beside the input) at --dpi (default 150). Exit codes: 0 done,
 2 bad usage or input (a missing or malformed file), as the project's tools.
-The functions (plot_grid, plot_lengths, plot_alignment, plot_attention, plot_compare, plot_loss) return a
+The functions (plot_grid, plot_lengths, plot_alignment, plot_attention, plot_compare, plot_loss,
+plot_halting) return a
 matplotlib Figure for notebooks; length_curve and parity_intended_attention return the numbers.
 """
 import argparse
@@ -750,6 +756,71 @@ def plot_loss(paths, labels=None, title=None):
     return fig
 
 
+def read_grid_eval(path):
+    """evaluate_grid's --json report: [(instance, char_acc, seq_acc, steps_hist)], steps_hist[k] = the
+    samples that halted after k recurrent steps."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            j = json.load(f)
+    except (OSError, ValueError) as e:
+        raise InputError("cannot read %s: %s" % (path, e))
+    rows = j.get("instances") if isinstance(j, dict) else None
+    if not isinstance(rows, list) or not rows:
+        raise InputError("%s: no \"instances\" list (not an evaluate_grid --json report)" % path)
+    out = []
+    for i, r in enumerate(rows):
+        try:
+            name, char, seq = str(r["instance"]), float(r["char_acc"]), float(r["seq_acc"])
+            hist = [int(c) for c in r["steps_hist"]]
+        except (KeyError, TypeError, ValueError) as e:
+            raise InputError("%s: instance %d: missing or malformed field (%s)" % (path, i, e))
+        if not hist or min(hist) < 0 or sum(hist) == 0:
+            raise InputError("%s: instance %s: steps_hist must be counts with a positive sum" % (path, name))
+        if not (0 <= char <= 1 and 0 <= seq <= 1):
+            raise InputError("%s: instance %s: accuracies must be in [0, 1]" % (path, name))
+        out.append((name, char, seq, hist))
+    return out
+
+
+def _hist_quantile(hist, q):
+    """The q-quantile of the steps a histogram counts (the lowest k whose cumulative share reaches q)."""
+    total, acc = sum(hist), 0
+    for k, c in enumerate(hist):
+        acc += c
+        if acc >= q * total:
+            return k
+    return len(hist) - 1
+
+
+def plot_halting(path, title=None):
+    """evaluate_grid's report: halting steps and accuracy per instance (see the module doc)."""
+    plt = _plt()
+    rows = read_grid_eval(path)
+    xs = list(range(len(rows)))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.0 * len(rows) + 2.5), 4.5), constrained_layout=True)
+    stats = []
+    for name, _, _, hist in rows:
+        mean = sum(k * c for k, c in enumerate(hist)) / sum(hist)
+        stats.append({"label": name, "mean": mean, "med": _hist_quantile(hist, 0.5),
+                      "q1": _hist_quantile(hist, 0.25), "q3": _hist_quantile(hist, 0.75),
+                      "whislo": _hist_quantile(hist, 0.05), "whishi": _hist_quantile(hist, 0.95), "fliers": []})
+    ax.bxp(stats, positions=xs, widths=0.5, showmeans=True, showfliers=False,
+           meanprops=dict(marker="o", markerfacecolor="C0", markeredgecolor="C0", markersize=5))
+    ax.set_ylabel("recurrent steps before halting\n(box: quartiles, whiskers: 5-95%, dot: mean)")
+    ax.set_xlabel("problem instance (terms x digits)")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax2 = ax.twinx()
+    ax2.plot(xs, [r[1] for r in rows], "s--", color="C1", label="character accuracy")
+    ax2.plot(xs, [r[2] for r in rows], "^--", color="C2", label="sequence accuracy")
+    ax2.set_ylim(-0.02, 1.02)
+    ax2.set_ylabel("accuracy")
+    ax2.legend(fontsize=8, loc="upper right")
+    ax.set_xticks(xs)
+    ax.set_xticklabels([r[0] for r in rows], rotation=30, ha="right")
+    ax.set_title(title or "halting steps and accuracy per instance")
+    return fig
+
+
 # ---- command line ----------------------------------------------------------------------------------
 
 def _save(fig, out, dpi):
@@ -814,6 +885,9 @@ def main(argv=None):
     lo.add_argument("runs", nargs="+")
     lo.add_argument("--label", action="append")
     common(lo, "loss_curve_mpl.png beside the first log")
+    ha = sub.add_parser("halting", help="evaluate_grid's --json report (paper 003's Fig. 2)")
+    ha.add_argument("json")
+    common(ha, "the JSON with .png")
     args = ap.parse_args(argv)
     try:
         if args.dpi < 10 or args.dpi > 1200:
@@ -883,6 +957,10 @@ def main(argv=None):
             out = args.out or os.path.join(args.dir, "side_by_side_mpl.png")
             check_output_path(out)
             fig = plot_compare(args.dir, args.rows, args.gamma, args.title)
+        elif args.cmd == "halting":
+            out = args.out or os.path.splitext(args.json)[0] + ".png"
+            check_output_path(out)
+            fig = plot_halting(args.json, args.title)
         else:
             first = args.runs[0] if os.path.isdir(args.runs[0]) else os.path.dirname(args.runs[0]) or "."
             out = args.out or os.path.join(first, "loss_curve_mpl.png")

@@ -82,9 +82,15 @@ struct AdamScalars {
 };
 struct TrainConfig;
 AdamScalars adam_scalars(const TrainConfig& tc, std::int64_t t, double grad_norm);
+// The same from the numbers themselves (lr: the schedule's value at step t, 1-based).
+AdamScalars adam_scalars(double lr, double beta1, double beta2, double adam_eps, double weight_decay, double grad_clip,
+                         std::int64_t t, double grad_norm);
 // p, m, v, g (n): g' = float(double(g) clip); m = b1 m + (1 - b1) g'; v = b2 v + (1 - b2) g'^2;
 // p -= step_size m / (sqrt(v) inv_sqrt_bc2 + eps) + wd p     (float arithmetic, no contraction)
 void adamw_update(float* p, float* m, float* v, const float* g, std::int64_t n, const AdamScalars& s);
+// adamw_update on every segment of the flat buffers, with weight decay only where the segment decays.
+void adamw_segments(float* p, float* m, float* v, const float* g, const std::vector<ParamSegment>& segs,
+                    const AdamScalars& s);
 
 // ---- a device that computes a batch's loss and gradient and applies the optimizer ----------------
 // Trainer (train.hpp) keeps the data, the sampling order, the schedule and the checkpoints; it packs

@@ -45,6 +45,12 @@ std::pair<std::int64_t, std::int64_t> problem_bound(const Task& t, int i, int j)
 void check_samples_fit(std::int64_t samples, const Task& t, int i, int j, const std::string& what);
 void check_run_fits(const ModelConfig& mc, const TrainConfig& tc, bool on_device = false);
 
+// A tool's configuration from its sources in order (config.json on --resume, --config, the flags): the
+// "model" and "train" sections of src merged into cfg field by field, later sources winning; other
+// sections (config.json's descriptions) ignored. InputError naming `what` when src or a section is not
+// an object.
+void merge_config_sections(nlohmann::json& cfg, const nlohmann::json& src, const std::string& what);
+
 struct FieldDoc {
   const char* section;  // "model" or "train"
   const char* name;     // JSON key; the flag is --<name with '_' -> '-'>
@@ -56,9 +62,12 @@ std::string config_flag(const FieldDoc& f);  // "--d-model" for model.d_model
 // One strict option per field (core/cli.hpp: integers, unsigned integers, finite reals, non-empty
 // strings, as the field's default value is typed), help "section.name: help (default V)" with V the
 // struct's default. given() returns the fields set on the command line, {"model": {...}, "train": {...}}.
+// The one-argument form is train's (config_fields(), ModelConfig and TrainConfig); another tool passes
+// its own table (it must outlive the options) and defaults {"model": {...}, "train": {...}}.
 class ConfigOptions {
  public:
   explicit ConfigOptions(CLI::App& app);
+  ConfigOptions(CLI::App& app, const std::vector<FieldDoc>& fields, const nlohmann::json& defaults);
   nlohmann::json given() const;
 
  private:

@@ -15,6 +15,9 @@
 
 namespace manyadd::learn {
 
+// A 64-bit hash of up to three numbers (the streams of a run: initialization, data, per-step draws).
+std::uint64_t seed_mix(std::uint64_t a, std::uint64_t b, std::uint64_t c = 0);
+
 // Offsets s_1, s_2, s_3 of the position levels (each >= 1; a level the mode does not read is ignored).
 using Offsets = std::array<std::int64_t, kMaxPosLevels>;
 

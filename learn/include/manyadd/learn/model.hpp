@@ -174,10 +174,13 @@ struct TensorSpec {
   std::vector<std::int64_t> shape;
   std::int64_t offset = 0, size = 0;
   bool trainable = true;  // false: a frozen position code (no gradient, no optimizer step)
+  bool decay = true;      // false: AdamW applies no weight decay to it (the grid model's biases, embeddings, norms)
 };
-// A run of consecutive trainable parameters, [offset, offset + size) of the flat buffer.
+// A run of consecutive trainable parameters, [offset, offset + size) of the flat buffer, all decayed or
+// none (TensorSpec::decay).
 struct ParamSegment {
   std::int64_t offset = 0, size = 0;
+  bool decay = true;
 };
 
 // Offsets of every weight; built from a config, shared by parameters, gradients and Adam moments.
@@ -200,9 +203,12 @@ struct Layout {
   std::int64_t readout() const { return lm_head >= 0 ? lm_head : wte; }  // the readout matrix (vocab, C)
   std::vector<Block> blocks;
   static Layout make(const ModelConfig& c);
+  // Appends a tensor at the end of the buffer; returns its offset (Layout::make and other model
+  // families build their layouts with it).
+  std::int64_t add(const std::string& name, std::vector<std::int64_t> shape);
   const TensorSpec& find(const std::string& name) const;  // throws InputError
-  // The trainable parameters as maximal runs (one run covering everything when no table is frozen):
-  // every optimizer walks these and nothing else.
+  // The trainable parameters as maximal runs of equal decay (one run covering everything when no table
+  // is frozen and every tensor decays): every optimizer walks these and nothing else.
   std::vector<ParamSegment> trainable_segments() const;
 };
 
@@ -223,6 +229,9 @@ std::vector<double> pos_code_table(const ModelConfig& c, int level, std::uint64_
 // the learned run's: frozen scales them by pos_code_scale, hypercube and shuffled overwrite the table.
 template <class S>
 std::vector<S> init_params(const ModelConfig& c, const Layout& lay, std::uint64_t seed);
+// One N(0, 1) draw: Box-Muller on our own uniform draws (two per call), so a seed gives the same weights
+// with every standard library.
+double standard_normal(Rng& rng);
 
 // One input sequence with its targets: tokens (T), position IDs per level (T each), targets (T) with
 // -1 where no loss is taken, and where the task's final answer lies: tokens [answer_begin, answer_end)

@@ -1,0 +1,159 @@
+// evaluate_grid: accuracy of a grid universal transformer (a model directory of train_grid) on problem
+// instances Pi([N1, N2], [D1, D2]) with the authors' metrics -- character accuracy over the valid matches
+// (PAD-PAD matches not counted) and sequence accuracy -- and the recurrent steps each sample took before
+// halting (their Fig. 2). --table iii: Table III's seven instances; iv-digits and iv-terms: Table IV's two
+// halves; --problem: one problem, its prediction and steps. Results on stdout (one row per instance),
+// in --csv and --json. Progress on stderr unless --quiet.
+// Exit codes: 0 done, 1 --problem answered wrongly, 2 bad usage or input, 3 internal error.
+#include <cstdio>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "manyadd/core/cli.hpp"
+#include "manyadd/core/files.hpp"
+#include "manyadd/core/progress.hpp"
+#include "manyadd/core/report.hpp"
+#include "manyadd/learn/data.hpp"
+#include "manyadd/learn/grid_train.hpp"
+
+using namespace manyadd;
+using namespace manyadd::learn;
+using namespace manyadd::learn::grid;
+
+namespace {
+// The paper's tables as instances (Table III; Table IV left: the noGroups variant on 2 terms of many
+// digits; right: the base model on N terms of 5 digits).
+std::vector<std::string> table(const std::string& t) {
+  if (t == "iii") return {"2x15", "2x100", "2x602", "1-4x1-10", "1-5x1-5", "5-6x1-10", "7-10x1-10"};
+  if (t == "iv-digits") return {"2x1-1000", "2x1000", "2x1-2000", "2x2000", "2x1-4000", "2x4000"};
+  if (t == "iv-terms") return {"5x5", "6x5", "7x5", "8x5", "9x5", "10x5"};
+  if (t == "terms") return {"1x5", "2x5", "3x5", "4x5", "5x5", "6x5", "7x5", "8x5", "9x5", "10x5"};
+  throw InputError(fmt::format("--table '{}' unknown (iii | iv-digits | iv-terms | terms)", t));
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "Evaluate a grid universal transformer (a model directory written by train_grid) on problem instances\n"
+      "TERMSxDIGITS (each N or LO-HI: 2x100 is 2 terms of 100 digits, 1-4x1-10 the training distribution):\n"
+      "character and sequence accuracy as the authors compute them, and the recurrent steps before halting.\n"
+      "Each batch of --batch problems shares one grid, drawn by the model's training rule (H = N + 1 + U[0, 3],\n"
+      "W = D + 3 + U[0, 3] by default); halting is sampled (Bernoulli(lambda_n), the authors' test) unless\n"
+      "--greedy-halt. Everything is a function of (--seed, instance): any thread count gives the same numbers.",
+      "evaluate_grid"};
+  std::string model, csv, json_path, table_s, problem;
+  std::vector<std::string> instances;
+  std::int64_t samples = 1000;
+  std::uint64_t seed = 1;
+  int threads = 2, batch = 128, max_steps = -1, rows = 0, cols = 0;
+  bool greedy = false, quiet = false;
+  cli::add_string(app, "--model", model, "model directory (config.json + model.safetensors)")->required();
+  app.add_option("--instance", instances, "an instance TERMSxDIGITS (repeatable)");
+  cli::add_string(app, "--table", table_s,
+                  "iii (Table III: 2x15 2x100 2x602 1-4x1-10 1-5x1-5 5-6x1-10 7-10x1-10) | iv-digits (2x1-1000 ... "
+                  "2x4000) | iv-terms (5x5 ... 10x5) | terms (1x5 ... 10x5)");
+  cli::add_int(app, "--samples", samples, "problems per instance (at least 1000 for a table row)", 1, 100'000'000);
+  cli::add_seed(app, seed, "seed of the problems, grids and halting draws");
+  cli::add_threads(app, threads);
+  cli::add_int(app, "--batch", batch, "problems per grid (their test batches: 128)", 1, 1'000'000);
+  cli::add_int(app, "--max-steps", max_steps, "most recurrent steps (-1: the model's max_steps_eval)", -1, 10000);
+  app.add_flag("--greedy-halt", greedy, "halt when lambda_n >= 1/2 instead of sampling");
+  cli::add_string(app, "--problem", problem, "one problem, e.g. 57+48+96: prints the prediction and the steps");
+  cli::add_int(app, "--rows", rows, "--problem: grid rows H (0: terms + 1)", 0, 100000);
+  cli::add_int(app, "--cols", cols, "--problem: grid columns W (0: longest operand + 3)", 0, 1000000);
+  cli::add_output(app, "--csv", csv, "CSV: instance,samples,char_acc,seq_acc,mean_steps,seconds,steps_hist");
+  cli::add_json(app, json_path, "JSON report (every instance with its steps histogram)");
+  cli::add_quiet(app, quiet);
+  app.footer(cli::exit_codes_footer(true));
+  if (const int rc = cli::parse(app, argc, argv, std::cout, std::cerr); rc >= 0) return rc;
+  return run_tool("evaluate_grid", std::cerr, [&]() -> int {
+    if (!table_s.empty())
+      for (const auto& s : table(table_s)) instances.push_back(s);
+    if (problem.empty() && instances.empty()) throw InputError("nothing to evaluate: give --instance, --table or --problem");
+    if (!problem.empty() && !instances.empty()) throw InputError("--problem and --instance/--table exclude each other");
+    std::vector<Instance> insts;
+    for (const auto& s : instances) insts.push_back(Instance::parse(s));
+    Problem prob;
+    if (!problem.empty()) prob = parse_grid_problem(problem);
+    const LoadedGridModel m = load_grid_model(model);
+    GridSizeRule rule;
+    if (m.config_json.contains("train")) {
+      GridTrainConfig tc;
+      from_json(m.config_json["train"], tc);
+      rule = tc.grid_rule();
+    }
+    const int steps = max_steps >= 0 ? max_steps : m.cfg.max_steps_eval;
+    if (!problem.empty()) {
+      int dmax = 0;
+      for (const auto& o : prob.operands) dmax = std::max(dmax, int(o.size()));
+      const int H = rows ? rows : int(prob.operands.size()) + rule.extra_rows;
+      const int W = cols ? cols : dmax + rule.extra_cols;
+      check_grid_eval_fits(m.cfg, int(problem_tokens(prob).size()), H, W, 1);
+      const GridBatch b = make_batch({prob}, H, W);
+      std::vector<SampleActs<float>> ws;
+      const BatchEval e = eval_batch(m.view(), b, seed_mix(seed, 0x9B0B), greedy, steps, 1, ws);
+      std::string pred;
+      for (auto t : e.preds[0])
+        if (t != kPad) pred += grid::token_char(t);
+      const std::string want = problem_sum(prob);
+      const bool ok = e.matches[0].first == e.matches[0].second;
+      std::printf("%s= %s (steps %d, grid %d x %d)%s\n", prob.to_string().c_str(), pred.c_str(), e.steps[0], H, W,
+                  ok ? "" : fmt::format("  WRONG: the sum is {}", want).c_str());
+      // Seq2Grid's actions per token (the paper's Fig. 4) and the halting probabilities per step
+      const SampleActs<float>& a = ws[0];
+      nlohmann::json actions = nlohmann::json::array(), lambdas = a.lambda;
+      std::printf("actions (TLU NLP NOP):");
+      for (int t = 0; t < b.S; ++t) {
+        const float* x = a.act.data() + 3 * t;
+        std::printf(" %c:%.2f/%.2f/%.2f", grid::token_char(b.tokens[std::size_t(t)]), x[0], x[1], x[2]);
+        actions.push_back({{"token", std::string(1, grid::token_char(b.tokens[std::size_t(t)]))}, {"TLU", x[0]},
+                           {"NLP", x[1]}, {"NOP", x[2]}});
+      }
+      std::printf("\nlambda per step:");
+      for (float l : a.lambda) std::printf(" %.3f", l);
+      std::printf("\n");
+      if (!json_path.empty())
+        report::write_json_report(json_path, "evaluate_grid", ok ? "pass" : "fail",
+                                  {{"problem", prob.to_string()}, {"prediction", pred}, {"sum", want},
+                                   {"steps", e.steps[0]}, {"H", H}, {"W", W}, {"actions", actions},
+                                   {"lambda", lambdas}});
+      return ok ? 0 : 1;
+    }
+    for (const Instance& in : insts) {
+      const auto [H, W] = std::pair<int, int>{in.terms_hi + rule.extra_rows + rule.rand_rows,
+                                              in.digits_hi + rule.extra_cols + rule.rand_cols};
+      check_grid_eval_fits(m.cfg, in.terms_hi * (in.digits_hi + 1), H, W, threads);
+    }
+    if (!csv.empty()) check_output_path(csv);
+    nlohmann::json rows_json = nlohmann::json::array();
+    std::string csv_text = "instance,samples,char_acc,seq_acc,mean_steps,seconds,steps_hist\n";
+    std::printf("%-12s %8s %8s %8s %10s %9s\n", "instance", "samples", "char", "seq", "mean_steps", "seconds");
+    for (const Instance& in : insts) {
+      ProgressOptions popt;
+      popt.quiet = quiet;
+      popt.final_after_s = 5;
+      Progress prog("evaluate_grid " + in.name(), samples, "samples", popt);
+      const InstanceResult r =
+          evaluate_instance(m.view(), in, samples, seed, rule, batch, greedy, steps, threads, &prog);
+      prog.finish();
+      std::printf("%-12s %8lld %8.4f %8.4f %10.2f %9.1f\n", in.name().c_str(), static_cast<long long>(r.samples),
+                  r.char_acc(), r.seq_acc(), r.mean_steps(), r.seconds);
+      std::fflush(stdout);
+      std::string hist;
+      for (std::size_t k = 0; k < r.steps_hist.size(); ++k)
+        if (r.steps_hist[k]) hist += fmt::format("{}{}:{}", hist.empty() ? "" : ";", k, r.steps_hist[k]);
+      csv_text += fmt::format("{},{},{:.6f},{:.6f},{:.4f},{:.1f},{}\n", in.name(), r.samples, r.char_acc(), r.seq_acc(),
+                              r.mean_steps(), r.seconds, hist);
+      rows_json.push_back(r.to_json());
+    }
+    if (!csv.empty()) atomic_write(csv, csv_text);
+    if (!json_path.empty())
+      report::write_json_report(json_path, "evaluate_grid", "done",
+                                {{"model", model}, {"seed", seed}, {"greedy_halt", greedy}, {"max_steps", steps},
+                                 {"batch", batch}, {"instances", rows_json}});
+    return 0;
+  });
+}

@@ -1,0 +1,168 @@
+// train_grid and evaluate_grid as a user runs them: --help, bad input refused with exit 2 before anything
+// is written, a run cut by --max-seconds and --stop-after and resumed ending byte-identical to one that
+// never stopped, the evaluation's rows, CSV and JSON, and --problem's verdict as its exit code.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.hpp"
+
+using manyadd::testing::run_cmd;
+using manyadd::testing::slurp;
+using manyadd::testing::temp_dir;
+
+namespace {
+const std::string kTrain = TRAIN_GRID_EXE, kEval = EVALUATE_GRID_EXE;
+// A micro model and run (a few steps of a second each at most).
+const std::string kMicro =
+    " --d-emb 16 --d-s2g 8 --groups 2 --heads 16 --d-ffn 16 --context-heads 2 --d-ctx-ffn 8 --d-halt 8"
+    " --max-steps-train 4 --max-steps-eval 4 --train-instance 1-2x1-3 --batch 8 --epochs 1 --steps-per-epoch 6"
+    " --log-every 2 --checkpoint-every 0 --eval-every 0 --eval-instance 2x3 --eval-samples 8 -q";
+}  // namespace
+
+TEST(GridCli, Help) {
+  for (const auto& tool : {kTrain, kEval}) {
+    const auto r = run_cmd(tool + " --help");
+    EXPECT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("Exit codes"), std::string::npos);
+  }
+  EXPECT_NE(run_cmd(kTrain + " --help").out.find("--groups"), std::string::npos);
+  EXPECT_NE(run_cmd(kEval + " --help").out.find("--table"), std::string::npos);
+}
+
+// Every refusal exits 2 with a message naming the problem, and leaves no directory behind.
+TEST(GridCli, BadInputIsRefusedBeforeAnythingIsWritten) {
+  const std::string dir = temp_dir("grid_cli_bad");
+  const std::string out = dir + "/run";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {" --groups 7", "groups must divide d_emb"},
+      {" --heads 0", "heads must divide"},
+      {" --kernel 4", "kernel must be odd"},
+      {" --train-instance 0x3", "instance '0x3'"},
+      {" --train-instance 2x3", "term-count groups"},  // one term count, two groups
+      {" --regularizer l2", "regularizer 'l2' unknown"},
+      {" --halting act", "halting 'act' unknown"},
+      {" --alibi maybe", "must be true or false"},
+      {" --threads 0", "threads must be in [1, 256]"},
+      {" --dropout 1", "dropout must be in [0, 1)"},
+      {" --batch abc", "--batch"},
+      {" --max-seconds -1", "--max-seconds"},
+      {" --eval-instance 2xx", "instance '2xx'"},
+      {" --epochs 0", "epochs must be in"},
+  };
+  for (const auto& [flags, msg] : cases) {  // refused before the (default-size) model is built
+    const auto r = run_cmd(kTrain + " --out " + out + " -q" + flags);
+    EXPECT_EQ(r.rc, 2) << flags << ": " << r.err;
+    EXPECT_NE(r.err.find(msg), std::string::npos) << flags << ": " << r.err;
+    EXPECT_FALSE(std::filesystem::exists(out)) << flags;
+  }
+  // a config file with a field the model does not have
+  {
+    std::ofstream(dir + "/bad.json") << R"({"model": {"pos_mode": "coupled"}})";
+    const auto r = run_cmd(kTrain + " --out " + out + kMicro + " --config " + dir + "/bad.json");
+    EXPECT_EQ(r.rc, 2);
+    EXPECT_NE(r.err.find("unknown field 'pos_mode'"), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(out));
+  }
+  // --resume without a run, and a second run into the same directory
+  EXPECT_EQ(run_cmd(kTrain + " --out " + out + kMicro + " --resume").rc, 2);
+  EXPECT_FALSE(std::filesystem::exists(out));
+  ASSERT_EQ(run_cmd(kTrain + " --out " + out + kMicro).rc, 0);
+  const auto again = run_cmd(kTrain + " --out " + out + kMicro);
+  EXPECT_EQ(again.rc, 2);
+  EXPECT_NE(again.err.find("already holds a run"), std::string::npos) << again.err;
+  // evaluate_grid
+  const std::vector<std::pair<std::string, std::string>> ecases = {
+      {" --model " + out, "nothing to evaluate"},
+      {" --model " + out + " --instance 2y3", "instance '2y3'"},
+      {" --model " + out + " --table v", "--table 'v' unknown"},
+      {" --model " + out + " --problem 1+x", "unexpected character 'x'"},
+      {" --model " + out + " --problem 12+3 --instance 2x3", "exclude each other"},
+      {" --model " + dir + "/none --instance 2x3", "none/config.json"},
+      {" --model " + out + " --instance 2x3 --samples 0", "--samples"},
+  };
+  for (const auto& [flags, msg] : ecases) {
+    const auto r = run_cmd(kEval + flags);
+    EXPECT_EQ(r.rc, 2) << flags << ": " << r.err;
+    EXPECT_NE(r.err.find(msg), std::string::npos) << flags << ": " << r.err;
+  }
+  // a decoder's model directory (learn's train) is not a grid model
+  std::filesystem::create_directories(dir + "/decoder");
+  std::ofstream(dir + "/decoder/config.json") << R"({"model": {"n_layers": 1, "pos_mode": "coupled"}})";
+  const auto r = run_cmd(kEval + " --model " + dir + "/decoder --instance 2x3");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("unknown field"), std::string::npos) << r.err;
+  std::filesystem::remove_all(dir);
+}
+
+// --max-seconds stops after the first step past the limit (here the first), --stop-after at step 4,
+// and the resumed run ends with the bytes of the run that never stopped (model, checkpoint, log rows
+// but for their wall-clock columns).
+TEST(GridCli, PiecesResumeBitForBit) {
+  const std::string dir = temp_dir("grid_cli_resume");
+  const std::string a = dir + "/a", b = dir + "/b";
+  ASSERT_EQ(run_cmd(kTrain + " --out " + a + kMicro).rc, 0);
+  auto r = run_cmd(kTrain + " --out " + b + kMicro + " --max-seconds 0.000001");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("trained 1 steps"), std::string::npos) << r.out;
+  r = run_cmd(kTrain + " --out " + b + kMicro + " --resume --stop-after 4 --threads 1 --cache-mb 0");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("trained 4 steps"), std::string::npos) << r.out;
+  // threads and the activation cache do not change the run: no warning for them
+  EXPECT_EQ(r.err.find("other than the checkpoint's"), std::string::npos) << r.err;
+  r = run_cmd(kTrain + " --out " + b + " --resume -q");  // the rest from config.json alone
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(slurp(a + "/model.safetensors"), slurp(b + "/model.safetensors"));
+  auto rows = [](const std::string& path) {
+    std::string out, line;
+    std::istringstream in(slurp(path));
+    while (std::getline(in, line)) out += line.substr(0, line.rfind(',', line.rfind(',') - 1)) + "\n";
+    return out;
+  };
+  EXPECT_EQ(rows(a + "/log.csv"), rows(b + "/log.csv"));
+  const auto cfg = nlohmann::json::parse(slurp(b + "/config.json"));
+  EXPECT_EQ(cfg.at("step"), 6);
+  // a setting that does change the run is named when a resume changes it
+  r = run_cmd(kTrain + " --out " + b + " --resume -q --beta 0.01 --stop-after 6");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("other than the checkpoint's: beta 0.05 -> 0.01;"), std::string::npos) << r.err;
+  EXPECT_EQ(cfg.at("model").at("d_emb"), 16);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(GridCli, EvaluateRowsCsvJsonAndProblem) {
+  const std::string dir = temp_dir("grid_cli_eval");
+  const std::string m = dir + "/m";
+  ASSERT_EQ(run_cmd(kTrain + " --out " + m + kMicro).rc, 0);
+  const auto r = run_cmd(kEval + " --model " + m + " --instance 2x3 --instance 1-3x1-2 --samples 20 --batch 8 -q --csv " +
+                         dir + "/e.csv --json " + dir + "/e.json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("2x3"), std::string::npos);
+  EXPECT_NE(r.out.find("1-3x1-2"), std::string::npos);
+  const std::string csv = slurp(dir + "/e.csv");
+  EXPECT_EQ(csv.substr(0, csv.find('\n')), "instance,samples,char_acc,seq_acc,mean_steps,seconds,steps_hist");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3);
+  const auto j = nlohmann::json::parse(slurp(dir + "/e.json"));
+  EXPECT_EQ(j.at("verdict"), "done");
+  ASSERT_EQ(j.at("instances").size(), 2u);
+  std::int64_t hist = 0;
+  for (auto c : j.at("instances")[0].at("steps_hist")) hist += c.get<std::int64_t>();
+  EXPECT_EQ(hist, 20);
+  // the same numbers on another thread count
+  const auto r1 = run_cmd(kEval + " --model " + m + " --instance 2x3 --instance 1-3x1-2 --samples 20 --batch 8 -q --threads 1");
+  auto cut = [](const std::string& s) {  // the rows without their seconds column
+    std::string out, line;
+    std::istringstream in(s);
+    while (std::getline(in, line)) out += line.substr(0, line.rfind(' ')) + "\n";
+    return out;
+  };
+  EXPECT_EQ(cut(r.out), cut(r1.out));
+  // --problem: the exit code is the verdict
+  const auto p = run_cmd(kEval + " --model " + m + " --problem 12+34");
+  ASSERT_TRUE(p.rc == 0 || p.rc == 1) << p.err;
+  EXPECT_EQ(p.rc == 1, p.out.find("WRONG: the sum is 46") != std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("actions (TLU NLP NOP): 1:"), std::string::npos) << p.out;
+  std::filesystem::remove_all(dir);
+}
