@@ -26,17 +26,8 @@ MAX_JSON = 64 << 20  # core/src/files.cpp read_json_file
 
 # ---- files ----------------------------------------------------------------------------------------
 
-def _unique(pairs):
-    out = {}
-    for k, v in pairs:
-        if k in out:
-            raise ValueError("the key '%s' appears twice in one object" % k)
-        out[k] = v
-    return out
-
-
-def _no_constant(name):
-    raise ValueError("%s is not JSON" % name)
+# The strict JSON hooks of the safetensors reader (a key twice, NaN and infinities refused).
+_unique, _no_constant = safetensors._unique_keys, safetensors._reject_constant
 
 
 def _finite_float(text):
