@@ -136,3 +136,33 @@ TEST(Format, ReferenceSumLongOperands) {
   const auto parsed = parse_sequence(build_sequence(p, s));
   EXPECT_EQ(parsed.partial_sums.back(), reference_sum(p).str());
 }
+
+// Mt64 is std::mt19937_64 output for output (the samplers' stream must not change): seeds at the
+// edges, a million outputs each (3,200 twists).
+TEST(Format, Mt64IsStdMt19937_64) {
+  for (std::uint64_t seed : {std::uint64_t(0), std::uint64_t(1), std::uint64_t(5489), std::uint64_t(12345),
+                             ~std::uint64_t(0)}) {
+    std::mt19937_64 ref(seed);
+    Mt64 g(seed);
+    for (int i = 0; i < 1000000; ++i) ASSERT_EQ(g(), ref()) << "seed " << seed << " output " << i;
+  }
+}
+
+// decimal_sum is reference_sum in decimal: the samplers' problems (TA and SA), long carries (all
+// nines), zeros, one operand, and a non-digit refused.
+TEST(Format, DecimalSumIsReferenceSum) {
+  Rng r(11);
+  std::vector<Problem> ps;
+  for (int i = 0; i < 200; ++i) ps.push_back(sample_TA(r, int(r.uniform(1, 40)), int(r.uniform(1, 60))));
+  for (const Problem& p : sample_SA(r, 30, 30, 200)) ps.push_back(p);
+  Problem nines, zeros, one = parse_problem("7");
+  for (int i = 0; i < 1000; ++i) {
+    nines.operands.push_back(std::string(std::size_t(1 + i % 50), '9'));
+    zeros.operands.push_back("0");
+  }
+  for (const Problem& p : {nines, zeros, one}) ps.push_back(p);
+  for (const Problem& p : ps) ASSERT_EQ(decimal_sum(p), reference_sum(p).str()) << p.to_string();
+  Problem bad;
+  bad.operands = {"12", "3x"};
+  EXPECT_THROW(decimal_sum(bad), InputError);
+}

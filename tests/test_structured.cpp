@@ -120,3 +120,62 @@ TEST(Structured, WorkedExampleLimitValues) {
   std::vector<std::uint8_t> pred(S.pred.begin(), S.pred.end());
   EXPECT_EQ(tokens_to_string(pred), "000>750>501>102$");
 }
+
+// RowEngine::rows (one pass over the digits for a batch) gives row()'s results bit for bit, for
+// any batch: the rows in a random order, repeated, and every row of the sequence.
+RC_GTEST_PROP(Structured, RowBatchEqualsRowByRow, ()) {
+  const Case c = gen_case();
+  const double lam = *rc::gen::inRange(2, 61) / 10.0;
+  const auto M = build_model(c.P1, c.P2, lam);
+  const auto F = CompiledFFN::build(M);
+  RowEngine E(M, c.shape, c.s1, c.s2, c.seq);
+  std::vector<std::int64_t> js;
+  for (std::int64_t k = 0; k < c.shape.N(); ++k) js.push_back(k);
+  const auto picked = *rc::gen::container<std::vector<std::int64_t>>(rc::gen::inRange<std::int64_t>(0, c.shape.N()));
+  for (const auto& batch : {js, picked}) {
+    const std::vector<RowResult> R = E.rows(batch, F);
+    RC_ASSERT(R.size() == batch.size());
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const RowResult one = E.row(batch[i], F);
+      RC_ASSERT(R[i].out == one.out);
+      RC_ASSERT(R[i].logits == one.logits);
+    }
+  }
+}
+
+// The structured pass's predictions and margins (its logit cache and per-entry summaries) equal
+// the readout computed afresh at every row from the head outputs, in the same order of sums
+// (c0 + the digit-side groups, then + the other groups): exactly, not up to a tolerance.
+RC_GTEST_PROP(Structured, CachedReadoutEqualsAFreshOne, ()) {
+  const Case c = gen_case();
+  const auto M = build_model(c.P1, c.P2, 40.0);
+  const auto F = CompiledFFN::build(M);
+  const auto S = structured_forward(M, F, c.seq, c.shape, c.s1, c.s2, StructuredOptions{true, false, {}});
+  const std::int64_t eq = c.shape.eq_index(), N = c.shape.N();
+  double min_margin = 1e300;
+  std::int64_t first_mismatch = -1;
+  for (std::int64_t k = eq; k < N; ++k) {
+    const auto r = std::size_t(k - eq);
+    std::array<double, 7> y{};
+    y[Layout::NUM] = c.seq[std::size_t(k)] < 10 ? c.seq[std::size_t(k)] : 0;
+    y[Layout::FULL_ONES] = 1;
+    for (int h = 0; h < 4; ++h) y[std::size_t(3 + h)] = S.out[r][std::size_t(h)];
+    std::array<double, kVocab> lg = F.c0, other{};
+    F.add_groups(y, true, lg);
+    F.add_groups(y, false, other);
+    for (int t = 0; t < kVocab; ++t) lg[std::size_t(t)] += other[std::size_t(t)];
+    int best = 0;
+    for (int t = 1; t < kVocab; ++t)
+      if (lg[std::size_t(t)] > lg[std::size_t(best)]) best = t;
+    const int expected = k + 1 < N ? c.seq[std::size_t(k + 1)] : int(kDollar);
+    double rival = -1e300;
+    for (int t = 0; t < kVocab; ++t)
+      if (t != expected) rival = std::max(rival, lg[std::size_t(t)]);
+    const double margin = lg[std::size_t(expected)] - rival;
+    RC_ASSERT(int(S.pred[r]) == best);
+    min_margin = std::min(min_margin, margin);
+    if (!(margin > 0) && first_mismatch < 0) first_mismatch = k;
+  }
+  RC_ASSERT(S.min_margin == min_margin);
+  RC_ASSERT(S.first_mismatch == first_mismatch);
+}

@@ -137,3 +137,80 @@ TEST(Options, HelpShowsTheDefaultsInUse) {
   EXPECT_NE(help.find(fmt::format("{:.0f} s for --exhaustive", kExhaustiveSecondsLimit)), std::string::npos) << help;
   EXPECT_NE(help.find("Exit codes: 0"), std::string::npos) << help;
 }
+
+namespace {
+Plan plan_of(std::vector<const char*> args) {
+  args.insert(args.begin(), "verify_construction");
+  Options o;
+  std::ostringstream out, err;
+  EXPECT_EQ(parse_options(int(args.size()), args.data(), o, out, err), -1) << err.str();
+  Plan plan = make_plan(o);
+  plan.progress = quiet_progress();
+  return plan;
+}
+
+void expect_same(const Outcomes& a, const CertifyOutcome& c, const SamplesOutcome& s, const CrossCheckOutcome& x) {
+  EXPECT_EQ(a.certificate.run, c.run);
+  EXPECT_EQ(a.certificate.proven, c.proven);
+  EXPECT_EQ(a.certificate.failed, c.failed);
+  EXPECT_EQ(a.certificate.counterexample.has_value(), c.counterexample.has_value());
+  ASSERT_EQ(a.certificate.results.size(), c.results.size());
+  for (std::size_t i = 0; i < c.results.size(); ++i) EXPECT_EQ(a.certificate.results[i].proven, c.results[i].proven);
+  EXPECT_EQ(a.samples.checked, s.checked);
+  EXPECT_EQ(a.samples.exact, s.exact);
+  EXPECT_EQ(a.samples.agree, s.agree);
+  EXPECT_EQ(a.samples.min_margin, s.min_margin);
+  ASSERT_EQ(a.samples.first.has_value(), s.first.has_value());
+  if (s.first) {
+    EXPECT_EQ(a.samples.first->problem.to_string(), s.first->problem.to_string());
+    EXPECT_EQ(a.samples.first->s1, s.first->s1);
+    EXPECT_EQ(a.samples.first->s2, s.first->s2);
+    EXPECT_EQ(a.samples.first->position, s.first->position);
+    EXPECT_EQ(a.samples.first->confirmed_by, s.first->confirmed_by);
+  }
+  EXPECT_EQ(a.cross_check.run, x.run);
+  EXPECT_EQ(a.cross_check.rows, x.rows);
+  EXPECT_EQ(a.cross_check.agree, x.agree);
+  EXPECT_EQ(a.cross_check.s1, x.s1);
+  EXPECT_EQ(a.cross_check.s2, x.s2);
+}
+}  // namespace
+
+// run_plan's one pool gives what the stages give one after the other, at any thread count: a
+// verified shape over several offset pairs; a model that fails (lambda too small: the certificate
+// fails, every sample fails in the dense engines, the first failure by draw order, 2 of 16
+// cross-check rows agree); every engine without a certificate.
+TEST(Stages, PooledEqualsOneStageAfterAnother) {
+  for (const char* threads : {"1", "3"}) {
+    for (auto args : {std::vector<const char*>{"--n", "4", "--m", "5", "--offsets", "random:5", "--samples", "7",
+                                               "--cross-check", "40", "--seed", "9", "--threads", threads},
+                      std::vector<const char*>{"--n", "3", "--m", "6", "--lambda", "0.9", "--engine", "all",
+                                               "--samples", "9", "--cross-check", "20", "--threads", threads},
+                      std::vector<const char*>{"--n", "3", "--m", "4", "--engine", "all", "--samples", "5",
+                                               "--no-certify", "--threads", threads}}) {
+      const Plan plan = plan_of(args);
+      const BuiltModel model = build_model_stage(plan);
+      Outcomes pooled;
+      run_pooled(plan, model, pooled);
+      const CertifyOutcome c = certify_offsets(plan, model);
+      SamplesOutcome s = run_samples(plan, model);
+      const CrossCheckOutcome x = cross_check(plan, model, s);
+      SCOPED_TRACE(fmt::format("threads {} args {} {} ...", threads, args[0], args[1]));
+      expect_same(pooled, c, s, x);
+    }
+  }
+}
+
+// An engine that throws (in the first sample's job too), with the cross-check waiting on that job: the
+// pool ends with the exception (no worker waits forever), at one thread and at several.
+TEST(Stages, PooledFirstJobFailureReachesTheCaller) {
+  for (const char* threads : {"1", "4"}) {
+    Plan plan = plan_of({"--n", "3", "--m", "3", "--samples", "2", "--no-certify", "--threads", threads});
+    plan.engines.insert(plan.engines.begin(), {"failing", [](const BuiltModel&, const Shape&, const Instance&) -> EngineResult {
+                                                 throw std::runtime_error("device lost");
+                                               }});
+    const BuiltModel model = build_model_stage(plan);
+    Outcomes r;
+    EXPECT_THROW(run_pooled(plan, model, r), std::runtime_error);
+  }
+}

@@ -152,42 +152,75 @@ boost::multiprecision::cpp_int reference_sum(const Problem& p) {
   return sum;
 }
 
+std::string decimal_sum(const Problem& p) {
+  std::size_t L = 0;
+  for (auto& o : p.operands) L = std::max(L, o.size());
+  // col[k]: the digit sum of the column k places from the most significant (right-aligned), at most
+  // 9 per operand; then the carries from the least significant column up.
+  std::vector<std::uint64_t> col(L, 0);
+  unsigned bad = 0;
+  for (auto& o : p.operands) {
+    std::uint64_t* c = col.data() + (L - o.size());
+    for (std::size_t i = 0; i < o.size(); ++i) {
+      const unsigned d = unsigned(static_cast<unsigned char>(o[i])) - unsigned('0');
+      bad |= unsigned(d > 9);
+      c[i] += d;
+    }
+  }
+  if (bad) throw InputError(fmt::format("decimal_sum: an operand of '{}' is not a decimal number", p.to_string().substr(0, 80)));
+  std::string rev;  // least significant digit first
+  rev.reserve(L + 24);
+  std::uint64_t carry = 0;
+  for (std::size_t k = L; k-- > 0;) {
+    const std::uint64_t v = col[k] + carry;
+    rev.push_back(char('0' + v % 10));
+    carry = v / 10;
+  }
+  for (; carry; carry /= 10) rev.push_back(char('0' + carry % 10));
+  while (rev.size() > 1 && rev.back() == '0') rev.pop_back();
+  if (rev.empty()) rev = "0";
+  return std::string(rev.rbegin(), rev.rend());
+}
+
 std::vector<std::uint8_t> build_sequence(const Problem& p, const Shape& shape) {
   const int m = shape.m, l = shape.l;
   if (int(p.operands.size()) != m)
     throw InputError(fmt::format("problem has {} operands, shape has m = {}", p.operands.size(), m));
   for (auto& o : p.operands) {
-    if (o.empty() || o.find_first_not_of("0123456789") != std::string::npos)
+    if (o.empty() || !std::all_of(o.begin(), o.end(), [](char c) { return c >= '0' && c <= '9'; }))
       throw InputError(fmt::format("operand '{}' is not a decimal number", o));
     if (int(o.size()) > shape.n)
       throw InputError(fmt::format("operand '{}' has {} digits, shape has n = {}", o, o.size(), shape.n));
   }
-  std::vector<std::uint8_t> seq;
-  seq.reserve(std::size_t(shape.N()));
-  seq.push_back(kDollar);
+  std::vector<std::uint8_t> seq(std::size_t(shape.N()));
+  std::uint8_t* w = seq.data();
+  *w++ = kDollar;
   // Query: operands not reversed, zero-padded to l.
   for (int i = 0; i < m; ++i) {
-    const std::string& o = p.operands[i];
-    for (int k = 0; k < l - int(o.size()); ++k) seq.push_back(0);
-    for (char c : o) seq.push_back(std::uint8_t(c - '0'));
-    seq.push_back(i + 1 < m ? kPlus : kEq);
+    const std::string& o = p.operands[std::size_t(i)];
+    for (int k = 0; k < l - int(o.size()); ++k) *w++ = 0;
+    for (char c : o) *w++ = std::uint8_t(c - '0');
+    *w++ = i + 1 < m ? kPlus : kEq;
   }
   // Response: b_0 = 0, then b_j = b_{j-1} + a_j, each reversed (least significant digit first).
-  std::vector<std::uint8_t> acc(std::size_t(l), 0);  // acc[t] = digit of significance t+1
-  for (int k = 0; k < l; ++k) seq.push_back(0);
+  for (int k = 0; k < l; ++k) *w++ = 0;
+  const std::uint8_t* prev = w - l;  // b_{j-1}: acc digit of significance t+1 at prev[t]
   for (int j = 0; j < m; ++j) {
-    const std::string& o = p.operands[j];
+    const std::string& o = p.operands[std::size_t(j)];
+    const int len = int(o.size());
+    *w++ = kArrow;
     int carry = 0;
     for (int t = 0; t < l; ++t) {
-      const int od = t < int(o.size()) ? o[o.size() - 1 - t] - '0' : 0;
-      const int s = acc[t] + od + carry;
-      acc[t] = std::uint8_t(s % 10);
-      carry = s / 10;
+      const int od = t < len ? o[std::size_t(len - 1 - t)] - '0' : 0;
+      const int s = prev[t] + od + carry;
+      carry = s >= 10;
+      w[t] = std::uint8_t(s - 10 * carry);
     }
     if (carry) throw InputError(fmt::format("partial sum b_{} does not fit in l = {} digits", j + 1, l));
-    seq.push_back(kArrow);
-    for (int t = 0; t < l; ++t) seq.push_back(acc[t]);
+    prev = w;
+    w += l;
   }
+  MANYADD_INVARIANT(w == seq.data() + seq.size(), "build_sequence wrote N tokens");
   return seq;
 }
 
@@ -261,18 +294,6 @@ PositionIds position_ids(const Shape& shape, std::int64_t s1, std::int64_t s2) {
   ids.p2.resize(std::size_t(N));
   for (std::int64_t k = 0; k < N; ++k) position_id_at(shape, s1, s2, k, ids.p1[std::size_t(k)], ids.p2[std::size_t(k)]);
   return ids;
-}
-
-std::uint64_t Rng::uniform(std::uint64_t lo, std::uint64_t hi) {
-  const std::uint64_t span = hi - lo;
-  if (span == ~std::uint64_t(0)) return g_();
-  const std::uint64_t range = span + 1;
-  const std::uint64_t limit = ~std::uint64_t(0) - (~std::uint64_t(0) % range);  // reject the biased tail
-  std::uint64_t x;
-  do {
-    x = g_();
-  } while (x >= limit);
-  return lo + x % range;
 }
 
 std::string random_operand(Rng& rng, int digits) {

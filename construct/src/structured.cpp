@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <tuple>
 #include <fmt/format.h>
@@ -143,6 +144,122 @@ Interval head_interval(const HeadMatch& m, double eps) {
   return {double(m.vsum) / (double(m.x) + ue), (double(m.vsum) + double(m.usum) * eps) / double(m.x)};
 }
 
+namespace {
+// Limit-mode head outputs: each head averages its matched keys' values uniformly.
+std::array<double, 4> limit_head_outputs(const QueryMatch& q) {
+  std::array<double, 4> o{};
+  for (int h = 0; h < 4; ++h) o[std::size_t(h)] = double(q.h[std::size_t(h)].vsum) / double(q.h[std::size_t(h)].x);
+  return o;
+}
+
+// The logits at one query and what the verdict needs of them: the lowest-index argmax and the
+// two largest values (the largest other than `top` may equal it on a tie).
+struct LogitSummary {
+  std::array<double, kVocab> lg{};
+  int top = 0;
+  double v1 = 0, v2 = 0;
+  void summarize() {
+    // the largest value by two independent chains (no loop-carried reload of lg[top]), then its
+    // first index, then the largest of the others
+    static_assert(kVocab % 2 == 0, "two maxima over token pairs");
+    double a = lg[0], b = lg[1];
+    for (int t = 2; t < kVocab; t += 2) {
+      a = std::max(a, lg[std::size_t(t)]);
+      b = std::max(b, lg[std::size_t(t + 1)]);
+    }
+    v1 = std::max(a, b);
+    top = 0;
+    while (top + 1 < kVocab && lg[std::size_t(top)] != v1) ++top;  // bounded: a NaN never equals
+    a = b = -std::numeric_limits<double>::infinity();
+    for (int t = 0; t < kVocab; t += 2) {
+      a = std::max(a, t == top ? a : lg[std::size_t(t)]);
+      b = std::max(b, t + 1 == top ? b : lg[std::size_t(t + 1)]);
+    }
+    v2 = std::max(a, b);
+  }
+  // logit of e minus the largest logit of another token
+  double margin(int e) const { return e == top ? v1 - v2 : lg[std::size_t(e)] - v1; }
+};
+
+// The readout at the response queries of one pass, logits = (c0 + digit side) + other side:
+//  - the digit-side groups see only (NUM, PRE_SUM, PRE_CARRY), which in limit mode take few values:
+//    a direct-mapped cache keyed by the exact integers (NUM, vsum_1, x_1, vsum_2, x_2) keeps them;
+//  - the other groups read IS_BOS, FULL_ONES, PRE_ARROW, PRE_EOS, which in limit mode are 1/x3, 1/x4
+//    and change only between numbers: their part is kept for the last (x3, x4), and a generation
+//    counts the distinct parts met in a row;
+//  - a slot also keeps the summary of its full logits for the generation it was made in, so a
+//    query that hits costs a key, a hash and a compare.
+// Every logit is the same sum in the same order whether it comes from the cache or not.
+class Readout {
+ public:
+  explicit Readout(const CompiledFFN& F) : F_(F), slots_(4096) {}
+  const LogitSummary& at(int tok, const QueryMatch& q) {
+    if (q.h[2].x != other_x3_ || q.h[3].x != other_x4_) {
+      other_x3_ = q.h[2].x;
+      other_x4_ = q.h[3].x;
+      std::array<double, kVocab> other{};
+      F_.add_groups(inputs(tok, q), false, other);
+      // a new generation only when the part differs (its units are mostly off, 1/x3 and 1/x4
+      // far below their thresholds, so most numbers share one): every kept summary stays exact
+      if (gen_ == 0 || other != other_) {
+        other_ = other;
+        ++gen_;
+      }
+    }
+    const HeadMatch &m1 = q.h[0], &m2 = q.h[1];
+    const int num = tok < 10 ? tok : 0;
+    if (!(m1.x < 256 && m2.x < 256 && m1.vsum < 4096 && m2.vsum < 4096)) {
+      digit_logits(tok, q, scratch_digit_);
+      combine(scratch_digit_, scratch_);
+      return scratch_;
+    }
+    const std::uint64_t key = 1 + (std::uint64_t(num) | std::uint64_t(m1.x) << 4 | std::uint64_t(m1.vsum) << 12 |
+                                   std::uint64_t(m2.x) << 24 | std::uint64_t(m2.vsum) << 32);
+    Slot& s = slots_[std::size_t((key * 0x9E3779B97F4A7C15ULL) >> 52)];  // 4096 slots
+    if (s.key != key) {
+      s.key = key;
+      s.gen = 0;
+      digit_logits(tok, q, s.digit);
+    }
+    if (s.gen != gen_) {
+      s.gen = gen_;
+      combine(s.digit, s.sum);
+    }
+    return s.sum;
+  }
+
+ private:
+  struct Slot {
+    std::uint64_t key = 0, gen = 0;  // key 0 and generation 0: empty
+    std::array<double, kVocab> digit{};
+    LogitSummary sum;
+  };
+  static std::array<double, 7> inputs(int tok, const QueryMatch& q) {
+    std::array<double, 7> y{};
+    y[Layout::NUM] = tok < 10 ? tok : 0;
+    y[Layout::IS_BOS] = 0;
+    y[Layout::FULL_ONES] = 1;
+    const std::array<double, 4> o = limit_head_outputs(q);
+    for (int h = 0; h < 4; ++h) y[std::size_t(3 + h)] = o[std::size_t(h)];
+    return y;
+  }
+  void digit_logits(int tok, const QueryMatch& q, std::array<double, kVocab>& out) const {
+    out = F_.c0;
+    F_.add_groups(inputs(tok, q), true, out);
+  }
+  void combine(const std::array<double, kVocab>& digit, LogitSummary& s) const {
+    for (int t = 0; t < kVocab; ++t) s.lg[std::size_t(t)] = digit[std::size_t(t)] + other_[std::size_t(t)];
+    s.summarize();
+  }
+  const CompiledFFN& F_;
+  std::vector<Slot> slots_;
+  std::uint64_t gen_ = 0;
+  std::int64_t other_x3_ = -1, other_x4_ = -1;
+  std::array<double, kVocab> other_{}, scratch_digit_{};
+  LogitSummary scratch_;
+};
+}  // namespace
+
 StructuredResult structured_forward(const ConstructedModel& M, const CompiledFFN& F, const std::vector<std::uint8_t>& tokens,
                                     const Shape& shape, std::int64_t s1, std::int64_t s2, const StructuredOptions& opt) {
   if (std::int64_t(tokens.size()) != shape.N())
@@ -157,70 +274,19 @@ StructuredResult structured_forward(const ConstructedModel& M, const CompiledFFN
   std::array<double, 4> eps{};
   for (int h = 0; h < 4; ++h) eps[std::size_t(h)] = std::nextafter(std::exp(-2.0 * M.heads[std::size_t(h)].lambda), 1.0) * (1 + 1e-15);
   R.min_margin = 1e300;
-  std::vector<std::uint64_t> cache_key(4096, 0);
-  std::vector<std::array<double, kVocab>> cache_val(4096);
-  std::int64_t other_x3 = -1, other_x4 = -1;
-  std::array<double, kVocab> other_lg{};
-  stream.run(tokens.data(), [&](const QueryMatch& q) {
-    std::array<double, 7> y{};
+  Readout readout(F);
+  stream.run<false>(tokens.data(), [&](const QueryMatch& q) {  // no pair fields: the readout reads x and vsum
     const int tok = tokens[std::size_t(q.j)];
-    y[Layout::NUM] = tok < 10 ? tok : 0;
-    y[Layout::IS_BOS] = 0;
-    y[Layout::FULL_ONES] = 1;
-    for (int h = 0; h < 4; ++h) y[std::size_t(3 + h)] = double(q.h[std::size_t(h)].vsum) / double(q.h[std::size_t(h)].x);
-    // The digit-side groups see only (NUM, PRE_SUM, PRE_CARRY), which in limit mode take few
-    // values: a direct-mapped cache keyed by the exact integers (NUM, vsum_1, x_1, vsum_2, x_2)
-    // returns their logits; the other groups (two units) are evaluated every time.
-    std::array<double, kVocab> lg;
-    const HeadMatch &m1 = q.h[0], &m2 = q.h[1];
-    const bool cacheable = m1.x < 256 && m2.x < 256 && m1.vsum < 4096 && m2.vsum < 4096;
-    if (cacheable) {
-      const std::uint64_t key = 1 + (std::uint64_t(y[Layout::NUM]) | std::uint64_t(m1.x) << 4 | std::uint64_t(m1.vsum) << 12 |
-                                     std::uint64_t(m2.x) << 24 | std::uint64_t(m2.vsum) << 32);
-      const std::size_t slot = std::size_t((key * 0x9E3779B97F4A7C15ULL) >> 52);  // 4096 slots
-      if (cache_key[slot] != key) {
-        cache_key[slot] = key;
-        cache_val[slot] = F.c0;
-        F.add_groups(y, true, cache_val[slot]);
-      }
-      lg = cache_val[slot];
-    } else {
-      lg = F.c0;
-      F.add_groups(y, true, lg);
-    }
-    // The other groups read PRE_ARROW, PRE_EOS, which in limit mode are 1/x3, 1/x4 and change only
-    // between numbers: their contribution is kept for the last (x3, x4).
-    if (q.h[2].x != other_x3 || q.h[3].x != other_x4) {
-      other_x3 = q.h[2].x;
-      other_x4 = q.h[3].x;
-      other_lg.fill(0);
-      F.add_groups(y, false, other_lg);
-    }
-    for (int t = 0; t < kVocab; ++t) lg[std::size_t(t)] += other_lg[std::size_t(t)];
+    const LogitSummary& lg = readout.at(tok, q);
     const std::size_t r = std::size_t(q.j - eq);
     const int expected = q.j + 1 < N ? tokens[std::size_t(q.j + 1)] : int(kDollar);
-    // The best rival by two independent running maxima (no loop-carried reload of lg[best]: that
-    // chain was ~40% of the pass); the argmax equals the expected token whenever the margin is
-    // positive, else it is searched (the lowest index on ties, as before).
-    static_assert(kVocab % 2 == 0, "two maxima over token pairs");
-    double other = -1e300, other2 = -1e300;
-    for (int t = 0; t < kVocab; t += 2) {
-      other = std::max(other, t == expected ? -1e300 : lg[std::size_t(t)]);
-      other2 = std::max(other2, t + 1 == expected ? -1e300 : lg[std::size_t(t + 1)]);
-    }
-    other = std::max(other, other2);
-    int best = expected;
-    if (!(lg[std::size_t(expected)] > other)) {
-      best = 0;
-      for (int t = 1; t < kVocab; ++t)
-        if (lg[std::size_t(t)] > lg[std::size_t(best)]) best = t;
-    }
-    R.pred[r] = std::uint8_t(best);
-    const double margin = lg[std::size_t(expected)] - other;
+    // The prediction is the lowest-index argmax; the margin of the expected token is its logit
+    // minus the largest other one (<= 0 exactly when the prediction is wrong or tied).
+    R.pred[r] = std::uint8_t(lg.top);
+    const double margin = lg.margin(expected);
     R.min_margin = std::min(R.min_margin, margin);
     if (!(margin > 0) && R.first_mismatch < 0) R.first_mismatch = q.j;
-    if (opt.keep_outputs)
-      for (int h = 0; h < 4; ++h) R.out[r][std::size_t(h)] = y[std::size_t(3 + h)];
+    if (opt.keep_outputs) R.out[r] = limit_head_outputs(q);
     if (opt.finite) {
       if (opt.rows.empty()) {
         for (int h = 0; h < 4; ++h) R.iv[r][std::size_t(h)] = head_interval(q.h[std::size_t(h)], eps[std::size_t(h)]);
@@ -355,83 +421,123 @@ RowHeadSums head_sums(const Head& Hd, const Layout& L, const Eigen::VectorXd& xq
   return P;
 }
 
+// s[r] += t[r], the row engine's inner loop (~40% of a cross-check): integer sums, so every clone
+// gives the same result; the wide clones are picked at load time on CPUs that have them.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#endif
+void add_bytes(std::int32_t* s, const std::uint8_t* t, std::int64_t n) {
+  for (std::int64_t r = 0; r < n; ++r) s[r] += t[r];
+}
+
 // The digit blocks' NUM part of the heads that read NUM: sum_b e2[b] sum_r e[r] digit(b, r). A
 // block's level-2 weights take one value per hypercube distance (<= P2 + 1 values), so the blocks
 // are grouped by them and the digits of a group summed exactly as integers, one pass over the
-// digits for all such heads: O(N) bytes per row instead of O(N) multiply-adds per head. pair_sum:
-// A_{b+1} + B_b by significance (RowEngine's pair_sum_).
-void add_digit_blocks(std::array<RowHeadSums, 4>& H, const std::vector<std::uint8_t>& tokens,
-                      const std::vector<std::uint8_t>& pair_sum, std::int64_t j, std::int64_t l, std::int64_t m) {
-  const std::int64_t LL = l + 1;
-  std::vector<int> reads;
-  for (int h = 0; h < 4; ++h)
-    if (H[std::size_t(h)].vnum != 0) reads.push_back(h);
-  if (reads.empty()) return;
-  std::map<std::vector<double>, int> group_of;
-  std::vector<std::vector<double>> group_e2;
+// digits for all such heads: O(N) bytes per row instead of O(N) multiply-adds per head. The pass is
+// shared by a batch of rows (sum_digit_blocks): the digits are read from memory once per batch, not
+// once per row (a row alone is bound by memory bandwidth at N = 2e8). pair_sum: A_{b+1} + B_b by
+// significance (RowEngine's pair_sum_).
+struct DigitBlocks {
+  std::vector<int> reads;                    // the heads that read NUM
+  std::vector<std::vector<double>> group_e2; // per group: those heads' level-2 factor
   // full blocks by level-2 offset b: A_{b+1} (index b) and B_b share it, so share a group
-  std::vector<int> groupA(std::size_t(m + 1), -1), groupB(std::size_t(m + 1), -1);
+  std::vector<int> groupA, groupB;
+  std::vector<std::int32_t> sums;            // [A/B][group][r]; at most 9 (m + 1) each
+};
+
+DigitBlocks plan_digit_blocks(const std::array<RowHeadSums, 4>& H, std::int64_t j, std::int64_t l, std::int64_t m) {
+  DigitBlocks D;
+  for (int h = 0; h < 4; ++h)
+    if (H[std::size_t(h)].vnum != 0) D.reads.push_back(h);
+  if (D.reads.empty()) return D;
+  std::map<std::vector<double>, int> group_of;
+  D.groupA.assign(std::size_t(m + 1), -1);
+  D.groupB.assign(std::size_t(m + 1), -1);
   visit_key_blocks(
       j, l, m,
       [&](std::int64_t, std::int64_t b, bool isA) {
         std::vector<double> key;
-        for (int h : reads) key.push_back(H[std::size_t(h)].e2[std::size_t(b)]);
+        for (int h : D.reads) key.push_back(H[std::size_t(h)].e2[std::size_t(b)]);
         auto it = group_of.find(key);
         if (it == group_of.end()) {
-          it = group_of.emplace(key, int(group_e2.size())).first;
-          group_e2.push_back(key);
+          it = group_of.emplace(key, int(D.group_e2.size())).first;
+          D.group_e2.push_back(key);
         }
-        (isA ? groupA : groupB)[std::size_t(b)] = it->second;
+        (isA ? D.groupA : D.groupB)[std::size_t(b)] = it->second;
       },
       [](std::int64_t, std::int64_t, std::int64_t) {});
-  const std::size_t G = group_e2.size();
-  std::vector<std::int32_t> sums(2 * G * std::size_t(l), 0);  // [A/B][group][r]; at most 9 (m + 1) each
-  auto add = [&](const std::uint8_t* t, bool isA, int g) {
-    std::int32_t* s = sums.data() + (std::size_t(isA ? 0 : 1) * G + std::size_t(g)) * std::size_t(l);
-    for (std::int64_t r = 0; r < l; ++r) s[r] += t[r];  // full blocks hold digits only
-  };
-  for (std::int64_t b = 0; b <= m; ++b) {
-    const int ga = groupA[std::size_t(b)], gb = groupB[std::size_t(b)];
-    if (ga >= 0 && gb >= 0 && b < m) {
-      add(pair_sum.data() + b * l, false, gb);  // A_{b+1} + B_b by significance: one pass for both
-    } else {
-      if (ga >= 0) add(tokens.data() + b * LL + 1, true, ga);
-      if (gb >= 0) add(tokens.data() + (m + b) * LL + 1, false, gb);
+  D.sums.assign(2 * D.group_e2.size() * std::size_t(l), 0);
+  return D;
+}
+
+void sum_digit_blocks(std::vector<DigitBlocks>& batch, const std::vector<std::uint8_t>& tokens,
+                      const std::vector<std::uint8_t>& pair_sum, std::int64_t l, std::int64_t m) {
+  const std::int64_t LL = l + 1;
+  for (std::int64_t b = 0; b <= m; ++b)
+    for (DigitBlocks& D : batch) {
+      if (D.reads.empty()) continue;
+      const std::size_t G = D.group_e2.size();
+      auto add = [&](const std::uint8_t* t, bool isA, int g) {  // full blocks hold digits only
+        add_bytes(D.sums.data() + (std::size_t(isA ? 0 : 1) * G + std::size_t(g)) * std::size_t(l), t, l);
+      };
+      const int ga = D.groupA[std::size_t(b)], gb = D.groupB[std::size_t(b)];
+      if (ga >= 0 && gb >= 0 && b < m) {
+        add(pair_sum.data() + b * l, false, gb);  // A_{b+1} + B_b by significance: one pass for both
+      } else {
+        if (ga >= 0) add(tokens.data() + b * LL + 1, true, ga);
+        if (gb >= 0) add(tokens.data() + (m + b) * LL + 1, false, gb);
+      }
     }
-  }
-  for (std::size_t hi = 0; hi < reads.size(); ++hi) {
-    RowHeadSums& P = H[std::size_t(reads[hi])];
+}
+
+void add_digit_blocks(std::array<RowHeadSums, 4>& H, const DigitBlocks& D, std::int64_t l) {
+  const std::size_t G = D.group_e2.size();
+  for (std::size_t hi = 0; hi < D.reads.size(); ++hi) {
+    RowHeadSums& P = H[std::size_t(D.reads[hi])];
     for (std::size_t g = 0; g < G; ++g) {
-      const std::int32_t* sa = sums.data() + g * std::size_t(l);
-      const std::int32_t* sb = sums.data() + (G + g) * std::size_t(l);
+      const std::int32_t* sa = D.sums.data() + g * std::size_t(l);
+      const std::int32_t* sb = D.sums.data() + (G + g) * std::size_t(l);
       double dot = 0;
       for (std::int64_t r = 0; r < l; ++r) dot += P.e1rev[std::size_t(r)] * sa[r] + P.e1[std::size_t(r + 1)] * sb[r];
-      P.acc += P.vnum * group_e2[g][hi] * dot;
+      P.acc += P.vnum * D.group_e2[g][hi] * dot;
     }
   }
 }
 }  // namespace
 
-RowResult RowEngine::row(std::int64_t j, const CompiledFFN& F) const {
+RowResult RowEngine::row(std::int64_t j, const CompiledFFN& F) const { return rows({j}, F).front(); }
+
+std::vector<RowResult> RowEngine::rows(const std::vector<std::int64_t>& js, const CompiledFFN& F) const {
   const Layout& L = M_.layout;
   const std::int64_t l = shape_.l, m = shape_.m, N = shape_.N();
-  if (j < 0 || j >= N) throw InputError("RowEngine: query index outside the sequence");
-  std::int32_t qp1, qp2;
-  position_id_at(shape_, s1_, s2_, j, qp1, qp2);
-  Eigen::VectorXd xq = Eigen::VectorXd::Zero(L.d());
-  xq(Layout::FULL_ONES) = 1;
-  write_position(L, qp1, qp2, xq.data());
-  std::array<RowHeadSums, 4> H;
-  for (int h = 0; h < 4; ++h) H[std::size_t(h)] = head_sums(M_.heads[std::size_t(h)], L, xq, pe1_, pe2_, tokens_, j, l, m);
-  add_digit_blocks(H, tokens_, pair_sum_, j, l, m);
-  RowResult R;
-  for (int h = 0; h < 4; ++h) R.out[std::size_t(h)] = H[std::size_t(h)].acc / H[std::size_t(h)].z;
-  std::array<double, 7> y{};
-  y[Layout::NUM] = tokens_[std::size_t(j)] < 10 ? double(tokens_[std::size_t(j)]) : 0.0;
-  y[Layout::FULL_ONES] = 1;
-  for (int h = 0; h < 4; ++h) y[std::size_t(3 + h)] = R.out[std::size_t(h)];
-  R.logits = F.logits(y);
-  return R;
+  for (std::int64_t j : js)
+    if (j < 0 || j >= N) throw InputError("RowEngine: query index outside the sequence");
+  std::vector<std::array<RowHeadSums, 4>> H(js.size());
+  std::vector<DigitBlocks> D(js.size());
+  for (std::size_t i = 0; i < js.size(); ++i) {
+    std::int32_t qp1, qp2;
+    position_id_at(shape_, s1_, s2_, js[i], qp1, qp2);
+    Eigen::VectorXd xq = Eigen::VectorXd::Zero(L.d());
+    xq(Layout::FULL_ONES) = 1;
+    write_position(L, qp1, qp2, xq.data());
+    for (int h = 0; h < 4; ++h)
+      H[i][std::size_t(h)] = head_sums(M_.heads[std::size_t(h)], L, xq, pe1_, pe2_, tokens_, js[i], l, m);
+    D[i] = plan_digit_blocks(H[i], js[i], l, m);
+  }
+  sum_digit_blocks(D, tokens_, pair_sum_, l, m);
+  std::vector<RowResult> out(js.size());
+  for (std::size_t i = 0; i < js.size(); ++i) {
+    add_digit_blocks(H[i], D[i], l);
+    RowResult& R = out[i];
+    for (int h = 0; h < 4; ++h) R.out[std::size_t(h)] = H[i][std::size_t(h)].acc / H[i][std::size_t(h)].z;
+    std::array<double, 7> y{};
+    const std::uint8_t tok = tokens_[std::size_t(js[i])];
+    y[Layout::NUM] = tok < 10 ? double(tok) : 0.0;
+    y[Layout::FULL_ONES] = 1;
+    for (int h = 0; h < 4; ++h) y[std::size_t(3 + h)] = R.out[std::size_t(h)];
+    R.logits = F.logits(y);
+  }
+  return out;
 }
 
 }  // namespace manyadd

@@ -13,6 +13,7 @@
 #include <boost/multiprecision/cpp_int.hpp>
 
 #include "manyadd/core/error.hpp"
+#include "manyadd/mt64.hpp"
 
 namespace manyadd {
 
@@ -59,6 +60,10 @@ Problem parse_problem(const std::string& s);  // "57+48+96"; throws InputError
 
 // Reference answer (independent of the sequence builder's digit arithmetic).
 boost::multiprecision::cpp_int reference_sum(const Problem& p);
+// The same answer as a decimal string by column sums and one carry pass, O(n m) with no
+// conversions (the samples of verify_construction: ~20x faster than reference_sum().str() at
+// n = m = 10000); tests check it against reference_sum. Throws InputError on a non-digit.
+std::string decimal_sum(const Problem& p);
 
 // The teacher-forced sequence of N tokens for `p` padded to shape.l (the shape's n and m must admit
 // p: every operand at most n digits, exactly m operands). The partial sums are computed by
@@ -92,11 +97,21 @@ void position_id_at(const Shape& shape, std::int64_t s1, std::int64_t s2, std::i
 class Rng {
  public:
   explicit Rng(std::uint64_t seed) : g_(seed) {}
-  std::uint64_t uniform(std::uint64_t lo, std::uint64_t hi);  // inclusive, unbiased
-  std::mt19937_64& engine() { return g_; }
+  // inclusive, unbiased; inline so that constant bounds (the digit draws) compile to no division
+  std::uint64_t uniform(std::uint64_t lo, std::uint64_t hi) {
+    const std::uint64_t span = hi - lo;
+    if (span == ~std::uint64_t(0)) return g_();
+    const std::uint64_t range = span + 1;
+    const std::uint64_t limit = ~std::uint64_t(0) - (~std::uint64_t(0) % range);  // reject the biased tail
+    std::uint64_t x;
+    do {
+      x = g_();
+    } while (x >= limit);
+    return lo + x % range;
+  }
 
  private:
-  std::mt19937_64 g_;
+  Mt64 g_;  // std::mt19937_64 output for output (mt64.hpp)
 };
 std::string random_operand(Rng& rng, int digits);
 // TA(n, m): exactly m operands of exactly n digits.

@@ -46,8 +46,9 @@ class StructuredStream {
   StructuredStream(const Shape& shape, std::int64_t s1, std::int64_t s2, int P1, int P2);
   // Streams over all N positions in order; calls visit(match) for every response position
   // (index >= shape.eq_index()). `tokens` may be null: then values are all taken as 0 (the
-  // certificate's structure pass needs only counts and pairs).
-  template <class Visit>
+  // certificate's structure pass needs only counts and pairs). With kPairs false, the heads' pair
+  // fields (pairs, pair_t, pair_j, only_separators) are not kept up to date: all a forward pass needs.
+  template <bool kPairs = true, class Visit>
   void run(const std::uint8_t* tokens, Visit&& visit) const;
   // Estimated peak memory of run(), in bytes (the aggregate tables).
   static double estimate_bytes(const Shape& shape);
@@ -134,6 +135,9 @@ class RowEngine {
   RowEngine(const ConstructedModel& M, const Shape& shape, std::int64_t s1, std::int64_t s2,
             const std::vector<std::uint8_t>& tokens);
   RowResult row(std::int64_t j, const CompiledFFN& F) const;
+  // Several rows with one pass over the digits (the same results as row() one by one, bit for bit):
+  // the cross-check's unit of work, since a row alone reads N/2 bytes from memory.
+  std::vector<RowResult> rows(const std::vector<std::int64_t>& js, const CompiledFFN& F) const;
 
  private:
   const ConstructedModel& M_;
@@ -160,14 +164,15 @@ void for_each_id(const Shape& s, std::int64_t s1, std::int64_t s2, F&& f) {
   }
 }
 
-template <class Visit>
+template <bool kPairs, class Visit>
 void StructuredStream::run(const std::uint8_t* tokens, Visit&& visit) const {
   // The pair table is indexed (p2 - s2) * W + (p1 - s1): consecutive tokens of a number share p2
   // and step p1 by one, so both the keys inserted and the cells queried walk it sequentially.
   const std::int64_t W = shape_.l + 1;
   // Per real ID pair, the keys seen so far: at most 2 share a pair (A_{i+1} and B_i digits of one
-  // significance; '+' after A_{i+1} and the separator before B_i), so bytes suffice.
-  std::vector<std::uint8_t> cnt(std::size_t((shape_.m + 1) * W), 0), val(std::size_t((shape_.m + 1) * W), 0);
+  // significance; '+' after A_{i+1} and the separator before B_i), so bytes suffice: their count in
+  // the low byte and their value sum (<= 54) in the high byte of one 16-bit cell (one load a lookup).
+  std::vector<std::uint16_t> cv(std::size_t((shape_.m + 1) * W), 0);
   std::vector<std::int64_t> cnt1(std::size_t(shape_.l + 1), 0);
   std::int64_t prefix_value = 0;
   const std::int64_t eq = shape_.eq_index();
@@ -184,9 +189,9 @@ void StructuredStream::run(const std::uint8_t* tokens, Visit&& visit) const {
     for (std::int32_t a = s1v[std::size_t(c1)]; a < s1v[std::size_t(c1 + 1)]; ++a)
       for (std::int32_t b = s2v[std::size_t(c2)]; b < s2v[std::size_t(c2 + 1)]; ++b) {
         const std::size_t cell = std::size_t(std::int64_t(i2[std::size_t(b)]) * W + i1[std::size_t(a)]);
-        if (!cnt[cell]) continue;
-        h.x += cnt[cell];
-        h.vsum += val[cell];
+        if (!(cv[cell] & 0xff)) continue;
+        h.x += cv[cell] & 0xff;
+        h.vsum += cv[cell] >> 8;
         ++h.pairs;
         h.pair_t = i1[std::size_t(a)];
         h.pair_j = i2[std::size_t(b)];
@@ -198,18 +203,23 @@ void StructuredStream::run(const std::uint8_t* tokens, Visit&& visit) const {
   auto pair1 = [&](std::int32_t a, std::int32_t b, HeadMatch& h) {
     h.x = 1;
     h.vsum = 0;
-    h.pairs = 0;
-    h.pair_t = h.pair_j = -1;
-    h.only_separators = true;
+    if constexpr (kPairs) {
+      h.pairs = 0;
+      h.pair_t = h.pair_j = -1;
+      h.only_separators = true;
+    }
     if (a < 0 || b < 0) return;
     const std::size_t cell = std::size_t(std::int64_t(b) * W + a);
-    if (!cnt[cell]) return;
-    h.x += cnt[cell];
-    h.vsum += val[cell];
-    h.pairs = 1;
-    h.pair_t = a;
-    h.pair_j = b;
-    h.only_separators = a == 0;
+    const std::uint16_t c = cv[cell];
+    h.x += c & 0xff;
+    h.vsum += c >> 8;
+    if constexpr (kPairs)
+      if (c & 0xff) {
+        h.pairs = 1;
+        h.pair_t = a;
+        h.pair_j = b;
+        h.only_separators = a == 0;
+      }
   };
 
   for_each_id(shape_, s1_, s2_, [&](std::int64_t k, std::int64_t p1, std::int64_t p2) {
@@ -217,8 +227,7 @@ void StructuredStream::run(const std::uint8_t* tokens, Visit&& visit) const {
     const int v = tok < 10 ? 3 * tok : 0;  // V1 = V2 = 3 e_NUM (Eqs. 9, 13)
     if (k > 0) {  // insert key k (causal: a query sees itself)
       const std::size_t cell = std::size_t((p2 - s2_) * W + (p1 - s1_));
-      ++cnt[cell];
-      val[cell] = std::uint8_t(val[cell] + v);
+      cv[cell] = std::uint16_t(cv[cell] + 1 + (v << 8));
       ++cnt1[std::size_t(p1 - s1_)];
       prefix_value += v;
     }

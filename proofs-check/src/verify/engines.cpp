@@ -48,8 +48,7 @@ EngineResult run_cuda(const ConstructedModel& M, const std::vector<std::uint8_t>
   return r;
 }
 
-EngineResult run_rows(const RowEngine& E, const CompiledFFN& F, const Shape& shape, std::vector<std::int64_t> rows,
-                      int threads) {
+EngineResult row_result(const Shape& shape, std::vector<std::int64_t> rows) {
   const std::int64_t eq = shape.eq_index(), N = shape.N();
   rows.erase(std::remove_if(rows.begin(), rows.end(), [&](std::int64_t j) { return j < eq || j >= N; }), rows.end());
   std::sort(rows.begin(), rows.end());
@@ -59,15 +58,25 @@ EngineResult run_rows(const RowEngine& E, const CompiledFFN& F, const Shape& sha
   r.first = eq;
   r.logits.resize(kVocab, Eigen::Index(rows.size()));
   r.heads.resize(rows.size());
-  parallel_for(
-      threads, std::int64_t(rows.size()),
-      [&](int, std::int64_t i) {
-        const RowResult rr = E.row(rows[std::size_t(i)], F);
-        r.heads[std::size_t(i)] = rr.out;
-        for (int t = 0; t < kVocab; ++t) r.logits(t, Eigen::Index(i)) = rr.logits[std::size_t(t)];
-      },
-      Schedule::dynamic);
   r.rows = std::move(rows);
+  return r;
+}
+
+std::int64_t row_batches(const EngineResult& r) { return (std::int64_t(r.rows.size()) + kRowBatch - 1) / kRowBatch; }
+
+void run_row_batch(const RowEngine& E, const CompiledFFN& F, EngineResult& r, std::int64_t batch) {
+  const std::int64_t i0 = batch * kRowBatch, i1 = std::min(std::int64_t(r.rows.size()), i0 + kRowBatch);
+  const std::vector<RowResult> rr = E.rows(std::vector<std::int64_t>(r.rows.begin() + i0, r.rows.begin() + i1), F);
+  for (std::int64_t i = i0; i < i1; ++i) {
+    r.heads[std::size_t(i)] = rr[std::size_t(i - i0)].out;
+    for (int t = 0; t < kVocab; ++t) r.logits(t, Eigen::Index(i)) = rr[std::size_t(i - i0)].logits[std::size_t(t)];
+  }
+}
+
+EngineResult run_rows(const RowEngine& E, const CompiledFFN& F, const Shape& shape, std::vector<std::int64_t> rows,
+                      int threads) {
+  EngineResult r = row_result(shape, std::move(rows));
+  parallel_for(threads, row_batches(r), [&](int, std::int64_t b) { run_row_batch(E, F, r, b); }, Schedule::dynamic);
   predict_from_logits(r);
   return r;
 }

@@ -2,6 +2,11 @@
 #include "manyadd/verify/stages.hpp"
 
 #include <algorithm>
+#include <mutex>
+#include <memory>
+#include <map>
+#include <future>
+#include <atomic>
 #include <chrono>
 #include <limits>
 #include <cmath>
@@ -94,124 +99,274 @@ std::optional<Counterexample> find_counterexample(const ConstructedModel& M, con
   return std::nullopt;
 }
 
-CertifyOutcome certify_offsets(const Plan& plan, const BuiltModel& model) {
-  CertifyOutcome c;
-  if (!plan.certify) return c;
-  const auto t0 = std::chrono::steady_clock::now();
-  c.run = true;
-  CertOptions co;
-  co.kernel = plan.certify_cuda;
-  const Certifier C(model.M, plan.shape, co);
-  c.results.resize(plan.offsets.size());
-  Progress prog("certificate", std::int64_t(plan.offsets.size()), "offset pairs", plan.progress);
-  parallel_for(
-      plan.threads, std::int64_t(plan.offsets.size()),
-      [&](int, std::int64_t i) {
-        const auto [s1, s2] = plan.offsets[std::size_t(i)];
-        c.results[std::size_t(i)] = C.run(s1, s2);
-        prog.add();
-      },
-      Schedule::dynamic);
-  prog.finish();
-  c.proven = true;
-  for (std::size_t i = 0; i < c.results.size(); ++i) {
-    c.proven = c.proven && c.results[i].proven;
-    if (!c.results[i].proven && !c.failed) c.failed = i;
+namespace {
+// A stage as tasks for a pool of workers: count() tasks, run(i) for each (any order, any thread),
+// then finish() once. A stage alone is parallel_for over its tasks; run_plan gives the certificate,
+// the samples and the cross-check one pool, so that no worker idles while a lone offset pair is
+// certified or a problem is drawn (draws are serial: one seed, drawn in order).
+// Each stage's seconds are from the pool's start to its own last task.
+class StageClock {
+ public:
+  explicit StageClock(std::int64_t tasks) : left_(tasks), t0_(std::chrono::steady_clock::now()) {
+    if (tasks == 0) seconds_ = 0;
   }
-  c.seconds = seconds_since(t0);
-  if (c.failed) {
-    const auto [s1, s2] = plan.offsets[*c.failed];
-    c.counterexample = find_counterexample(model.M, model.F, plan.shape, s1, s2, c.results[*c.failed].risky_positions, plan.seed);
+  // true for the stage's last task
+  bool done() {
+    if (left_.fetch_sub(1) != 1) return false;
+    seconds_ = seconds_since(t0_);
+    return true;
   }
-  return c;
-}
+  double seconds() const { return seconds_; }
 
-SamplesOutcome run_samples(const Plan& plan, const BuiltModel& model) {
-  SamplesOutcome s;
-  s.min_margin = std::numeric_limits<double>::infinity();
-  const Shape& shape = plan.shape;
-  const std::int64_t O = std::int64_t(plan.sample_offsets.size());
-  const bool keep_intervals = plan.cross_check > 0 && plan.has_engine("structured");
-  // Problems are drawn in order (the seed decides them), a batch at a time, and each batch's
-  // (problem, offset pair) jobs are checked in parallel; a job keeps only its summary.
-  struct Job {
+ private:
+  std::atomic<std::int64_t> left_;
+  std::chrono::steady_clock::time_point t0_;
+  double seconds_ = 0;
+};
+
+class CertifyTasks {
+ public:
+  CertifyTasks(const Plan& plan, const BuiltModel& model)
+      : plan_(plan), model_(model), n_(plan.certify ? std::int64_t(plan.offsets.size()) : 0), clock_(n_),
+        prog_("certificate", n_, "offset pairs", n_ > 0 ? plan.progress : quiet_progress()) {
+    if (!plan.certify) return;
+    CertOptions co;
+    co.kernel = plan.certify_cuda;
+    C_.emplace(model.M, plan.shape, co);
+    c_.run = true;
+    c_.results.resize(plan.offsets.size());
+  }
+  std::int64_t count() const { return n_; }
+  void run(std::int64_t i) {
+    const auto [s1, s2] = plan_.offsets[std::size_t(i)];
+    c_.results[std::size_t(i)] = C_->run(s1, s2);
+    prog_.add();
+    if (clock_.done()) prog_.finish();
+  }
+  CertifyOutcome finish() {
+    if (!c_.run) return c_;
+    c_.proven = true;
+    for (std::size_t i = 0; i < c_.results.size(); ++i) {
+      c_.proven = c_.proven && c_.results[i].proven;
+      if (!c_.results[i].proven && !c_.failed) c_.failed = i;
+    }
+    c_.seconds = clock_.seconds();
+    if (c_.failed) {
+      const auto [s1, s2] = plan_.offsets[*c_.failed];
+      c_.counterexample = find_counterexample(model_.M, model_.F, plan_.shape, s1, s2,
+                                              c_.results[*c_.failed].risky_positions, plan_.seed);
+    }
+    return std::move(c_);
+  }
+
+ private:
+  const Plan& plan_;
+  const BuiltModel& model_;
+  std::int64_t n_;
+  StageClock clock_;
+  Progress prog_;
+  std::optional<Certifier> C_;
+  CertifyOutcome c_;
+};
+
+// The sample problems, drawn in order from the plan's seed whatever order the jobs run in; a
+// problem is kept until its last offset pair's job took it (so about `threads` are alive at once).
+class ProblemSource {
+ public:
+  explicit ProblemSource(const Plan& plan) : plan_(plan), rng_(plan.seed) {}
+  std::shared_ptr<const Problem> take(std::int64_t p, std::int64_t uses) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (; drawn_ <= p; ++drawn_)
+      live_[drawn_] = {std::make_shared<const Problem>(plan_.problem ? *plan_.problem
+                                                                      : sample_TA(rng_, plan_.shape.n, plan_.shape.m)),
+                       uses};
+    const auto it = live_.find(p);
+    MANYADD_INVARIANT(it != live_.end(), "a sample problem is taken once per offset pair");
+    std::shared_ptr<const Problem> out = it->second.first;
+    if (--it->second.second == 0) live_.erase(it);
+    return out;
+  }
+
+ private:
+  const Plan& plan_;
+  Rng rng_;
+  std::mutex mu_;
+  std::int64_t drawn_ = 0;
+  std::map<std::int64_t, std::pair<std::shared_ptr<const Problem>, std::int64_t>> live_;
+};
+
+// The first job's instance, which the cross-check recomputes: its tokens and, when the structured
+// engine ran, its result with the finite-lambda intervals at the cross-check rows.
+struct FirstInstance {
+  std::vector<std::uint8_t> tokens;
+  std::optional<EngineResult> structured;
+};
+
+class SampleTasks {
+ public:
+  SampleTasks(const Plan& plan, const BuiltModel& model)
+      : plan_(plan), model_(model), O_(std::int64_t(plan.sample_offsets.size())), problems_(plan),
+        clock_(plan.samples * O_), prog_("samples", plan.samples * O_, "instances", plan.progress),
+        first_(first_promise_.get_future().share()) {
+    s_.min_margin = std::numeric_limits<double>::infinity();
+  }
+  std::int64_t count() const { return plan_.samples * O_; }
+  std::shared_future<std::shared_ptr<FirstInstance>> first() const { return first_; }
+  // job i: problem i / O at offset pair i % O, through every engine of the plan
+  void run(std::int64_t i) {
+    if (i != 0) return job(i);
+    try {
+      job(i);
+    } catch (...) {  // the cross-check may be waiting for job 0
+      first_promise_.set_exception(std::current_exception());
+      throw;
+    }
+  }
+  // keep_first: the first instance in the outcome (for a cross-check run after the samples)
+  SamplesOutcome finish(bool keep_first) {
+    if (first_failure_) s_.first = std::move(first_failure_->second);
+    if (keep_first && first_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      const std::shared_ptr<FirstInstance> f = first_.get();
+      s_.first_tokens = f->tokens;
+      s_.first_structured = f->structured;
+    }
+    return std::move(s_);
+  }
+
+ private:
+  void job(std::int64_t i) {
+    const std::shared_ptr<const Problem> p = problems_.take(i / O_, O_);
+    const auto [s1, s2] = plan_.sample_offsets[std::size_t(i % O_)];
+    const bool keep = i == 0 && plan_.cross_check > 0 && plan_.has_engine("structured");
+    auto seq = build_sequence(*p, plan_.shape);
+    const std::string reference = decimal_sum(*p);
+    const Instance in{seq, s1, s2, keep ? &plan_.cross_check_rows : nullptr};
     bool ok = true, agree = true;
     double min_margin = std::numeric_limits<double>::infinity();
     std::optional<Counterexample> failure;
-  };
-  Rng rng(plan.seed);
-  const std::int64_t batch = std::max<std::int64_t>(1, 8 * std::int64_t(plan.threads));
-  Progress prog("samples", plan.samples * O, "instances", plan.progress);
-  for (std::int64_t p0 = 0; p0 < plan.samples; p0 += batch) {
-    std::vector<Problem> problems;
-    for (std::int64_t k = p0; k < std::min(plan.samples, p0 + batch); ++k)
-      problems.push_back(plan.problem ? *plan.problem : sample_TA(rng, shape.n, shape.m));
-    std::vector<Job> jobs(problems.size() * std::size_t(O));
-    parallel_for(
-        plan.threads, std::int64_t(jobs.size()),
-        [&](int, std::int64_t i) {
-          const Problem& p = problems[std::size_t(i / O)];
-          const auto [s1, s2] = plan.sample_offsets[std::size_t(i % O)];
-          const bool first = p0 == 0 && i == 0;
-          const auto seq = build_sequence(p, shape);
-          const std::string reference = reference_sum(p).str();
-          const Instance in{seq, s1, s2, first && keep_intervals ? &plan.cross_check_rows : nullptr};
-          Job& job = jobs[std::size_t(i)];
-          std::vector<std::uint8_t> first_pred;
-          for (std::size_t e = 0; e < plan.engines.size(); ++e) {
-            EngineResult r = plan.engines[e].run(model, shape, in);
-            const Verdict v = judge(r, seq, shape, reference);
-            job.ok = job.ok && v.ok;
-            job.min_margin = std::min(job.min_margin, v.min_margin);
-            if (!v.ok && !job.failure) job.failure = counterexample_from(p, s1, s2, v, r.engine);
-            if (e == 0) first_pred = r.pred;
-            else if (r.pred != first_pred) job.agree = false;
-            if (first && in.interval_rows && r.engine == "structured") s.first_structured = std::move(r);
-          }
-          if (first) s.first_tokens = seq;
-          prog.add();
-        },
-        Schedule::dynamic);
-    for (auto& job : jobs) {
-      ++s.checked;
-      s.exact += job.ok;
-      s.agree = s.agree && job.agree;
-      s.min_margin = std::min(s.min_margin, job.min_margin);
-      if (job.failure && !s.first) s.first = std::move(job.failure);
+    std::vector<std::uint8_t> first_pred;
+    auto first = i == 0 ? std::make_shared<FirstInstance>() : nullptr;
+    for (std::size_t e = 0; e < plan_.engines.size(); ++e) {
+      EngineResult r = plan_.engines[e].run(model_, plan_.shape, in);
+      const Verdict v = judge(r, seq, plan_.shape, reference);
+      ok = ok && v.ok;
+      min_margin = std::min(min_margin, v.min_margin);
+      if (!v.ok && !failure) failure = counterexample_from(*p, s1, s2, v, r.engine);
+      if (e == 0) first_pred = r.pred;
+      else if (r.pred != first_pred) agree = false;
+      if (first && keep && r.engine == "structured") first->structured = std::move(r);
     }
+    if (first) {
+      first->tokens = std::move(seq);
+      first_promise_.set_value(std::move(first));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++s_.checked;
+      s_.exact += ok;
+      s_.agree = s_.agree && agree;
+      s_.min_margin = std::min(s_.min_margin, min_margin);
+      if (failure && (!first_failure_ || i < first_failure_->first)) first_failure_.emplace(i, std::move(*failure));
+    }
+    prog_.add();
+    if (clock_.done()) prog_.finish();
   }
-  prog.finish();
-  return s;
+  const Plan& plan_;
+  const BuiltModel& model_;
+  std::int64_t O_;
+  ProblemSource problems_;
+  StageClock clock_;
+  Progress prog_;
+  std::mutex mu_;
+  SamplesOutcome s_;
+  std::optional<std::pair<std::int64_t, Counterexample>> first_failure_;  // the failing job of the smallest index
+  std::promise<std::shared_ptr<FirstInstance>> first_promise_;
+  std::shared_future<std::shared_ptr<FirstInstance>> first_;
+};
+
+// Rows of the first sample by the exact row engine, in batches; the engine is built (once) by the
+// first batch to run, after the first sample's job.
+class CrossTasks {
+ public:
+  CrossTasks(const Plan& plan, const BuiltModel& model, std::shared_future<std::shared_ptr<FirstInstance>> first)
+      : plan_(plan), model_(model), first_(std::move(first)),
+        R_(plan.cross_check > 0 ? row_result(plan.shape, plan.cross_check_rows) : EngineResult{}),
+        n_(plan.cross_check > 0 ? row_batches(R_) : 0), clock_(n_) {}
+  std::int64_t count() const { return n_; }
+  void run(std::int64_t b) {
+    std::call_once(built_, [&] {
+      const std::shared_ptr<FirstInstance> f = first_.get();
+      std::tie(s1_, s2_) = plan_.sample_offsets.front();
+      S_ = f->structured ? std::move(*f->structured)
+                         : run_structured(model_.M, model_.F, f->tokens, plan_.shape, s1_, s2_, &plan_.cross_check_rows);
+      f->structured.reset();
+      E_.emplace(model_.M, plan_.shape, s1_, s2_, f->tokens);
+    });
+    run_row_batch(*E_, model_.F, R_, b);
+    clock_.done();
+  }
+  CrossCheckOutcome finish() {
+    CrossCheckOutcome x;
+    if (n_ == 0) return x;
+    x.run = true;
+    x.s1 = s1_;
+    x.s2 = s2_;
+    predict_from_logits(R_);
+    MANYADD_INVARIANT(R_.rows == S_.interval_rows && S_.intervals.size() == R_.rows.size(),
+                      "the cross-check rows of the two engines differ");
+    x.rows = R_.rows.size();
+    for (std::size_t i = 0; i < R_.rows.size(); ++i) {
+      bool ok = R_.pred[i] == S_.pred[std::size_t(R_.rows[i] - S_.first)];
+      for (int h = 0; h < 4; ++h) {
+        // inside the interval up to the row engine's own rounding (relative 1e-12, see tests)
+        const double v = R_.heads[i][std::size_t(h)], tol = 1e-12 * (1 + std::abs(v));
+        const Interval& iv = S_.intervals[i][std::size_t(h)];
+        if (v < iv.lo - tol || v > iv.hi + tol) ok = false;
+      }
+      x.agree += ok;
+    }
+    x.seconds = clock_.seconds();
+    return x;
+  }
+
+ private:
+  const Plan& plan_;
+  const BuiltModel& model_;
+  std::shared_future<std::shared_ptr<FirstInstance>> first_;
+  EngineResult R_, S_;
+  std::int64_t n_;
+  StageClock clock_;
+  std::once_flag built_;
+  std::int64_t s1_ = 0, s2_ = 0;
+  std::optional<RowEngine> E_;
+};
+
+template <class Tasks>
+void run_alone(const Plan& plan, Tasks& t) {
+  parallel_for(plan.threads, t.count(), [&](int, std::int64_t i) { t.run(i); }, Schedule::dynamic);
+}
+}  // namespace
+
+CertifyOutcome certify_offsets(const Plan& plan, const BuiltModel& model) {
+  CertifyTasks t(plan, model);
+  run_alone(plan, t);
+  return t.finish();
+}
+
+SamplesOutcome run_samples(const Plan& plan, const BuiltModel& model) {
+  SampleTasks t(plan, model);
+  run_alone(plan, t);
+  return t.finish(true);
 }
 
 CrossCheckOutcome cross_check(const Plan& plan, const BuiltModel& model, SamplesOutcome& samples) {
-  CrossCheckOutcome x;
-  if (plan.cross_check <= 0 || samples.first_tokens.empty()) return x;
-  const auto t0 = std::chrono::steady_clock::now();
-  x.run = true;
-  std::tie(x.s1, x.s2) = plan.sample_offsets.front();
-  const std::vector<std::uint8_t>& seq = samples.first_tokens;
-  const EngineResult S = samples.first_structured
-                             ? std::move(*samples.first_structured)
-                             : run_structured(model.M, model.F, seq, plan.shape, x.s1, x.s2, &plan.cross_check_rows);
+  if (plan.cross_check <= 0 || samples.first_tokens.empty()) return {};
+  std::promise<std::shared_ptr<FirstInstance>> given;
+  given.set_value(std::make_shared<FirstInstance>(FirstInstance{samples.first_tokens, std::move(samples.first_structured)}));
   samples.first_structured.reset();
-  const EngineResult R =
-      run_rows(RowEngine(model.M, plan.shape, x.s1, x.s2, seq), model.F, plan.shape, plan.cross_check_rows, plan.threads);
-  MANYADD_INVARIANT(R.rows == S.interval_rows && S.intervals.size() == R.rows.size(),
-                    "the cross-check rows of the two engines differ");
-  x.rows = R.rows.size();
-  for (std::size_t i = 0; i < R.rows.size(); ++i) {
-    bool ok = R.pred[i] == S.pred[std::size_t(R.rows[i] - S.first)];
-    for (int h = 0; h < 4; ++h) {
-      // inside the interval up to the row engine's own rounding (relative 1e-12, see tests)
-      const double v = R.heads[i][std::size_t(h)], tol = 1e-12 * (1 + std::abs(v));
-      const Interval& iv = S.intervals[i][std::size_t(h)];
-      if (v < iv.lo - tol || v > iv.hi + tol) ok = false;
-    }
-    x.agree += ok;
-  }
-  x.seconds = seconds_since(t0);
-  return x;
+  CrossTasks t(plan, model, given.get_future().share());
+  run_alone(plan, t);
+  return t.finish();
 }
 
 int run_plan(const Plan& plan, std::ostream& out) {
@@ -219,13 +374,31 @@ int run_plan(const Plan& plan, std::ostream& out) {
   const BuiltModel model = build_model_stage(plan);
   nlohmann::json json;
   Outcomes r;
-  r.certificate = certify_offsets(plan, model);
   if (plan.exhaustive) r.exhaustive = run_exhaustive(plan, model);
   if (!plan.dump.empty()) dump_instance(plan, model, out, json);
-  r.samples = run_samples(plan, model);
-  r.cross_check = cross_check(plan, model, r.samples);
+  run_pooled(plan, model, r);
   r.seconds = seconds_since(t0);
   return report_outcomes(plan, model, r, json, out);
+}
+
+void run_pooled(const Plan& plan, const BuiltModel& model, Outcomes& r) {
+  // tasks are taken in this order, so the cross-check's batches come after every sample job has
+  // started (and wait, if need be, for the first one to end)
+  CertifyTasks cert(plan, model);
+  SampleTasks samples(plan, model);
+  CrossTasks cross(plan, model, samples.first());
+  const std::int64_t nc = cert.count(), ns = samples.count(), nx = cross.count();
+  parallel_for(
+      plan.threads, nc + ns + nx,
+      [&](int, std::int64_t i) {
+        if (i < nc) cert.run(i);
+        else if (i < nc + ns) samples.run(i - nc);
+        else cross.run(i - nc - ns);
+      },
+      Schedule::dynamic);
+  r.certificate = cert.finish();
+  r.samples = samples.finish(false);
+  r.cross_check = cross.finish();
 }
 
 }  // namespace manyadd

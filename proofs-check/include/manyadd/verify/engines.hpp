@@ -33,8 +33,15 @@ EngineResult run_cuda(const ConstructedModel& M, const std::vector<std::uint8_t>
                       std::int64_t s1, std::int64_t s2, CudaRun where);
 
 // "row": the exact row engine at `rows` (any order, duplicates and indices outside the response are
-// dropped), `threads` rows at a time.
+// dropped), batches of kRowBatch rows (one pass over the digits each) on `threads` threads.
+inline constexpr std::int64_t kRowBatch = 8;
 EngineResult run_rows(const RowEngine& E, const CompiledFFN& F, const Shape& shape, std::vector<std::int64_t> rows,
                       int threads);
+// run_rows in pieces, for a caller that schedules the batches itself: the result with its rows
+// (logits and heads to fill), the number of batches, one batch (batches write disjoint columns);
+// predict_from_logits() when all have run.
+EngineResult row_result(const Shape& shape, std::vector<std::int64_t> rows);
+std::int64_t row_batches(const EngineResult& r);
+void run_row_batch(const RowEngine& E, const CompiledFFN& F, EngineResult& r, std::int64_t batch);
 
 }  // namespace manyadd

@@ -108,8 +108,13 @@ struct Outcomes {
 int report_outcomes(const Plan& plan, const BuiltModel& model, const Outcomes& r, nlohmann::json& json,
                     std::ostream& out);
 
-// Every stage of a verification run in order; returns the exit code.
+// Every stage of a verification run; returns the exit code.
 int run_plan(const Plan& plan, std::ostream& out);
+// The certificate, the samples and the cross-check as one pool of --threads workers (run_plan's
+// way): the same outcomes as certify_offsets, run_samples and cross_check one after the other, with
+// no worker idle while a lone offset pair is certified or the problems are drawn; each stage's
+// seconds run from the pool's start to its own last task.
+void run_pooled(const Plan& plan, const BuiltModel& model, Outcomes& r);
 
 // --dims-table: prints the table, writes --json; 0 when a proven (P1, P2) was found for every shape.
 int dims_table(const DimsTablePlan& plan, std::ostream& out);
