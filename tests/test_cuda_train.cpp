@@ -542,7 +542,9 @@ TEST(CudaTrainGpu, FireMatchesPackedCpuTwin) {
       const auto largest = expect_gradients_match(mc, train_cfg(), adj);
       for (const char* name : {"fire.mlp.0.weight", "fire.mlp.2.weight", "fire.mlp.4.weight", "fire.c"})
         EXPECT_GT(largest.at(name), 0.0) << name << " has no gradient";
-      if (adj || mc.fire_threshold == FireThreshold::max) EXPECT_GT(largest.at("fire.L_sqrt"), 0.0);
+      if (adj || mc.fire_threshold == FireThreshold::max) {
+        EXPECT_GT(largest.at("fire.L_sqrt"), 0.0);
+      }
       expect_bf16_gradients_match(mc, adj);
     }
     expect_step_matches(mc, train_cfg());

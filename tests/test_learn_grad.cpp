@@ -662,7 +662,9 @@ TEST(LearnInit, PosCodesAreTheirDefinitions) {
       for (int p = 0; p <= 40; ++p) {
         const double* r = P.data() + t.offset + std::int64_t(p) * 64;
         for (int d = 0; d < 64; ++d) {
-          if (p == 0 || d < blk.offset || d >= blk.offset + 12) ASSERT_EQ(r[d], 0.0) << p << " " << d;
+          if (p == 0 || d < blk.offset || d >= blk.offset + 12) {
+            ASSERT_EQ(r[d], 0.0) << p << " " << d;
+          }
         }
         if (p == 0) continue;
         std::vector<double> v(r + blk.offset, r + blk.offset + 6), vn(r + blk.offset + 6, r + blk.offset + 12);
