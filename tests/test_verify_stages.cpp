@@ -214,3 +214,16 @@ TEST(Stages, PooledFirstJobFailureReachesTheCaller) {
     EXPECT_THROW(run_pooled(plan, model, r), std::runtime_error);
   }
 }
+
+// The row engine's 16-bit digit sums are emptied into 32-bit ones every 3640 blocks: a shape with
+// more blocks (m = 3700) crosses a flush, and every cross-check row (all after the operands, so
+// each sums every operand block) still lies inside the structured engine's interval.
+TEST(Stages, CrossCheckPastTheSixteenBitFlush) {
+  const Plan plan = plan_of({"--n", "1", "--m", "3700", "--samples", "1", "--cross-check", "48", "--no-certify"});
+  const BuiltModel model = build_model_stage(plan);
+  Outcomes r;
+  run_pooled(plan, model, r);
+  EXPECT_TRUE(r.cross_check.run);
+  EXPECT_EQ(r.cross_check.rows, 48u);
+  EXPECT_EQ(r.cross_check.agree, r.cross_check.rows);
+}
