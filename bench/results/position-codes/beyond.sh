@@ -6,16 +6,7 @@
 # n = 1..3 and 5..30 by 5 and TA(100, 2..3) (100 samples), TA(100, 100) (20 samples).
 set -euo pipefail
 model=$1 out=$2 build=${3:-build}
-python3 - "$model" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1] + "/config.json"))
-if c["model"].get("pos_mode") != "coupled_rel":
-    sys.exit("beyond.sh: %s is not a coupled_rel model (its tables fix max_pos)" % sys.argv[1])
-PY
-mkdir -p "$out/model"
-cp "$model/model.safetensors" "$out/model/"
-python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["model"]["max_pos1"]=c["model"]["max_pos2"]=110; json.dump(c,open(sys.argv[2],"w"),indent=2)' \
-  "$model/config.json" "$out/model/config.json"
+"$(dirname "$0")/widen.sh" "$model" "$out"
 ev() { "$build/learn/evaluate" --model "$out/model" --threads 1 --device cpu-fast -q "$@"; }
 ev --samples 50 --n-min 1 --n-max 3 --m-min 2 --m-max 100 --csv "$out/m-direction.csv" --png "$out/m-direction.png"
 ev --samples 50 --n-min 1 --n-max 100 --m-min 2 --m-max 3 --csv "$out/n-direction.csv" --png "$out/n-direction.png"

@@ -5,16 +5,8 @@
 # Writes OUT/sparse.csv (n,m,samples,exact,accuracy) and OUT/sparse.txt (the grid in percent).
 set -euo pipefail
 model=$1 out=$2 build=${3:-build}
-python3 - "$model" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1] + "/config.json"))
-if c["model"].get("pos_mode") != "coupled_rel":
-    sys.exit("sparse100.sh: %s is not a coupled_rel model (its tables fix max_pos)" % sys.argv[1])
-PY
-mkdir -p "$out/model" "$out/parts"
-cp "$model/model.safetensors" "$out/model/"
-python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["model"]["max_pos1"]=c["model"]["max_pos2"]=110; json.dump(c,open(sys.argv[2],"w"),indent=2)' \
-  "$model/config.json" "$out/model/config.json"
+"$(dirname "$0")/widen.sh" "$model" "$out"
+mkdir -p "$out/parts"
 for m in 10 20 30 40 50 60 70 80 90 100; do
   "$build/learn/evaluate" --model "$out/model" --threads 1 --device cpu-fast -q --samples 20 --seed 12345 \
     --n-min 10 --n-max 100 --n-step 10 --m-min "$m" --m-max "$m" --csv "$out/parts/m$m.csv"
