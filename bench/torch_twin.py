@@ -206,8 +206,11 @@ def ours_tokens_per_s(path):
         name = b.get("name", "")
         if not name.startswith("cuda_train/") or "tokens/s" not in b:
             continue
-        prec = name.rsplit("/", 1)[1]
-        out[prec] = float(b["tokens/s"])
+        # cuda_train/<run>/<precision>[/min_time:5.000][/real_time]: the run is a path (slashes of its own)
+        # and Google Benchmark appends its options, so the precision is the last part that is neither.
+        parts = [p for p in name.split("/") if p and ":" not in p and p != "real_time"]
+        if parts[-1] in ("fp32", "bf16"):
+            out[parts[-1]] = float(b["tokens/s"])
     if not out:
         raise SystemExit("torch_twin: %s holds no cuda_train/... benchmark with a tokens/s counter" % path)
     return out

@@ -460,8 +460,9 @@ class TorchTwin(TempDir):
         b, ours, out = (os.path.join(self.dir, n) for n in ("b.bin", "ours.json", "out.json"))
         tool("DUMP_BATCHES", "--run", run, "--from", 2, "--steps", 3, "--out", b)
         with open(ours, "w") as f:  # the fields torch_twin reads from bench_cuda_train --benchmark_out
-            json.dump({"benchmarks": [{"name": "cuda_train/%s/fp32" % run, "tokens/s": 1000.0},
-                                      {"name": "cuda_train/%s/bf16" % run, "tokens/s": 3000.0}]}, f)
+            # the names as bench_cuda_train --run /abs/path writes them (seen on an H100, 2026-11-27)
+            json.dump({"benchmarks": [{"name": "cuda_train/%s/fp32/min_time:5.000/real_time" % run, "tokens/s": 1000.0},
+                                      {"name": "cuda_train/%s/bf16/min_time:5.000/real_time" % run, "tokens/s": 3000.0}]}, f)
         r = self.twin("bench", run, b, "--device", "cpu", "--steps", 2, "--warmup", 1, "--json", out, "--ours", ours)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         with open(out) as f:
