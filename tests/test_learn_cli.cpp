@@ -14,6 +14,7 @@
 
 #include "test_util.hpp"
 #include "manyadd/learn/cuda_device.hpp"
+#include "manyadd/learn/eval.hpp"
 #include "manyadd/learn/io.hpp"
 
 namespace fs = std::filesystem;
@@ -115,6 +116,55 @@ TEST(LearnCli, EvaluateMarksCellsBeyondMaxPosAsNA) {
                     " --csv " + tmp() + "/na.csv --png " + tmp() + "/na.png");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(read_json_file(js)["cells"][0]["accuracy"].is_null());
+}
+
+TEST(LearnCli, AnswerCharactersCountAsTheGridModelsMetric) {
+  // Right-aligned columns, valid where either string has a digit, correct where both agree
+  // (tagcat's number-number, number-pad and pad-number matches; pad-pad is no column).
+  auto cnt = [](const std::string& a, const std::string& s) {
+    std::int64_t c = 0, v = 0;
+    count_answer_chars(a, s, c, v);
+    return std::make_pair(c, v);
+  };
+  EXPECT_EQ(cnt("123", "123"), std::make_pair(std::int64_t(3), std::int64_t(3)));
+  EXPECT_EQ(cnt("23", "123"), std::make_pair(std::int64_t(2), std::int64_t(3)));    // a digit missing
+  EXPECT_EQ(cnt("9123", "123"), std::make_pair(std::int64_t(3), std::int64_t(4)));  // one too many
+  EXPECT_EQ(cnt("1x3", "123"), std::make_pair(std::int64_t(2), std::int64_t(3)));   // a non-digit token
+  EXPECT_EQ(cnt("", "5"), std::make_pair(std::int64_t(0), std::int64_t(1)));        // nothing answered
+  EXPECT_EQ(cnt("1000", "999"), std::make_pair(std::int64_t(0), std::int64_t(4)));
+}
+
+TEST(LearnCli, EvaluateOnTheGridModelsInstances) {
+  // The committed SA(10, 10) coupled_rel model is exact in its training distribution (models/README):
+  // 2-4 terms of 1-5 digits, leading zeros included, must come out (nearly) all right; 2 terms of 100
+  // digits need level-1 IDs beyond its max_pos 40 (NA); one-term problems, which its training set never
+  // has, are written and run.
+  const std::string m = manyadd::testing::source_path("models/cpu-sa1010-1l4h-d64-coupled-rel-far");
+  const std::string csv = tmp() + "/inst.csv", js = tmp() + "/inst.json";
+  const CmdResult r = run_cmd(kEval + " --model " + m + " --instance 2-4x1-5 --instance 2x100 --instance 1x3 --samples 60 "
+                              "--threads 2 --csv " + csv + " --json " + js);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto rep = read_json_file(js);
+  const auto& rows = rep["instances"];
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0]["instance"], "2-4x1-5");
+  EXPECT_GE(rows[0]["answer_accuracy"].get<double>(), 0.95);
+  EXPECT_GE(rows[0]["char_accuracy"].get<double>(), rows[0]["answer_accuracy"].get<double>() - 1e-12);
+  EXPECT_FALSE(rows[1]["fits"].get<bool>());
+  EXPECT_EQ(rows[2]["samples"], 60);
+  for (const auto& row : {rows[0], rows[2]})  // the whole response right implies its answer right
+    EXPECT_LE(row["exact"].get<std::int64_t>(), row["answer_exact"].get<std::int64_t>());
+  // The same (seed, instance) gives the same numbers at any thread count.
+  const std::string js1 = tmp() + "/inst1.json";
+  ASSERT_EQ(run_cmd(kEval + " --model " + m + " --instance 2-4x1-5 --samples 60 --threads 1 --csv " + tmp() +
+                    "/inst1.csv --json " + js1).rc, 0);
+  EXPECT_EQ(read_json_file(js1)["instances"][0]["char_correct"], rows[0]["char_correct"]);
+  for (const char* bad : {" --instance 0x5", " --instance 2x5-3", " --table v", " --instance 2x5 --device cpu-fast",
+                          " --instance 2x5 --problem 1+2", " --instance 2x5 --n-max 3", " --instance 2x100000 --samples 100000000"}) {
+    const CmdResult b = run_cmd(kEval + " --model " + m + bad + " --csv " + tmp() + "/bad.csv");
+    EXPECT_EQ(b.rc, 2) << bad << b.err;
+    EXPECT_FALSE(b.err.empty()) << bad;
+  }
 }
 
 TEST(LearnCli, RequireFailsWithExitOne) {

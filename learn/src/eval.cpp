@@ -8,6 +8,7 @@
 
 #include "manyadd/learn/batch.hpp"
 #include "manyadd/learn/data.hpp"
+#include "manyadd/learn/grid_train.hpp"
 
 namespace manyadd::learn {
 
@@ -136,6 +137,59 @@ CellResult eval_cell(const ModelView<float>& model, const Task& task, int ci, in
   for (char v : ok) r.exact += v;
   for (char v : dis) r.disagree += v;
   for (char v : ans) r.answer_exact += v;  // teacher-forced verdicts (greedy mode: the generated answer)
+  return r;
+}
+
+void count_answer_chars(const std::string& answer, const std::string& sum, std::int64_t& correct, std::int64_t& valid) {
+  const std::size_t la = answer.size(), ls = sum.size(), w = std::max(la, ls);
+  valid += std::int64_t(w);
+  for (std::size_t k = 0; k < std::min(la, ls); ++k)  // k-th column from the right: both have a digit
+    correct += answer[la - 1 - k] == sum[ls - 1 - k];
+}
+
+InstanceCounts eval_decoder_instance(const ModelView<float>& model, int terms_lo, int terms_hi, int digits_lo,
+                                     int digits_hi, std::int64_t samples, std::uint64_t seed, int threads) {
+  const Task& tk = task(TaskKind::addition);
+  tk.check_model(model.cfg);
+  grid::Instance inst{terms_lo, terms_hi, digits_lo, digits_hi};
+  inst.validate();
+  InstanceCounts r;
+  if (!fits(model.cfg, tk.extent(digits_hi, std::max(2, terms_hi)))) {
+    r.fits = false;
+    return r;
+  }
+  Rng rng(cell_seed(cell_seed(seed, terms_lo, terms_hi), digits_lo, digits_hi));  // a function of (seed, instance)
+  std::vector<Problem> probs;
+  probs.reserve(std::size_t(samples));
+  for (std::int64_t i = 0; i < samples; ++i) probs.push_back(grid::sample_problem(rng, inst));
+  std::vector<char> ok(std::size_t(samples), 0), ans(std::size_t(samples), 0);
+  std::vector<std::int64_t> cc(std::size_t(samples), 0), cv(std::size_t(samples), 0);
+  parallel_for(threads, samples, [&](int, std::int64_t i) {
+    const Problem& p = probs[std::size_t(i)];
+    const Example ex = make_example(tk, p, model.cfg, Offsets{1, 1, 1});
+    std::vector<std::uint8_t> gen;
+    ok[std::size_t(i)] = greedy_correct(model, ex, &gen);
+    // The answer span, as eval_cell's greedy verdict reads it: the sum C, zero-padded to l and written
+    // least significant digit first (task.cpp); a missing or non-digit token is a wrong character.
+    const int eq = first_target(ex);
+    std::string answer;
+    for (int k = ex.answer_end - 1; k >= ex.answer_begin; --k) {
+      const int g = k - eq - 1;  // gen[0] is token eq + 1
+      answer.push_back(g >= 0 && g < int(gen.size()) && gen[std::size_t(g)] <= 9 ? char('0' + gen[std::size_t(g)]) : 'x');
+    }
+    const std::size_t nz = answer.find_first_not_of('0');
+    answer = nz == std::string::npos ? "0" : answer.substr(nz);
+    const std::string sum = grid::problem_sum(p);
+    ans[std::size_t(i)] = answer == sum;
+    count_answer_chars(answer, sum, cc[std::size_t(i)], cv[std::size_t(i)]);
+  });
+  r.samples = samples;
+  for (std::size_t i = 0; i < std::size_t(samples); ++i) {
+    r.exact += ok[i];
+    r.answer_exact += ans[i];
+    r.char_correct += cc[i];
+    r.char_valid += cv[i];
+  }
   return r;
 }
 

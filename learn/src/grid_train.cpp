@@ -56,6 +56,14 @@ Instance Instance::parse(const std::string& s) {
   return in;
 }
 
+std::vector<std::string> paper_table(const std::string& t) {
+  if (t == "iii") return {"2x15", "2x100", "2x602", "1-4x1-10", "1-5x1-5", "5-6x1-10", "7-10x1-10"};
+  if (t == "iv-digits") return {"2x1-1000", "2x1000", "2x1-2000", "2x2000", "2x1-4000", "2x4000"};
+  if (t == "iv-terms") return {"5x5", "6x5", "7x5", "8x5", "9x5", "10x5"};
+  if (t == "terms") return {"1x5", "2x5", "3x5", "4x5", "5x5", "6x5", "7x5", "8x5", "9x5", "10x5"};
+  throw InputError(fmt::format("--table '{}' unknown (iii | iv-digits | iv-terms | terms)", t));
+}
+
 Problem sample_problem(Rng& rng, const Instance& inst) {
   Problem p;
   const int n = int(rng.uniform(std::uint64_t(inst.terms_lo), std::uint64_t(inst.terms_hi)));

@@ -21,6 +21,7 @@
 #include "manyadd/learn/cli_common.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
+#include "manyadd/learn/grid_train.hpp"
 #include "manyadd/learn/io.hpp"
 #include "manyadd/learn/plot.hpp"
 #include "manyadd/learn/task.hpp"
@@ -36,6 +37,7 @@ struct Args {
                      precision_s = "fp32", task_s, problem;
   int n_min = 0, n_max = 0, n_step = 0, m_min = 0, m_max = 0, threads = 2;
   std::int64_t samples = 1000, s1 = 1, s2 = 1, s3 = 1;
+  std::vector<std::string> instances;  // --instance / --table: the grid model's problem instances
   std::uint64_t seed = 12345;
   double require = -1;
   bool quiet = false;
@@ -90,6 +92,43 @@ int run_problem(const Args& a, const LoadedModel& lm, const Task& tk, const Mode
     report::write_json_report(a.json_path, "evaluate", ok_gr ? "pass" : "fail", rep);
   }
   return ok_gr ? 0 : 1;
+}
+
+// --instance / --table: the grid universal transformer's problem instances (the side-by-side table),
+// greedy decoding; CSV, JSON and a table on stdout. NA where an instance needs IDs beyond max_pos.
+int run_instances(const Args& a, const ModelView<float>& view) {
+  std::string csv = "instance,samples,answer_exact,answer_accuracy,char_accuracy,exact,accuracy,seconds\n";
+  nlohmann::json rows = nlohmann::json::array();
+  std::printf("%-12s %8s %10s %10s %10s %9s\n", "instance", "samples", "seq(ans)", "char", "exact", "seconds");
+  for (const auto& name : a.instances) {
+    const grid::Instance inst = grid::Instance::parse(name);
+    const auto t0 = std::chrono::steady_clock::now();
+    const InstanceCounts r = eval_decoder_instance(view, inst.terms_lo, inst.terms_hi, inst.digits_lo, inst.digits_hi,
+                                                   a.samples, a.seed, a.threads);
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!r.fits) {
+      std::printf("%-12s %8s %10s %10s %10s %9s   (position IDs beyond max_pos)\n", inst.name().c_str(), "NA", "NA", "NA",
+                  "NA", "-");
+      csv += fmt::format("{},0,,,,,,\n", inst.name());
+      rows.push_back({{"instance", inst.name()}, {"fits", false}});
+      continue;
+    }
+    const double acc = double(r.exact) / double(r.samples);
+    std::printf("%-12s %8lld %10.4f %10.4f %10.4f %9.1f\n", inst.name().c_str(), static_cast<long long>(r.samples),
+                r.answer_accuracy(), r.char_accuracy(), acc, sec);
+    std::fflush(stdout);
+    csv += fmt::format("{},{},{},{:.6f},{:.6f},{},{:.6f},{:.2f}\n", inst.name(), r.samples, r.answer_exact,
+                       r.answer_accuracy(), r.char_accuracy(), r.exact, acc, sec);
+    rows.push_back({{"instance", inst.name()}, {"fits", true}, {"samples", r.samples}, {"answer_exact", r.answer_exact},
+                    {"char_correct", r.char_correct}, {"char_valid", r.char_valid}, {"exact", r.exact},
+                    {"answer_accuracy", r.answer_accuracy()}, {"char_accuracy", r.char_accuracy()},
+                    {"accuracy", acc}, {"seconds", sec}});
+  }
+  atomic_write(a.csv, csv);
+  if (!a.json_path.empty())
+    report::write_json_report(a.json_path, "evaluate", "done",
+                              {{"model", a.model}, {"seed", a.seed}, {"mode", "greedy"}, {"instances", rows}});
+  return 0;
 }
 
 // The training region config.json records (train_n = 0: none), read as far as it is integers.
@@ -280,6 +319,14 @@ int main(int argc, char** argv) {
   cli::add_int(app, "--s2", a.s2, "with --problem: level-2 position offset (at most what max_pos2 allows)", 1, kMaxOffset);
   cli::add_int(app, "--s3", a.s3, "with --problem: level-3 position offset (coupled3; at most what max_pos3 allows)", 1,
                kMaxOffset);
+  std::string table_s;
+  app.add_option("--instance", a.instances,
+                 "instead of the grid: the grid universal transformer's problem instance TERMSxDIGITS (each N or LO-HI; "
+                 "repeatable): problems with every term's digits uniform (leading zeros kept), greedy decoding; "
+                 "prints and writes (--csv, --json) the answer's exact match, the grid model's character accuracy "
+                 "and the whole response's exact match");
+  cli::add_string(app, "--table", table_s, "instead of the grid: the instances of evaluate_grid's --table (iii | "
+                  "iv-digits | iv-terms | terms)");
   cli::add_quiet(app, a.quiet);
   app.footer(cli::exit_codes_footer(true));
   if (const int rc = cli::parse(app, argc, argv, std::cout, std::cerr); rc >= 0) return rc;
@@ -295,6 +342,13 @@ int main(int argc, char** argv) {
                                    "the CPU", a.device));
     if (a.device != "cpu" && !a.problem.empty())
       throw InputError(fmt::format("--problem runs on the CPU only (drop --device {})", a.device));
+    if (!table_s.empty())
+      for (const auto& t : grid::paper_table(table_s)) a.instances.push_back(t);
+    for (const auto& t : a.instances) grid::Instance::parse(t);  // InputError before the model is read
+    if (!a.instances.empty() && (!a.problem.empty() || a.device != "cpu" || o_nmin->count() || o_nmax->count() ||
+                                 o_nstep->count() || o_mmin->count() || o_mmax->count() || a.png != "grid.png"))
+      throw InputError("--instance/--table run greedy decoding on the CPU and take none of --problem, --device, "
+                       "--n-*, --m-*, --png");
     const Precision prec = parse_precision(a.precision_s);
     const LoadedModel lm = load_model_dir(a.model);
     const Task& tk = task_of_model(lm.config_json, a.task_s, a.model);
@@ -314,6 +368,15 @@ int main(int argc, char** argv) {
       throw InputError(fmt::format("need {} <= --n-min <= --n-max <= {}", a0.min_value, a0.max_value));
     if (a.m_min < a1.min_value || a.m_max < a.m_min || a.m_max > a1.max_value)
       throw InputError(fmt::format("need {} <= --m-min <= --m-max <= {}", a1.min_value, a1.max_value));
+    if (!a.instances.empty()) {
+      if (tk.kind() != TaskKind::addition) throw InputError("--instance/--table need a model of the addition task");
+      for (const auto& t : a.instances) {  // an instance's problems are held at once, as a cell's
+        const grid::Instance inst = grid::Instance::parse(t);
+        check_samples_fit(a.samples, tk, inst.digits_hi, std::max(2, inst.terms_hi),
+                          fmt::format("--samples {} of {}", a.samples, inst.name()));
+      }
+      return run_instances(a, ModelView<float>{lm.cfg, lm.lay, lm.params.data(), prec});
+    }
     if (a.problem.empty())  // a cell's samples are held at once
       check_samples_fit(a.samples, tk, a.n_max, a.m_max,
                         fmt::format("--samples {} per cell up to {}", a.samples,

@@ -23,17 +23,6 @@ using namespace manyadd;
 using namespace manyadd::learn;
 using namespace manyadd::learn::grid;
 
-namespace {
-// The paper's tables as instances (Table III; Table IV left: the noGroups variant on 2 terms of many
-// digits; right: the base model on N terms of 5 digits).
-std::vector<std::string> table(const std::string& t) {
-  if (t == "iii") return {"2x15", "2x100", "2x602", "1-4x1-10", "1-5x1-5", "5-6x1-10", "7-10x1-10"};
-  if (t == "iv-digits") return {"2x1-1000", "2x1000", "2x1-2000", "2x2000", "2x1-4000", "2x4000"};
-  if (t == "iv-terms") return {"5x5", "6x5", "7x5", "8x5", "9x5", "10x5"};
-  if (t == "terms") return {"1x5", "2x5", "3x5", "4x5", "5x5", "6x5", "7x5", "8x5", "9x5", "10x5"};
-  throw InputError(fmt::format("--table '{}' unknown (iii | iv-digits | iv-terms | terms)", t));
-}
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -71,7 +60,7 @@ int main(int argc, char** argv) {
   if (const int rc = cli::parse(app, argc, argv, std::cout, std::cerr); rc >= 0) return rc;
   return run_tool("evaluate_grid", std::cerr, [&]() -> int {
     if (!table_s.empty())
-      for (const auto& s : table(table_s)) instances.push_back(s);
+      for (const auto& s : paper_table(table_s)) instances.push_back(s);
     if (problem.empty() && instances.empty()) throw InputError("nothing to evaluate: give --instance, --table or --problem");
     if (!problem.empty() && !instances.empty()) throw InputError("--problem and --instance/--table exclude each other");
     std::vector<Instance> insts;

@@ -55,4 +55,24 @@ CellResult eval_cell(const ModelView<float>& model, const Task& task, int i, int
 CellResult eval_cell(const ModelView<float>& model, int n, int m, std::int64_t samples, std::uint64_t seed,
                      int threads, EvalMode mode, TrainDevice* dev = nullptr);
 
+// The grid universal transformer's problem instances (grid_train.hpp: Pi([terms], [digits]), every term's
+// digits uniform, leading zeros kept) on a decoder of the addition task, for the side-by-side table:
+// problems drawn by grid::sample_problem from Rng(seed, instance), written in the task's format (operands
+// zero-padded to the longest; one-term problems as they are), greedy decoding at offsets 1. Counts:
+// the whole response exact (this project's metric), the answer alone (read back from the generated
+// sequence, leading zeros dropped) equal to the sum (the grid's sequence accuracy), and the grid's
+// character accuracy on the answer: the answer and the sum right-aligned, a column valid where either
+// has a digit, correct where both have the same (a sequence that cannot be read back answers nothing).
+// fits = false (nothing run) when the instance's largest problem needs position IDs beyond max_pos.
+struct InstanceCounts {
+  std::int64_t samples = 0, exact = 0, answer_exact = 0, char_correct = 0, char_valid = 0;
+  bool fits = true;
+  double answer_accuracy() const { return samples ? double(answer_exact) / double(samples) : 0.0; }
+  double char_accuracy() const { return char_valid ? double(char_correct) / double(char_valid) : 0.0; }
+};
+// The grid metric's counts for one answer (digits, no leading zeros; empty: nothing answered).
+void count_answer_chars(const std::string& answer, const std::string& sum, std::int64_t& correct, std::int64_t& valid);
+InstanceCounts eval_decoder_instance(const ModelView<float>& model, int terms_lo, int terms_hi, int digits_lo,
+                                     int digits_hi, std::int64_t samples, std::uint64_t seed, int threads);
+
 }  // namespace manyadd::learn

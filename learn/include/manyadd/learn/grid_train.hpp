@@ -44,6 +44,11 @@ struct Instance {
   void validate() const;                        // throws InputError
 };
 
+// The paper's tables as instance names (Table III: "iii"; Table IV left, the noGroups variant on 2 terms of
+// many digits: "iv-digits"; right, the base model on N terms of 5 digits: "iv-terms"; "terms": 1x5 ..
+// 10x5). InputError for another name.
+std::vector<std::string> paper_table(const std::string& t);
+
 // One problem as written: its operands' digit strings (leading zeros kept), in construct's Problem.
 Problem sample_problem(Rng& rng, const Instance& inst);
 std::vector<std::uint8_t> problem_tokens(const Problem& p);  // 'a+b+...=' as grid tokens
