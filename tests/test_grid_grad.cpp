@@ -407,3 +407,39 @@ TEST(GridGradWholeModel, FloatAgreesWithDouble) {
   EXPECT_NEAR(rf.task, rd.task, 1e-4 * rd.task);
   EXPECT_NEAR(rf.reg, rd.reg, 1e-4 * std::abs(rd.reg) + 1e-6);
 }
+
+// The fast products (GridView::fast: oneDNN in another summation order) against the double model, as
+// the Eigen float model is held to it above: the group loss to 1e-4 relative, and here the whole
+// gradient too, to 1e-4 of its norm (the same argument: 2^-24 per operation over a chain of a few
+// thousand). The Eigen float gradient is held to the same bound, so the two float paths differ from
+// each other by rounding alone. Both the grouped (g = 2) and the noGroups (g = 1, whose q/k/v
+// projections are plain products and take the fast path too) models.
+TEST(GridGradWholeModel, FastProductsAgreeWithDouble) {
+  if (!fast_products_unavailable().empty()) GTEST_SKIP() << "oneDNN not loadable: " << fast_products_unavailable();
+  for (const GridConfig& c : {tiny(Halting::ponder, 2, 4), tiny(Halting::ponder, 1, 8)}) {
+    const GridLayout L = GridLayout::make(c);
+    const auto pd = grid_init_params<double>(c, L, 7);
+    const auto pf = grid_init_params<float>(c, L, 7);
+    const GridBatch b = make_batch({parse_grid_problem("12+3"), parse_grid_problem("7+45+06")}, 3, 4);
+    Workspaces<double> wd;
+    Workspaces<float> wf;
+    std::vector<double> gd(pd.size(), 0.0);
+    std::vector<float> ge(pf.size(), 0.f), gx(pf.size(), 0.f);
+    const GroupResult rd = group_loss<double>(gd.data(), {c, L, pd.data()}, b, {0.5, 0.5}, {}, 3, 1.0, 1, wd);
+    const GroupResult re = group_loss<float>(ge.data(), {c, L, pf.data(), false}, b, {0.5, 0.5}, {}, 3, 1.f, 1, wf);
+    const GroupResult rx = group_loss<float>(gx.data(), {c, L, pf.data(), true}, b, {0.5, 0.5}, {}, 3, 1.f, 1, wf);
+    EXPECT_EQ(rd.steps, rx.steps);
+    EXPECT_NEAR(rx.task, rd.task, 1e-4 * rd.task) << "groups " << c.groups;
+    EXPECT_NEAR(rx.reg, rd.reg, 1e-4 * std::abs(rd.reg) + 1e-6);
+    double nd = 0, de = 0, dx = 0, ex = 0;
+    for (std::size_t i = 0; i < gd.size(); ++i) {
+      nd += gd[i] * gd[i];
+      de += (double(ge[i]) - gd[i]) * (double(ge[i]) - gd[i]);
+      dx += (double(gx[i]) - gd[i]) * (double(gx[i]) - gd[i]);
+      ex += std::abs(double(gx[i]) - double(ge[i]));
+    }
+    EXPECT_LE(std::sqrt(de), 1e-4 * std::sqrt(nd)) << "groups " << c.groups;
+    EXPECT_LE(std::sqrt(dx), 1e-4 * std::sqrt(nd)) << "groups " << c.groups;
+    EXPECT_GT(ex, 0.0) << "the fast path ran the Eigen products (no rounding differs anywhere)";
+  }
+}

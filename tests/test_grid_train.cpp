@@ -211,6 +211,39 @@ TEST(GridTrain, ThreadsAndCacheDoNotChangeTheRun) {
   EXPECT_EQ(ta.params(), tb.params());
 }
 
+// The fast products (--device cpu-fast) keep the trainer's contracts: any thread count gives the same run
+// bit for bit, a resumed run is the run that never stopped, and a run may change device at a resume
+// (run.devices records where each piece ran); the run differs from the Eigen one by rounding alone.
+TEST(GridTrain, FastDeviceIsDeterministicAndResumes) {
+  if (!fast_products_unavailable().empty()) GTEST_SKIP() << "oneDNN not loadable: " << fast_products_unavailable();
+  GridTrainConfig a = micro_train(1), b = a;
+  a.threads = 1, a.cache_mb = 0;
+  b.threads = 2;
+  GridTrainer ta(micro_model(), a), tb(micro_model(), b), te(micro_model(), a);
+  ta.set_fast(true), tb.set_fast(true);
+  for (int s = 0; s < 3; ++s) {
+    const GridStepStats x = ta.step(), y = tb.step(), z = te.step();
+    EXPECT_EQ(x.loss, y.loss);
+    EXPECT_EQ(x.grad_norm, y.grad_norm);
+    EXPECT_NEAR(x.loss, z.loss, 1e-4 * z.loss);
+  }
+  EXPECT_EQ(ta.params(), tb.params());
+  EXPECT_NE(ta.params(), te.params());
+  const std::string da = manyadd::testing::temp_dir("grid_fast_a"), db = manyadd::testing::temp_dir("grid_fast_b"),
+                    dc = manyadd::testing::temp_dir("grid_fast_c");
+  GridTrainConfig t = micro_train(1);
+  t.steps_per_epoch = 8, t.log_every = 2;
+  const nlohmann::json full = run_grid_training(micro_model(), t, da, false, 0, 0, quiet_progress(), true);
+  EXPECT_EQ(full["devices"], "cpu-fast@0");
+  run_grid_training(micro_model(), t, db, false, 3, 0, quiet_progress(), true);
+  run_grid_training(micro_model(), t, db, true, 0, 0, quiet_progress(), true);
+  EXPECT_EQ(manyadd::testing::slurp(da + "/checkpoint.safetensors"), manyadd::testing::slurp(db + "/checkpoint.safetensors"));
+  run_grid_training(micro_model(), t, dc, false, 3, 0);
+  const nlohmann::json mixed = run_grid_training(micro_model(), t, dc, true, 0, 0, quiet_progress(), true);
+  EXPECT_EQ(mixed["devices"], "cpu@0 cpu-fast@3");
+  for (const auto& d : {da, db, dc}) std::filesystem::remove_all(d);
+}
+
 // A micro run that learns in seconds: a 16-wide model copies numbers of 1-3 digits into its top row
 // (Seq2Grid must learn TLU for every digit and the decoder to read them) after 150 steps of 32
 // problems: on 100 problems of 3 digits, character accuracy 0.977 and sequence accuracy 0.93 with

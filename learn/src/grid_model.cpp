@@ -10,6 +10,7 @@
 
 #include "manyadd/core/error.hpp"
 #include "manyadd/learn/data.hpp"
+#include "cpu_gemm.hpp"
 
 namespace manyadd::learn::grid {
 
@@ -255,6 +256,16 @@ std::vector<S> grid_init_params(const GridConfig& c, const GridLayout& L, std::u
   return p;
 }
 
+void fast_matmul_forward(float* out, const float* inp, const float* w, int R, int C, int OC) {
+  cpu_gemm::gemm(false, true, R, OC, C, inp, C, w, C, 0.f, out, OC, cpu_gemm::Elem::f32);
+}
+void fast_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int R, int C,
+                          int OC) {
+  cpu_gemm::gemm(false, false, R, C, OC, dout, OC, w, C, 1.f, dinp, C, cpu_gemm::Elem::f32);
+  cpu_gemm::gemm(true, false, OC, C, R, dout, OC, inp, C, 1.f, dw, C, cpu_gemm::Elem::f32);
+}
+const std::string& fast_products_unavailable() { return cpu_gemm::unavailable(); }
+
 namespace {
 template <class S>
 S* zeroed(std::vector<S>& v, std::size_t n) {
@@ -301,29 +312,31 @@ template <class S>
 std::vector<FfnLayer<S>> s2g_ffn(const GridView<S>& m) {
   const GridLayout& L = m.L;
   const int C = m.cfg.d_emb, D = m.cfg.d_s2g;
-  return {{m.at(L.s2g_w1), m.at(L.s2g_b1), C, D}, {m.at(L.s2g_w2), m.at(L.s2g_b2), D, 3}};
+  return {{m.at(L.s2g_w1), m.at(L.s2g_b1), C, D, m.fast}, {m.at(L.s2g_w2), m.at(L.s2g_b2), D, 3, m.fast}};
 }
 template <class S>
 std::vector<FfnLayer<S>> ut_ffn(const GridView<S>& m) {
   const GridLayout& L = m.L;
   const int C = m.cfg.d_emb, F = m.cfg.d_ffn;
-  return {{m.at(L.f1_w), m.at(L.f1_b), C, F}, {m.at(L.f2_w), m.at(L.f2_b), F, F}, {m.at(L.f3_w), m.at(L.f3_b), F, C}};
+  return {{m.at(L.f1_w), m.at(L.f1_b), C, F, m.fast},
+          {m.at(L.f2_w), m.at(L.f2_b), F, F, m.fast},
+          {m.at(L.f3_w), m.at(L.f3_b), F, C, m.fast}};
 }
 template <class S>
 std::vector<FfnLayer<S>> ctx_ffn(const GridView<S>& m) {
   const GridLayout& L = m.L;
   const int C = m.cfg.d_emb, FC = m.cfg.d_ctx_ffn;
-  return {{m.at(L.cf1_w), m.at(L.cf1_b), C, FC}, {m.at(L.cf2_w), m.at(L.cf2_b), FC, C}};
+  return {{m.at(L.cf1_w), m.at(L.cf1_b), C, FC, m.fast}, {m.at(L.cf2_w), m.at(L.cf2_b), FC, C, m.fast}};
 }
 template <class S>
 std::vector<FfnLayer<S>> halt_ffn(const GridView<S>& m) {
   const GridLayout& L = m.L;
   const int SCC = m.cfg.context_len * m.cfg.d_emb, FH = m.cfg.d_halt;
-  return {{m.at(L.h1_w), m.at(L.h1_b), SCC, FH}, {m.at(L.h2_w), m.at(L.h2_b), FH, 1}};
+  return {{m.at(L.h1_w), m.at(L.h1_b), SCC, FH, m.fast}, {m.at(L.h2_w), m.at(L.h2_b), FH, 1, m.fast}};
 }
 template <class S>
 std::vector<FfnLayer<S>> dec_ffn(const GridView<S>& m) {
-  return {{m.at(m.L.dec_w), m.at(m.L.dec_b), m.cfg.d_emb, m.cfg.vocab}};
+  return {{m.at(m.L.dec_w), m.at(m.L.dec_b), m.cfg.d_emb, m.cfg.vocab, m.fast}};
 }
 
 // ---- Eq. 5: one application of the block ---------------------------------------------------------------
@@ -335,9 +348,9 @@ void ut_forward(S* out, typename SampleActs<S>::Ut& u, std::vector<S>& tmp, cons
   const int C = c.d_emb, HW = H * W;
   const std::size_t nC = std::size_t(HW) * C;
   // 1. q, k, v: the grouped projections (Eq. 6)
-  grouped_linear_forward(sized(u.q, nC), in, m.at(L.wq), HW, C, c.groups);
-  grouped_linear_forward(sized(u.k, nC), in, m.at(L.wk), HW, C, c.groups);
-  grouped_linear_forward(sized(u.v, nC), in, m.at(L.wv), HW, C, c.groups);
+  grouped_linear_forward(sized(u.q, nC), in, m.at(L.wq), HW, C, c.groups, m.fast);
+  grouped_linear_forward(sized(u.k, nC), in, m.at(L.wk), HW, C, c.groups, m.fast);
+  grouped_linear_forward(sized(u.v, nC), in, m.at(L.wv), HW, C, c.groups, m.fast);
   // 2. local attention (Eq. 7) into res1, then res1 = G + y and G' = LN(res1)
   local_attention_forward(sized(u.res1, nC), sized(u.att, std::size_t(HW) * c.heads * c.kernel * c.kernel), u.q.data(),
                           u.k.data(), u.v.data(), m.at(L.rel), m.at(L.qe), H, W, C, c.heads, c.kernel);
@@ -362,16 +375,16 @@ S ctx_forward(S* cout, typename SampleActs<S>::Ctx& x, std::vector<S>& tmp, cons
   const S* wi = m.at(L.in_w);
   const S* bi = m.at(L.in_b);
   // 1. q from the context, k and v from the flattened grid (MultiheadAttention's in_proj)
-  linear_forward(sized(x.q, nS), cin, wi, bi, SC, C, C);
-  linear_forward(sized(x.k, nT), grid, wi + std::int64_t(C) * C, bi + C, T, C, C);
-  linear_forward(sized(x.v, nT), grid, wi + 2 * std::int64_t(C) * C, bi + 2 * C, T, C, C);
+  linear_forward(sized(x.q, nS), cin, wi, bi, SC, C, C, m.fast);
+  linear_forward(sized(x.k, nT), grid, wi + std::int64_t(C) * C, bi + C, T, C, C, m.fast);
+  linear_forward(sized(x.v, nT), grid, wi + 2 * std::int64_t(C) * C, bi + 2 * C, T, C, C, m.fast);
   // 2. attention with the grid ALiBi (Eq. 13), out_proj, residual and LN
   std::vector<S> slopes;
   if (c.alibi)
     for (double s : alibi_slopes(c.context_heads)) slopes.push_back(S(s));
   context_attention_forward(sized(x.o, nS), sized(x.att, std::size_t(c.context_heads) * SC * T), x.q.data(), x.k.data(),
                             x.v.data(), c.alibi ? slopes.data() : nullptr, SC, T, W, C, c.context_heads);
-  linear_forward(sized(x.res1, nS), x.o.data(), m.at(L.out_w), m.at(L.out_b), SC, C, C);
+  linear_forward(sized(x.res1, nS), x.o.data(), m.at(L.out_w), m.at(L.out_b), SC, C, C, m.fast);
   for (std::size_t e = 0; e < nS; ++e) x.res1[e] += cin[e];
   layernorm_forward(sized(x.x1, nS), sized(x.m1, SC), sized(x.r1, SC), x.res1.data(), m.at(L.cn1_w), m.at(L.cn1_b), SC,
                     C, S(c.norm_eps));
@@ -537,9 +550,9 @@ void ut_backward(S* din, S* grads, const typename SampleActs<S>::Ut& u, std::vec
   local_attention_backward(dq, dk, dv, g(L.rel), g(L.qe), dres1, u.att.data(), u.q.data(), u.k.data(), u.v.data(),
                            m.at(L.rel), m.at(L.qe), H, W, C, c.heads, c.kernel);
   // 1. the grouped projections
-  grouped_linear_backward(din, g(L.wq), dq, in, m.at(L.wq), HW, C, c.groups);
-  grouped_linear_backward(din, g(L.wk), dk, in, m.at(L.wk), HW, C, c.groups);
-  grouped_linear_backward(din, g(L.wv), dv, in, m.at(L.wv), HW, C, c.groups);
+  grouped_linear_backward(din, g(L.wq), dq, in, m.at(L.wq), HW, C, c.groups, m.fast);
+  grouped_linear_backward(din, g(L.wk), dk, in, m.at(L.wk), HW, C, c.groups, m.fast);
+  grouped_linear_backward(din, g(L.wv), dv, in, m.at(L.wv), HW, C, c.groups, m.fast);
 }
 
 // Reverse of ctx_forward: dcin = dL/dC_n (overwritten) and dgrid += dL/dG_n, from dlambda = dL/dlambda_n
@@ -572,7 +585,7 @@ void ctx_backward(S* dcin, S* dgrid, S* grads, const typename SampleActs<S>::Ctx
   layernorm_backward(dres1, g(L.cn1_w), g(L.cn1_b), dx1, x.res1.data(), m.at(L.cn1_w), x.m1.data(), x.r1.data(), SC, C);
   std::copy_n(dres1, nS, dcin);
   S* dO = zeroed(tmp[0], nS);
-  linear_backward(dO, g(L.out_w), g(L.out_b), dres1, x.o.data(), m.at(L.out_w), SC, C, C);
+  linear_backward(dO, g(L.out_w), g(L.out_b), dres1, x.o.data(), m.at(L.out_w), SC, C, C, m.fast);
   S* dq = zeroed(tmp[2], nS);
   S* dk = zeroed(tmp[5], nT);
   S* dv = zeroed(tmp[6], nT);
@@ -581,10 +594,11 @@ void ctx_backward(S* dcin, S* dgrid, S* grads, const typename SampleActs<S>::Ctx
                              c.context_heads);
   // 1. the in_proj: q from C_n, k and v from the grid
   const S* wi = m.at(L.in_w);
-  linear_backward(dcin, g(L.in_w), g(L.in_b), dq, cin, wi, SC, C, C);
-  linear_backward(dgrid, g(L.in_w) + std::int64_t(C) * C, g(L.in_b) + C, dk, grid, wi + std::int64_t(C) * C, T, C, C);
+  linear_backward(dcin, g(L.in_w), g(L.in_b), dq, cin, wi, SC, C, C, m.fast);
+  linear_backward(dgrid, g(L.in_w) + std::int64_t(C) * C, g(L.in_b) + C, dk, grid, wi + std::int64_t(C) * C, T, C, C,
+                  m.fast);
   linear_backward(dgrid, g(L.in_w) + 2 * std::int64_t(C) * C, g(L.in_b) + 2 * C, dv, grid,
-                  wi + 2 * std::int64_t(C) * C, T, C, C);
+                  wi + 2 * std::int64_t(C) * C, T, C, C, m.fast);
 }
 
 // Reverse of dec_forward for the loss coeff * ce: dtop += dL/d(top row).

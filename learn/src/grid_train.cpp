@@ -715,13 +715,24 @@ const char* const kWindow[] = {"loss", "task", "reg", "train_acc", "steps_train"
 }  // namespace
 
 nlohmann::json run_grid_training(const GridConfig& mc, const GridTrainConfig& tc, const std::string& dir, bool resume,
-                                 std::int64_t stop_after, double max_seconds, const ProgressOptions& progress) {
+                                 std::int64_t stop_after, double max_seconds, const ProgressOptions& progress,
+                                 bool fast) {
   namespace fs = std::filesystem;
   if (!resume && fs::exists(dir + "/checkpoint.safetensors"))
     throw InputError(
         fmt::format("'{}' already holds a run (checkpoint.safetensors); pass --resume or choose another --out", dir));
+  if (fast && !fast_products_unavailable().empty())
+    throw InputError("--device cpu-fast needs oneDNN (Debian's libdnnl2, which ./x installs): " + fast_products_unavailable());
   GridTrainer tr(mc, tc);
+  tr.set_fast(fast);
   if (resume) tr.load_checkpoint(dir);
+  // Which device ran which steps ("cpu@0 cpu-fast@1753": from step 1753 on cpu-fast): the two give the
+  // same run up to fp32 rounding, each bit for bit at any thread count.
+  const std::string device = fast ? "cpu-fast" : "cpu";
+  std::string devices = resume && tr.run_state().count("devices") ? tr.run_state().at("devices") : "";
+  if (devices.empty() && resume && tr.steps_done() > 0) devices = "cpu@0";  // runs from before the option
+  if (devices.empty() || devices.substr(devices.rfind(' ') + 1, device.size() + 1) != device + "@")
+    devices += (devices.empty() ? "" : " ") + device + "@" + std::to_string(tr.steps_done());
   const Instance valid = Instance::parse(tc.eval_instance);
   const std::int64_t total = tc.steps();
   const std::int64_t end = stop_after > 0 ? std::min(total, stop_after) : total;
@@ -789,7 +800,8 @@ nlohmann::json run_grid_training(const GridConfig& mc, const GridTrainConfig& tc
   auto save = [&] {
     std::map<std::string, std::string> rs = {{"log_window_steps", std::to_string(win_n)},
                                              {"last_grad_norm", double_bits(last_gnorm)},
-                                             {"train_config", nlohmann::json(tc).dump()}};
+                                             {"train_config", nlohmann::json(tc).dump()},
+                                             {"devices", devices}};
     for (int k = 0; k < 6; ++k) rs[std::string("log_window_") + kWindow[k]] = double_bits(win[k]);
     tr.save(dir, rs);
   };
@@ -837,6 +849,8 @@ nlohmann::json run_grid_training(const GridConfig& mc, const GridTrainConfig& tc
   out["final_loss"] = last_st.loss;
   out["seconds"] = secs;
   out["cell_steps_per_s"] = secs > 0 ? double(total_cells) / secs : 0;
+  out["device"] = device;
+  out["devices"] = devices;
   out["parameters"] = tr.layout().lay.total;
   if (tr.steps_done() >= total) {
     do_eval();

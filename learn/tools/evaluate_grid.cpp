@@ -47,6 +47,10 @@ int main(int argc, char** argv) {
   cli::add_int(app, "--samples", samples, "problems per instance (at least 1000 for a table row)", 1, 100'000'000);
   cli::add_seed(app, seed, "seed of the problems, grids and halting draws");
   cli::add_threads(app, threads);
+  std::string device = "cpu";
+  cli::add_device(app, device,
+                  "cpu (Eigen products: the reference) | cpu-fast (the linear layers' products on oneDNN, AVX-512 "
+                  "where the CPU has it; the same numbers up to fp32 rounding)");
   cli::add_int(app, "--batch", batch, "problems per grid (their test batches: 128)", 1, 1'000'000);
   cli::add_int(app, "--max-steps", max_steps, "most recurrent steps (-1: the model's max_steps_eval)", -1, 10000);
   app.add_flag("--greedy-halt", greedy, "halt when lambda_n >= 1/2 instead of sampling");
@@ -67,6 +71,11 @@ int main(int argc, char** argv) {
     for (const auto& s : instances) insts.push_back(Instance::parse(s));
     Problem prob;
     if (!problem.empty()) prob = parse_grid_problem(problem);
+    if (device == "cuda") throw InputError("evaluate_grid runs on the CPU: --device cpu or cpu-fast");
+    const bool fast = device == "cpu-fast";
+    if (fast && !fast_products_unavailable().empty())
+      throw InputError("--device cpu-fast needs oneDNN (Debian's libdnnl2, which ./x installs): " +
+                       fast_products_unavailable());
     const LoadedGridModel m = load_grid_model(model);
     GridSizeRule rule;
     if (m.config_json.contains("train")) {
@@ -83,7 +92,7 @@ int main(int argc, char** argv) {
       check_grid_eval_fits(m.cfg, int(problem_tokens(prob).size()), H, W, 1);
       const GridBatch b = make_batch({prob}, H, W);
       std::vector<SampleActs<float>> ws;
-      const BatchEval e = eval_batch(m.view(), b, seed_mix(seed, 0x9B0B), greedy, steps, 1, ws);
+      const BatchEval e = eval_batch(m.view(fast), b, seed_mix(seed, 0x9B0B), greedy, steps, 1, ws);
       std::string pred;
       for (auto t : e.preds[0])
         if (t != kPad) pred += grid::token_char(t);
@@ -126,7 +135,7 @@ int main(int argc, char** argv) {
       popt.final_after_s = 5;
       Progress prog("evaluate_grid " + in.name(), samples, "samples", popt);
       const InstanceResult r =
-          evaluate_instance(m.view(), in, samples, seed, rule, batch, greedy, steps, threads, &prog);
+          evaluate_instance(m.view(fast), in, samples, seed, rule, batch, greedy, steps, threads, &prog);
       prog.finish();
       std::printf("%-12s %8lld %8.4f %8.4f %10.2f %9.1f\n", in.name().c_str(), static_cast<long long>(r.samples),
                   r.char_acc(), r.seq_acc(), r.mean_steps(), r.seconds);

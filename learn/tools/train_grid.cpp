@@ -38,6 +38,12 @@ int main(int argc, char** argv) {
   bool resume = false, quiet = false;
   std::int64_t stop_after = 0;
   double max_seconds = 0;
+  std::string device = "cpu";
+  cli::add_device(app, device,
+                  "cpu (Eigen products: the reference) | cpu-fast (the linear layers' products on oneDNN, AVX-512 "
+                  "where the CPU has it: the same run up to fp32 rounding, bit for bit at any thread count). Not "
+                  "part of the config: a run may continue on the other device (run.devices in the checkpoint "
+                  "records which steps ran where)");
   cli::add_string(app, "--config", config_path, "JSON config file: {\"model\": {...}, \"train\": {...}}");
   cli::add_string(app, "--out", out, "model directory to write (created if missing)")->required();
   app.add_flag("--resume", resume, "continue the run in --out from its checkpoint");
@@ -60,10 +66,11 @@ int main(int argc, char** argv) {
     GridTrainConfig tc;
     from_json(cfg["model"], mc);
     from_json(cfg["train"], tc);
+    if (device == "cuda") throw InputError("train_grid runs on the CPU: --device cpu or cpu-fast");
     check_grid_run_fits(mc, tc);  // before any allocation of the run
     ProgressOptions progress;
     progress.quiet = quiet;
-    const auto report = run_grid_training(mc, tc, out, resume, stop_after, max_seconds, progress);
+    const auto report = run_grid_training(mc, tc, out, resume, stop_after, max_seconds, progress, device == "cpu-fast");
     if (!json_path.empty()) report::write_json_report(json_path, "train_grid", "done", report);
     std::printf("trained %lld steps in %.1f s (%.0f cell-steps/s); model in %s\n",
                 static_cast<long long>(report["steps"].get<std::int64_t>()), report["seconds"].get<double>(),

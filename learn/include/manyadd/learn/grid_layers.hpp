@@ -13,24 +13,49 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "manyadd/learn/layers.hpp"
 
 namespace manyadd::learn::grid {
 
+// ---- the float products on oneDNN (GridView::fast; cpu_gemm.hpp: kernels JIT-compiled for this CPU,
+// AVX-512 where it has them, each call on the calling thread: deterministic). The same mathematics as
+// layers.hpp's matmul_forward / matmul_backward in another summation order. Defined in grid_model.cpp.
+void fast_matmul_forward(float* out, const float* inp, const float* w, int R, int C, int OC);
+void fast_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int R, int C,
+                          int OC);
+// Why the fast products cannot run here (oneDNN not loadable), or empty.
+const std::string& fast_products_unavailable();
+
 // ---- linear with bias: out (R, OC) = inp (R, C) w^T + b, w (OC, C), b (OC) or null ----------------
+// fast: the products on oneDNN (float only; the double twin ignores it).
 template <class S>
-void linear_forward(S* out, const S* inp, const S* w, const S* b, int R, int C, int OC) {
-  matmul_forward(out, inp, w, R, C, OC);
+void linear_forward(S* out, const S* inp, const S* w, const S* b, int R, int C, int OC, bool fast = false) {
+  if constexpr (std::is_same_v<S, float>) {
+    if (fast) fast_matmul_forward(out, inp, w, R, C, OC);
+    else matmul_forward(out, inp, w, R, C, OC);
+  } else {
+    (void)fast;
+    matmul_forward(out, inp, w, R, C, OC);
+  }
   if (b)
     for (int r = 0; r < R; ++r)
       for (int o = 0; o < OC; ++o) out[std::int64_t(r) * OC + o] += b[o];
 }
 // dinp += dout w ; dw += dout^T inp ; db += column sums of dout
 template <class S>
-void linear_backward(S* dinp, S* dw, S* db, const S* dout, const S* inp, const S* w, int R, int C, int OC) {
-  matmul_backward(dinp, dw, dout, inp, w, R, C, OC);
+void linear_backward(S* dinp, S* dw, S* db, const S* dout, const S* inp, const S* w, int R, int C, int OC,
+                     bool fast = false) {
+  if constexpr (std::is_same_v<S, float>) {
+    if (fast) fast_matmul_backward(dinp, dw, dout, inp, w, R, C, OC);
+    else matmul_backward(dinp, dw, dout, inp, w, R, C, OC);
+  } else {
+    (void)fast;
+    matmul_backward(dinp, dw, dout, inp, w, R, C, OC);
+  }
   if (db)
     for (int r = 0; r < R; ++r)
       for (int o = 0; o < OC; ++o) db[o] += dout[std::int64_t(r) * OC + o];
@@ -106,6 +131,7 @@ struct FfnLayer {
   const S* w;  // (out, in)
   const S* b;  // (out) or null
   int in, out;
+  bool fast = false;  // the products on oneDNN (linear_forward)
 };
 template <class S>
 struct FfnActs {
@@ -124,10 +150,10 @@ void ffn_forward(S* out, FfnActs<S>& a, std::vector<S>& tmp, const S* x, const s
     a.in[l].resize(n);
     dropout_forward(a.in[l].data(), cur, mask(int(l), a.mask[l], n), std::int64_t(n));
     if (l + 1 == L) {
-      linear_forward(out, a.in[l].data(), f.w, f.b, R, f.in, f.out);
+      linear_forward(out, a.in[l].data(), f.w, f.b, R, f.in, f.out, f.fast);
     } else {
       a.z[l].resize(no);
-      linear_forward(a.z[l].data(), a.in[l].data(), f.w, f.b, R, f.in, f.out);
+      linear_forward(a.z[l].data(), a.in[l].data(), f.w, f.b, R, f.in, f.out, f.fast);
       tmp.resize(no);
       silu_forward(tmp.data(), a.z[l].data(), std::int64_t(no));
       cur = tmp.data();
@@ -146,13 +172,13 @@ void ffn_backward(S* dx, S* const* dw, S* const* db, const FfnActs<S>& a, const 
     const S* m = a.mask[l].empty() ? nullptr : a.mask[l].data();
     if (l == 0) {
       s0.assign(n, S(0));
-      linear_backward(s0.data(), dw[l], db[l], g, a.in[l].data(), f.w, R, f.in, f.out);
+      linear_backward(s0.data(), dw[l], db[l], g, a.in[l].data(), f.w, R, f.in, f.out, f.fast);
       dropout_backward(dx, s0.data(), m, std::int64_t(n));
       return;
     }
     // d in[l] into s0, then d z[l-1] = silu'(z[l-1]) mask d in[l] into s1, which the next layer reads
     s0.assign(n, S(0));
-    linear_backward(s0.data(), dw[l], db[l], g, a.in[l].data(), f.w, R, f.in, f.out);
+    linear_backward(s0.data(), dw[l], db[l], g, a.in[l].data(), f.w, R, f.in, f.out, f.fast);
     if (m)
       for (std::size_t e = 0; e < n; ++e) s0[e] *= m[e];
     s1.assign(n, S(0));  // g (s1 from the layer above) has been read: s1 takes d z[l-1]
@@ -292,7 +318,8 @@ void seq2grid_backward(S* dx, S* dact, S* dgrid, S* scratch, const S* grids, con
 // out[:, l CG : (l+1) CG] = inp[:, l CG : (l+1) CG] w_l^T, w (C, CG) = the G blocks w_l (CG, CG) stacked
 // (torch's conv weight (C, CG, 1, 1) without its unit dimensions). G = 1 is a plain matrix product.
 template <class S>
-void grouped_linear_forward(S* out, const S* inp, const S* w, int R, int C, int G) {
+void grouped_linear_forward(S* out, const S* inp, const S* w, int R, int C, int G, bool fast = false) {
+  if (G == 1 && fast) return linear_forward(out, inp, w, static_cast<const S*>(nullptr), R, C, C, fast);
   const int CG = C / G;
   using Str = Eigen::OuterStride<>;
   for (int l = 0; l < G; ++l) {
@@ -302,7 +329,9 @@ void grouped_linear_forward(S* out, const S* inp, const S* w, int R, int C, int 
   }
 }
 template <class S>
-void grouped_linear_backward(S* dinp, S* dw, const S* dout, const S* inp, const S* w, int R, int C, int G) {
+void grouped_linear_backward(S* dinp, S* dw, const S* dout, const S* inp, const S* w, int R, int C, int G,
+                             bool fast = false) {
+  if (G == 1 && fast) return linear_backward(dinp, dw, static_cast<S*>(nullptr), dout, inp, w, R, C, C, fast);
   const int CG = C / G;
   using Str = Eigen::OuterStride<>;
   for (int l = 0; l < G; ++l) {

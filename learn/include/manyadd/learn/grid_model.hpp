@@ -92,6 +92,7 @@ struct GridView {
   const GridConfig& cfg;
   const GridLayout& L;
   const S* p;
+  bool fast = false;  // the linear layers' products on oneDNN (train_grid / evaluate_grid --device cpu-fast)
   const S* at(std::int64_t o) const { return p + o; }
 };
 

@@ -170,7 +170,8 @@ class GridTrainer {
   std::int64_t steps_done() const { return step_; }
   const std::vector<float>& params() const { return params_; }
   std::vector<float>& params() { return params_; }
-  GridView<float> view() const { return {mc_, lay_, params_.data()}; }
+  GridView<float> view() const { return {mc_, lay_, params_.data(), fast_}; }
+  void set_fast(bool fast) { fast_ = fast; }  // the linear layers' products on oneDNN (GridView::fast)
   const GridConfig& model_config() const { return mc_; }
   const GridTrainConfig& train_config() const { return tc_; }
   const GridLayout& layout() const { return lay_; }
@@ -189,6 +190,7 @@ class GridTrainer {
   std::vector<ParamSegment> segs_;
   std::vector<float> params_, m_, v_, grads_;
   std::int64_t step_ = 0;
+  bool fast_ = false;
   Workspaces<float> ws_;
   std::map<std::string, std::string> run_state_;
 };
@@ -216,7 +218,7 @@ InstanceResult evaluate_instance(const GridView<float>& m, const Instance& inst,
 // checkpoint_every steps and at the end, --stop-after / --max-seconds pieces that resume bit for bit.
 nlohmann::json run_grid_training(const GridConfig& mc, const GridTrainConfig& tc, const std::string& dir, bool resume,
                                  std::int64_t stop_after, double max_seconds,
-                                 const ProgressOptions& progress = quiet_progress());
+                                 const ProgressOptions& progress = quiet_progress(), bool fast = false);
 
 // Memory, estimated before the work starts and checked against the machine (core/cli.hpp's
 // check_fits_memory: InputError naming the options to reduce). grid_sample_bytes: one sample's run on an
@@ -232,7 +234,7 @@ struct LoadedGridModel {
   GridLayout lay;
   std::vector<float> params;
   nlohmann::json config_json;
-  GridView<float> view() const { return {cfg, lay, params.data()}; }
+  GridView<float> view(bool fast = false) const { return {cfg, lay, params.data(), fast}; }
 };
 LoadedGridModel load_grid_model(const std::string& dir);  // throws InputError
 
