@@ -390,32 +390,15 @@ TEST(GridGradWholeModel, NoAlibi) {
   check_whole_model(c, Regularizer::er);
 }
 
-// float and double runs of the same model agree (the float model is the double model rounded): the
-// group loss to 1e-4 relative (float's 2^-24 per operation over a few thousand operations in a chain of
-// at most 7 steps, with the halting steps equal).
+// float and double runs of the same model agree (the float model is the double model rounded), with the
+// Eigen products and with the fast ones (GridView::fast: oneDNN in another summation order): the group
+// loss to 1e-4 relative and the whole gradient to 1e-4 of its norm (float's 2^-24 per operation over a
+// few thousand operations in a chain of at most 7 steps, with the halting steps equal), so the two float
+// paths differ from each other by rounding alone. Both the grouped (g = 2) and the noGroups (g = 1,
+// whose q/k/v projections are plain products and take the fast path too) models; without oneDNN the
+// Eigen path is checked alone.
 TEST(GridGradWholeModel, FloatAgreesWithDouble) {
-  const GridConfig c = tiny(Halting::ponder, 2, 4);
-  const GridLayout L = GridLayout::make(c);
-  const auto pd = grid_init_params<double>(c, L, 7);
-  const auto pf = grid_init_params<float>(c, L, 7);
-  const GridBatch b = make_batch({parse_grid_problem("12+3"), parse_grid_problem("7+45+06")}, 3, 4);
-  Workspaces<double> wd;
-  Workspaces<float> wf;
-  const GroupResult rd = group_loss<double>(nullptr, {c, L, pd.data()}, b, {0.5, 0.5}, {}, 3, 1.0, 1, wd);
-  const GroupResult rf = group_loss<float>(nullptr, {c, L, pf.data()}, b, {0.5, 0.5}, {}, 3, 1.f, 1, wf);
-  EXPECT_EQ(rd.steps, rf.steps);
-  EXPECT_NEAR(rf.task, rd.task, 1e-4 * rd.task);
-  EXPECT_NEAR(rf.reg, rd.reg, 1e-4 * std::abs(rd.reg) + 1e-6);
-}
-
-// The fast products (GridView::fast: oneDNN in another summation order) against the double model, as
-// the Eigen float model is held to it above: the group loss to 1e-4 relative, and here the whole
-// gradient too, to 1e-4 of its norm (the same argument: 2^-24 per operation over a chain of a few
-// thousand). The Eigen float gradient is held to the same bound, so the two float paths differ from
-// each other by rounding alone. Both the grouped (g = 2) and the noGroups (g = 1, whose q/k/v
-// projections are plain products and take the fast path too) models.
-TEST(GridGradWholeModel, FastProductsAgreeWithDouble) {
-  if (!fast_products_unavailable().empty()) GTEST_SKIP() << "oneDNN not loadable: " << fast_products_unavailable();
+  const bool fast = fast_products_unavailable().empty();
   for (const GridConfig& c : {tiny(Halting::ponder, 2, 4), tiny(Halting::ponder, 1, 8)}) {
     const GridLayout L = GridLayout::make(c);
     const auto pd = grid_init_params<double>(c, L, 7);
@@ -427,19 +410,30 @@ TEST(GridGradWholeModel, FastProductsAgreeWithDouble) {
     std::vector<float> ge(pf.size(), 0.f), gx(pf.size(), 0.f);
     const GroupResult rd = group_loss<double>(gd.data(), {c, L, pd.data()}, b, {0.5, 0.5}, {}, 3, 1.0, 1, wd);
     const GroupResult re = group_loss<float>(ge.data(), {c, L, pf.data(), false}, b, {0.5, 0.5}, {}, 3, 1.f, 1, wf);
-    const GroupResult rx = group_loss<float>(gx.data(), {c, L, pf.data(), true}, b, {0.5, 0.5}, {}, 3, 1.f, 1, wf);
-    EXPECT_EQ(rd.steps, rx.steps);
-    EXPECT_NEAR(rx.task, rd.task, 1e-4 * rd.task) << "groups " << c.groups;
-    EXPECT_NEAR(rx.reg, rd.reg, 1e-4 * std::abs(rd.reg) + 1e-6);
-    double nd = 0, de = 0, dx = 0, ex = 0;
-    for (std::size_t i = 0; i < gd.size(); ++i) {
-      nd += gd[i] * gd[i];
-      de += (double(ge[i]) - gd[i]) * (double(ge[i]) - gd[i]);
-      dx += (double(gx[i]) - gd[i]) * (double(gx[i]) - gd[i]);
-      ex += std::abs(double(gx[i]) - double(ge[i]));
+    std::vector<std::pair<const GroupResult*, const std::vector<float>*>> paths;
+    paths.push_back({&re, &ge});
+    GroupResult rx;
+    if (fast) {
+      rx = group_loss<float>(gx.data(), {c, L, pf.data(), true}, b, {0.5, 0.5}, {}, 3, 1.f, 1, wf);
+      paths.push_back({&rx, &gx});
     }
-    EXPECT_LE(std::sqrt(de), 1e-4 * std::sqrt(nd)) << "groups " << c.groups;
-    EXPECT_LE(std::sqrt(dx), 1e-4 * std::sqrt(nd)) << "groups " << c.groups;
-    EXPECT_GT(ex, 0.0) << "the fast path ran the Eigen products (no rounding differs anywhere)";
+    double nd = 0;
+    for (double g : gd) nd += g * g;
+    for (std::size_t k = 0; k < paths.size(); ++k) {
+      const GroupResult& r = *paths[k].first;
+      const std::vector<float>& g = *paths[k].second;
+      const std::string what = std::string(k ? "fast" : "eigen") + ", groups " + std::to_string(c.groups);
+      EXPECT_EQ(rd.steps, r.steps) << what;
+      EXPECT_NEAR(r.task, rd.task, 1e-4 * rd.task) << what;
+      EXPECT_NEAR(r.reg, rd.reg, 1e-4 * std::abs(rd.reg) + 1e-6) << what;
+      double d = 0;
+      for (std::size_t i = 0; i < gd.size(); ++i) d += (double(g[i]) - gd[i]) * (double(g[i]) - gd[i]);
+      EXPECT_LE(std::sqrt(d), 1e-4 * std::sqrt(nd)) << what;
+    }
+    if (fast) {
+      double ex = 0;
+      for (std::size_t i = 0; i < gd.size(); ++i) ex += std::abs(double(gx[i]) - double(ge[i]));
+      EXPECT_GT(ex, 0.0) << "the fast path ran the Eigen products (no rounding differs anywhere)";
+    }
   }
 }
