@@ -555,8 +555,7 @@ class CpuFastDevice final : public detail::CpuDeviceBase {
       throw InputError("the cpu-fast device runs pos_mode coupled_rel in fp32 only (its bias has no bf16 rounding "
                        "points here): use --precision fp32 or --device cpu");
     if (threads < 1 || threads > 256) throw InputError(fmt::format("threads must be in [1, 256] (got {})", threads));
-    if (!cpu_gemm::unavailable().empty())
-      throw InputError("the cpu-fast device needs oneDNN (Debian's libdnnl2, which ./x installs): " + cpu_gemm::unavailable());
+    cpu_gemm::require("the cpu-fast device");
     if (o.chunk_rows < 1) throw InputError(fmt::format("chunk_rows must be >= 1 (got {})", o.chunk_rows));
     const Kernels& k = o.generic_kernels ? cpu_fast::generic_kernels() : cpu_fast::kernels();
     if (p == Precision::bf16 && !o.bf16_as_floats && cpu_gemm::bf16_supported())

@@ -160,6 +160,11 @@ struct ThreadState {
 
 const std::string& unavailable() { return api().error; }
 
+void require(const std::string& who) {
+  if (!unavailable().empty())
+    throw InputError(who + " needs oneDNN (Debian's libdnnl2, which ./x installs): " + unavailable());
+}
+
 void count(bool on) { counting = on; }
 Stats take_stats() {
   Stats s;

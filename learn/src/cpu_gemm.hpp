@@ -25,6 +25,8 @@ enum class Elem { f32, bf16 };
 
 // Why oneDNN cannot be used here (it cannot be loaded), or empty.
 const std::string& unavailable();
+// InputError "<who> needs oneDNN (...): <why>" where it cannot be used; nothing where it can.
+void require(const std::string& who);
 
 void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, const void* A, std::int64_t lda,
           const void* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc, Elem e);

@@ -265,6 +265,7 @@ void fast_matmul_backward(float* dinp, float* dw, const float* dout, const float
   cpu_gemm::gemm(true, false, OC, C, R, dout, OC, inp, C, 1.f, dw, C, cpu_gemm::Elem::f32);
 }
 const std::string& fast_products_unavailable() { return cpu_gemm::unavailable(); }
+void require_fast_products() { cpu_gemm::require("--device cpu-fast"); }
 
 namespace {
 template <class S>

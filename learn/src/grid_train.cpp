@@ -721,8 +721,7 @@ nlohmann::json run_grid_training(const GridConfig& mc, const GridTrainConfig& tc
   if (!resume && fs::exists(dir + "/checkpoint.safetensors"))
     throw InputError(
         fmt::format("'{}' already holds a run (checkpoint.safetensors); pass --resume or choose another --out", dir));
-  if (fast && !fast_products_unavailable().empty())
-    throw InputError("--device cpu-fast needs oneDNN (Debian's libdnnl2, which ./x installs): " + fast_products_unavailable());
+  if (fast) require_fast_products();
   GridTrainer tr(mc, tc);
   tr.set_fast(fast);
   if (resume) tr.load_checkpoint(dir);

@@ -96,12 +96,11 @@ int run_problem(const Args& a, const LoadedModel& lm, const Task& tk, const Mode
 
 // --instance / --table: the grid universal transformer's problem instances (the side-by-side table),
 // greedy decoding; CSV, JSON and a table on stdout. NA where an instance needs IDs beyond max_pos.
-int run_instances(const Args& a, const ModelView<float>& view) {
+int run_instances(const Args& a, const std::vector<grid::Instance>& insts, const ModelView<float>& view) {
   std::string csv = "instance,samples,answer_exact,answer_accuracy,char_accuracy,exact,accuracy,seconds\n";
   nlohmann::json rows = nlohmann::json::array();
   std::printf("%-12s %8s %10s %10s %10s %9s\n", "instance", "samples", "seq(ans)", "char", "exact", "seconds");
-  for (const auto& name : a.instances) {
-    const grid::Instance inst = grid::Instance::parse(name);
+  for (const grid::Instance& inst : insts) {
     const auto t0 = std::chrono::steady_clock::now();
     const InstanceCounts r = eval_decoder_instance(view, inst.terms_lo, inst.terms_hi, inst.digits_lo, inst.digits_hi,
                                                    a.samples, a.seed, a.threads);
@@ -344,7 +343,8 @@ int main(int argc, char** argv) {
       throw InputError(fmt::format("--problem runs on the CPU only (drop --device {})", a.device));
     if (!table_s.empty())
       for (const auto& t : grid::paper_table(table_s)) a.instances.push_back(t);
-    for (const auto& t : a.instances) grid::Instance::parse(t);  // InputError before the model is read
+    std::vector<grid::Instance> insts;  // InputError before the model is read
+    for (const auto& t : a.instances) insts.push_back(grid::Instance::parse(t));
     if (!a.instances.empty() && (!a.problem.empty() || a.device != "cpu" || o_nmin->count() || o_nmax->count() ||
                                  o_nstep->count() || o_mmin->count() || o_mmax->count() || a.png != "grid.png"))
       throw InputError("--instance/--table run greedy decoding on the CPU and take none of --problem, --device, "
@@ -370,12 +370,11 @@ int main(int argc, char** argv) {
       throw InputError(fmt::format("need {} <= --m-min <= --m-max <= {}", a1.min_value, a1.max_value));
     if (!a.instances.empty()) {
       if (tk.kind() != TaskKind::addition) throw InputError("--instance/--table need a model of the addition task");
-      for (const auto& t : a.instances) {  // an instance's problems are held at once, as a cell's
-        const grid::Instance inst = grid::Instance::parse(t);
+      for (const grid::Instance& inst : insts) {  // an instance's problems are held at once, as a cell's
         check_samples_fit(a.samples, tk, inst.digits_hi, std::max(2, inst.terms_hi),
                           fmt::format("--samples {} of {}", a.samples, inst.name()));
       }
-      return run_instances(a, ModelView<float>{lm.cfg, lm.lay, lm.params.data(), prec});
+      return run_instances(a, insts, ModelView<float>{lm.cfg, lm.lay, lm.params.data(), prec});
     }
     if (a.problem.empty())  // a cell's samples are held at once
       check_samples_fit(a.samples, tk, a.n_max, a.m_max,

@@ -73,9 +73,7 @@ int main(int argc, char** argv) {
     if (!problem.empty()) prob = parse_grid_problem(problem);
     if (device == "cuda") throw InputError("evaluate_grid runs on the CPU: --device cpu or cpu-fast");
     const bool fast = device == "cpu-fast";
-    if (fast && !fast_products_unavailable().empty())
-      throw InputError("--device cpu-fast needs oneDNN (Debian's libdnnl2, which ./x installs): " +
-                       fast_products_unavailable());
+    if (fast) require_fast_products();
     const LoadedGridModel m = load_grid_model(model);
     GridSizeRule rule;
     if (m.config_json.contains("train")) {

@@ -27,8 +27,10 @@ namespace manyadd::learn::grid {
 void fast_matmul_forward(float* out, const float* inp, const float* w, int R, int C, int OC);
 void fast_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int R, int C,
                           int OC);
-// Why the fast products cannot run here (oneDNN not loadable), or empty.
+// Why the fast products cannot run here (oneDNN not loadable), or empty; require_fast_products throws
+// InputError (exit 2) saying so.
 const std::string& fast_products_unavailable();
+void require_fast_products();
 
 // ---- linear with bias: out (R, OC) = inp (R, C) w^T + b, w (OC, C), b (OC) or null ----------------
 // fast: the products on oneDNN (float only; the double twin ignores it).
