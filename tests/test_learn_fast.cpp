@@ -11,6 +11,7 @@
 // Stability, 3.1), first order.
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,12 +23,14 @@
 #include <filesystem>
 #include <functional>
 #include <random>
+#include <thread>
 #include <tuple>
 
 #include <fmt/format.h>
 
 #include "learn_fixtures.hpp"
 #include "../learn/src/cpu_fast_kernels.hpp"
+#include "../learn/src/cpu_gemm.hpp"
 #include "manyadd/core/safetensors.hpp"
 #include "manyadd/learn/batch.hpp"
 #include "manyadd/learn/cpu_fast.hpp"
@@ -120,6 +123,47 @@ std::vector<Arrangement> arrangements() {
 }  // namespace
 
 // ---- kernels ---------------------------------------------------------------------------------------
+
+// cpu_gemm runs each call on its calling thread alone (cpu_gemm.hpp), whatever OpenMP setting that thread
+// has: a call from a thread set to 2 OpenMP threads (a worker's default on this 2-core machine) starts no
+// OpenMP team, counted in /proc/self/task (an OpenMP team's threads stay there, idle, while its first
+// thread lives). Fails where oneDNN's matmul keeps the thread count it saw when it was made, as it
+// did before the setting was made first: each worker then ran its products on two spinning threads.
+// The product itself is checked too: the entries of A and B are small integers, so every sum is exact.
+TEST(FastKernels, GemmRunsOnTheCallingThreadAlone) {
+  if (!cpu_gemm::unavailable().empty()) GTEST_SKIP() << cpu_gemm::unavailable();
+  auto set_omp = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+  ASSERT_NE(set_omp, nullptr) << "oneDNN loaded without an OpenMP runtime in the process";
+  auto tasks = [] {
+    int n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+    return n;
+  };
+  const int n = 192;
+  std::vector<float> A(std::size_t(n) * n), B(A.size()), C(A.size(), -1.f);
+  for (int i = 0; i < n * n; ++i) A[std::size_t(i)] = float(i % 7 - 3), B[std::size_t(i)] = float(i % 5 - 2);
+  for (const float beta : {0.f, 1.f}) {
+    for (const bool ta : {false, true}) {
+      std::fill(C.begin(), C.end(), beta == 0.f ? -1.f : 5.f);
+      int before = 0, after = 0;
+      std::thread([&] {
+        set_omp(2);
+        before = tasks();
+        cpu_gemm::gemm(ta, false, n, n, n, A.data(), n, B.data(), n, beta, C.data(), n, cpu_gemm::Elem::f32);
+        after = tasks();
+      }).join();
+      EXPECT_EQ(after, before) << "threads started by one product (ta " << ta << ", beta " << beta << ")";
+      for (const int i : {0, 1, n - 1}) {
+        for (const int j : {0, n / 2, n - 1}) {
+          double want = beta == 0.f ? 0 : 5;
+          for (int k = 0; k < n; ++k)
+            want += double(ta ? A[std::size_t(k) * n + i] : A[std::size_t(i) * n + k]) * double(B[std::size_t(k) * n + j]);
+          EXPECT_EQ(double(C[std::size_t(i) * n + j]), want) << i << "," << j;
+        }
+      }
+    }
+  }
+}
 
 // exp and exp2 (softmax, GELU): within 2 ulp of the correctly rounded value (the polynomials' own 1.6 ulp,
 // measured in fp32 Horner when they were fitted, plus the final product with 2^n, exact, and the

@@ -116,6 +116,7 @@ const Prim& prim(bool ta, bool tb, Elem e, bool accumulate) {
   std::call_once(once[std::size_t(key)], [&] {
     const Api& a = api();
     if (!a.engine) return;
+    a.omp_set_num_threads(1);  // the team size the primitive keeps (gemm below)
     Prim& p = cache[std::size_t(key)];
     const auto t = dtype(e);
     const dnnl_memory_desc_t src = plain(a, kRt, kRt, t, ta, kRt), wei = plain(a, kRt, kRt, t, tb, kRt),
@@ -185,11 +186,15 @@ void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, cons
   }
   const Api& a = api();
   MANYADD_INVARIANT(a.engine, "cpu_gemm: " + a.error);
-  const Prim& p = prim(ta, tb, e, beta != 0.f);
-  MANYADD_INVARIANT(p.p, fmt::format("cpu_gemm: oneDNN has no {} matmul on this CPU", e == Elem::bf16 ? "bf16" : "fp32"));
   // The caller's thread alone: oneDNN's OpenMP would otherwise start a team of every core inside each
   // of our worker threads. (Sets this thread's own OpenMP setting; nothing else in the process uses it.)
+  // Before the primitive is made: oneDNN's matmul keeps the thread count it saw at its creation and
+  // runs every later call on a team of that size, whatever the calling thread's setting is then (a
+  // primitive made on a default setting of 2 threads had each of our workers start a second, spinning
+  // OpenMP thread: half the CPU samples of a 2-thread grid run were that spin).
   a.omp_set_num_threads(1);
+  const Prim& p = prim(ta, tb, e, beta != 0.f);
+  MANYADD_INVARIANT(p.p, fmt::format("cpu_gemm: oneDNN has no {} matmul on this CPU", e == Elem::bf16 ? "bf16" : "fp32"));
   thread_local ThreadState ts;
   if (!ts.stream) MANYADD_INVARIANT(a.stream_create(&ts.stream, a.engine, dnnl_stream_default_flags) == dnnl_success, "cpu_gemm: oneDNN stream");
   if (ts.scratch.size() < p.scratch) ts.scratch.resize(p.scratch);
