@@ -227,6 +227,53 @@ RC_GTEST_PROP(GridGrad, LocalAttention, ()) {
   RC_ASSERT(check(qe, dqe, f) <= kTol);
 }
 
+// The fast device's local attention (one channel per head, heads = d_emb: the paper's h = 64) against the
+// double layer above on the same (float) inputs: the forward's y and A, and the five gradients of the
+// backward. fp32 per entry: a score is (q + s)(k + r), 3 roundings; exp's argument z - max is rounded
+// (u32 |z - max|, |z| < 30 here) and the polynomial adds 2 ulp, so each A_uv is within (30 + 8) u32 relative;
+// y and the gradients sum at most 49 such terms (K = 7) with a few more roundings each: within
+// 128 u32 (~7.6e-6) of the sum of the terms' magnitudes, which the bound takes as the tensor's largest
+// exact entry plus 1 (the inputs are N(0, 1)). Channel counts 1-40 run whole 16-channel vectors and tails.
+RC_GTEST_PROP(GridGrad, FastLocalAttentionIsTheDoubleOneInFloat, ()) {
+  const int H = *rc::gen::inRange(1, 6), W = *rc::gen::inRange(1, 6), C = *rc::gen::inRange(1, 41),
+            K = *rc::gen::element(1, 3, 5, 7);
+  RC_ASSERT(fast_local_attention_runs(C, C, K));
+  std::mt19937_64 g(*rc::gen::arbitrary<std::uint32_t>());
+  const std::size_t n = std::size_t(H * W * C), nr = std::size_t(K * K * C), na = std::size_t(H * W * C * K * K);
+  auto rounded = [](std::vector<double> x) {
+    for (double& e : x) e = double(float(e));
+    return x;
+  };
+  const auto q = rounded(randn(g, n)), k = rounded(randn(g, n)), v = rounded(randn(g, n)),
+             rel = rounded(randn(g, nr)), qe = rounded(randn(g, std::size_t(C))), dy = rounded(randn(g, n));
+  auto f32 = [](const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); };
+  const auto qf = f32(q), kf = f32(k), vf = f32(v), relf = f32(rel), qef = f32(qe), dyf = f32(dy);
+  std::vector<double> out(n), att(na), dq(n, 0.0), dk(n, 0.0), dv(n, 0.0), drel(nr, 0.0), dqe(std::size_t(C), 0.0);
+  local_attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), rel.data(), qe.data(), H, W, C, C, K);
+  local_attention_backward(dq.data(), dk.data(), dv.data(), drel.data(), dqe.data(), dy.data(), att.data(), q.data(),
+                           k.data(), v.data(), rel.data(), qe.data(), H, W, C, C, K);
+  // the float gradients start from 1 everywhere: the backward accumulates
+  std::vector<float> outf(n), attf(na), dqf(n, 1.f), dkf(n, 1.f), dvf(n, 1.f), drelf(nr, 1.f), dqef(std::size_t(C), 1.f);
+  local_attention_forward(outf.data(), attf.data(), qf.data(), kf.data(), vf.data(), relf.data(), qef.data(), H, W, C,
+                          C, K, true);
+  local_attention_backward(dqf.data(), dkf.data(), dvf.data(), drelf.data(), dqef.data(), dyf.data(), attf.data(),
+                           qf.data(), kf.data(), vf.data(), relf.data(), qef.data(), H, W, C, C, K, true);
+  auto agree = [](const std::vector<float>& got, const std::vector<double>& want, double start, const char* what) {
+    double mx = 0;
+    for (double w : want) mx = std::max(mx, std::abs(w));
+    for (std::size_t i = 0; i < want.size(); ++i)
+      if (!(std::abs(double(got[i]) - start - want[i]) <= 128 * 0x1p-24 * (1 + mx)))
+        RC_FAIL(std::string(what) + " differs beyond the fp32 bound at " + std::to_string(i));
+  };
+  agree(outf, out, 0, "y");
+  agree(attf, att, 0, "A");
+  agree(dqf, dq, 1, "dq");
+  agree(dkf, dk, 1, "dk");
+  agree(dvf, dv, 1, "dv");
+  agree(drelf, drel, 1, "drel");
+  agree(dqef, dqe, 1, "ds");
+}
+
 // ALiBi's slopes as Press et al. define them: 2^(-8/n) geometric for a power of two (8 heads: 1/2 ..
 // 1/256), and for 6 heads the 4-head slopes then every other 8-head slope.
 TEST(GridLayers, AlibiSlopes) {

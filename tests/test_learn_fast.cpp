@@ -229,6 +229,45 @@ TEST(FastKernels, Bf16RoundingIsCores) {
 // the division add 2 u32: s (and gelu = a s, one more) within (6 |u| + 8) u32 relative, out = gelu b within
 // (6 |u| + 9) u32. The derivative s + 2 a s (1 - s) c (1 + 3k a^2) has about ten more roundings on terms no
 // larger than |s| + |the second term|: within (12 |u| + 24) u32 of that magnitude. Doubled (first order).
+// SiLU (the grid model's FFNs, grid_layers.hpp), both builds, against double: y = x s, s = 1 / (1 + e^-x).
+// e^-x within 2 ulp (4 u32) of exact (-x is exact), then 1 + e and the division: s and y within 6 u32
+// relative, bound 8 u32 |y|. The backward's d = s (1 + x (1 - s)): s's 6 u32, 1 - s absolute within 7 u32 s,
+// times x: 7 u32 s |x|, the roundings of the product and sums: d within 16 u32 s (1 + |x|) absolute,
+// times |dout|, plus the accumulation into dx's start value (u32 of the result). Where e^-x overflows fp32
+// (x < -88.72) y is -0 and d 0, as in the float reference: the exact |y| < 3e-37 and |d| < 3e-37 |x|
+// there, the absolute slack of both bounds.
+TEST(FastKernels, SiluMatchesTheExactFunction) {
+  const int n = 1000;
+  std::mt19937 g(11);
+  std::normal_distribution<float> N(0.f, 3.f);
+  std::vector<float> x(n), dout(n), out(n), dx(n), start(n);
+  for (auto& v : x) v = N(g);
+  for (auto& v : dout) v = N(g);
+  for (auto& v : start) v = N(g);
+  const float edges[] = {-100.f, -88.9f, -88.5f, -87.5f, -20.f, -1e-3f, 0.f, 1e-3f, 20.f, 87.5f, 88.5f, 100.f};
+  for (std::size_t i = 0; i < std::size(edges); ++i) x[i] = edges[i];
+  for (auto* kn : builds()) {
+    SCOPED_TRACE(kn->name);
+    kn->silu_forward(out.data(), x.data(), n - 3);  // n - 3: the tail of a vector too
+    dx = start;
+    kn->silu_backward(dx.data(), dout.data(), x.data(), n - 3);
+    double worst = 0;
+    for (int i = 0; i < n - 3; ++i) {
+      const double v = x[std::size_t(i)], s = 1 / (1 + std::exp(-v)), y = v * s, d = s * (1 + v * (1 - s));
+      const double gg = dout[std::size_t(i)], want_dx = double(start[std::size_t(i)]) + gg * d;
+      const double e_fwd = std::abs(out[std::size_t(i)] - y) / (8 * kU32 * std::abs(y) + 3e-37);
+      const double e_bwd = std::abs(dx[std::size_t(i)] - want_dx) /
+                           (16 * kU32 * std::abs(gg) * s * (1 + std::abs(v)) + kU32 * std::abs(want_dx) + 3e-37 * std::abs(gg * v));
+      ASSERT_LE(e_fwd, 1.0) << "silu(" << v << ") = " << out[std::size_t(i)] << ", exact " << y;
+      ASSERT_LE(e_bwd, 1.0) << "silu'(" << v << ")";
+      worst = std::max({worst, e_fwd, e_bwd});
+    }
+    EXPECT_EQ(out[std::size_t(n - 3)], 0.f);  // untouched past n - 3 (out starts 0)
+    EXPECT_EQ(dx[std::size_t(n - 1)], start[std::size_t(n - 1)]);
+    std::printf("[ %s ] SiLU: worst error %.3f of its bound\n", kn->name, worst);
+  }
+}
+
 TEST(FastKernels, GegluMatchesTheExactFunction) {
   const int R = 37, F = 48;
   std::mt19937 g(7);

@@ -68,6 +68,18 @@ struct Kernels {
   void (*rmsnorm_forward)(float* out, float* rstd, const float* inp, const float* w, std::int64_t R, int C, float eps);
   void (*rmsnorm_backward)(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                            const float* rstd, std::int64_t R, int C);
+  // SiLU (the grid model's, grid_layers.hpp): out = x sigmoid(x); the backward accumulates
+  // dx += dout sigmoid(x) (1 + x (1 - sigmoid(x))). n values each; exp by the polynomial below.
+  void (*silu_forward)(float* out, const float* x, std::int64_t n);
+  void (*silu_backward)(float* dx, const float* dout, const float* x, std::int64_t n);
+  // The grid model's K x K local attention with one channel per head (grid_layers.hpp's
+  // local_attention_forward / _backward with NH = C; K * K <= 64): the same operations per channel, exp
+  // by the polynomial below; the backward accumulates.
+  void (*local_attention_c1_forward)(float* out, float* att, const float* q, const float* k, const float* v,
+                                     const float* rel, const float* qe, int H, int W, int C, int K);
+  void (*local_attention_c1_backward)(float* dq, float* dk, float* dv, float* drel, float* dqe, const float* dout,
+                                      const float* att, const float* q, const float* k, const float* v,
+                                      const float* rel, const float* qe, int H, int W, int C, int K);
   // x rounded to bf16 in place; and as bf16 bit patterns (n values each).
   void (*round_bf16)(float* x, std::int64_t n);
   void (*to_bf16)(std::uint16_t* out, const float* x, std::int64_t n);

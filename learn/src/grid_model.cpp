@@ -10,6 +10,7 @@
 
 #include "manyadd/core/error.hpp"
 #include "manyadd/learn/data.hpp"
+#include "cpu_fast_kernels.hpp"
 #include "cpu_gemm.hpp"
 
 namespace manyadd::learn::grid {
@@ -264,6 +265,19 @@ void fast_matmul_backward(float* dinp, float* dw, const float* dout, const float
   cpu_gemm::gemm(false, false, R, C, OC, dout, OC, w, C, 1.f, dinp, C, cpu_gemm::Elem::f32);
   cpu_gemm::gemm(true, false, OC, C, R, dout, OC, inp, C, 1.f, dw, C, cpu_gemm::Elem::f32);
 }
+void fast_silu_forward(float* out, const float* inp, std::int64_t n) { cpu_fast::kernels().silu_forward(out, inp, n); }
+void fast_silu_backward(float* dinp, const float* dout, const float* inp, std::int64_t n) {
+  cpu_fast::kernels().silu_backward(dinp, dout, inp, n);
+}
+void fast_local_attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
+                                  const float* rel, const float* qe, int H, int W, int C, int K) {
+  cpu_fast::kernels().local_attention_c1_forward(out, att, q, k, v, rel, qe, H, W, C, K);
+}
+void fast_local_attention_backward(float* dq, float* dk, float* dv, float* drel, float* dqe, const float* dout,
+                                   const float* att, const float* q, const float* k, const float* v, const float* rel,
+                                   const float* qe, int H, int W, int C, int K) {
+  cpu_fast::kernels().local_attention_c1_backward(dq, dk, dv, drel, dqe, dout, att, q, k, v, rel, qe, H, W, C, K);
+}
 const std::string& fast_products_unavailable() { return cpu_gemm::unavailable(); }
 void require_fast_products() { cpu_gemm::require("--device cpu-fast"); }
 
@@ -354,7 +368,7 @@ void ut_forward(S* out, typename SampleActs<S>::Ut& u, std::vector<S>& tmp, cons
   grouped_linear_forward(sized(u.v, nC), in, m.at(L.wv), HW, C, c.groups, m.fast);
   // 2. local attention (Eq. 7) into res1, then res1 = G + y and G' = LN(res1)
   local_attention_forward(sized(u.res1, nC), sized(u.att, std::size_t(HW) * c.heads * c.kernel * c.kernel), u.q.data(),
-                          u.k.data(), u.v.data(), m.at(L.rel), m.at(L.qe), H, W, C, c.heads, c.kernel);
+                          u.k.data(), u.v.data(), m.at(L.rel), m.at(L.qe), H, W, C, c.heads, c.kernel, m.fast);
   for (std::size_t e = 0; e < nC; ++e) u.res1[e] += in[e];
   layernorm_forward(sized(u.x1, nC), sized(u.m1, HW), sized(u.r1, HW), u.res1.data(), m.at(L.n1_w), m.at(L.n1_b), HW,
                     C, S(c.norm_eps));
@@ -549,7 +563,7 @@ void ut_backward(S* din, S* grads, const typename SampleActs<S>::Ut& u, std::vec
   S* dk = zeroed(tmp[6], nC);
   S* dv = zeroed(tmp[7], nC);
   local_attention_backward(dq, dk, dv, g(L.rel), g(L.qe), dres1, u.att.data(), u.q.data(), u.k.data(), u.v.data(),
-                           m.at(L.rel), m.at(L.qe), H, W, C, c.heads, c.kernel);
+                           m.at(L.rel), m.at(L.qe), H, W, C, c.heads, c.kernel, m.fast);
   // 1. the grouped projections
   grouped_linear_backward(din, g(L.wq), dq, in, m.at(L.wq), HW, C, c.groups, m.fast);
   grouped_linear_backward(din, g(L.wk), dk, in, m.at(L.wk), HW, C, c.groups, m.fast);

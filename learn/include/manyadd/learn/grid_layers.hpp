@@ -29,6 +29,19 @@ void fast_matmul_backward(float* dinp, float* dw, const float* dout, const float
                           int OC);
 // Why the fast products cannot run here (oneDNN not loadable), or empty; require_fast_products throws
 // InputError (exit 2) saying so.
+// SiLU's forward and backward on the fast device's kernels (cpu_fast_kernels.hpp: AVX-512 where the CPU
+// has it, exp by a polynomial within 2 ulp): the same operations as silu_forward / silu_backward below.
+void fast_silu_forward(float* out, const float* inp, std::int64_t n);
+void fast_silu_backward(float* dinp, const float* dout, const float* inp, std::int64_t n);
+// The local attention with one channel per head (heads = d_emb; window K x K <= 64) on the fast
+// device's kernels: the same operations as local_attention_forward / _backward below, 16 channels per
+// vector, exp by the polynomial. fast_local_attention_runs: whether they take these arguments.
+inline bool fast_local_attention_runs(int C, int NH, int K) { return NH == C && K * K <= 64; }
+void fast_local_attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
+                                  const float* rel, const float* qe, int H, int W, int C, int K);
+void fast_local_attention_backward(float* dq, float* dk, float* dv, float* drel, float* dqe, const float* dout,
+                                   const float* att, const float* q, const float* k, const float* v, const float* rel,
+                                   const float* qe, int H, int W, int C, int K);
 const std::string& fast_products_unavailable();
 void require_fast_products();
 
@@ -68,14 +81,23 @@ template <class S>
 S sigmoid(S x) {
   return x >= 0 ? S(1) / (S(1) + std::exp(-x)) : std::exp(x) / (S(1) + std::exp(x));
 }
+// fast: on the fast device's kernels (float only; the double twin ignores it).
 template <class S>
-void silu_forward(S* out, const S* inp, std::int64_t n) {
+void silu_forward(S* out, const S* inp, std::int64_t n, bool fast = false) {
+  if constexpr (std::is_same_v<S, float>) {
+    if (fast) return fast_silu_forward(out, inp, n);
+  }
+  (void)fast;
   using Arr = Eigen::Array<S, Eigen::Dynamic, 1>;
   const Eigen::Map<const Arr> x(inp, n);
   Eigen::Map<Arr>(out, n) = x / (S(1) + (-x).exp());  // Eigen's vectorized exp; exp(-x) = inf gives -0
 }
 template <class S>
-void silu_backward(S* dinp, const S* dout, const S* inp, std::int64_t n) {
+void silu_backward(S* dinp, const S* dout, const S* inp, std::int64_t n, bool fast = false) {
+  if constexpr (std::is_same_v<S, float>) {
+    if (fast) return fast_silu_backward(dinp, dout, inp, n);
+  }
+  (void)fast;
   using Arr = Eigen::Array<S, Eigen::Dynamic, 1>;
   const Eigen::Map<const Arr> x(inp, n), g(dout, n);
   const Arr s = S(1) / (S(1) + (-x).exp());
@@ -157,7 +179,7 @@ void ffn_forward(S* out, FfnActs<S>& a, std::vector<S>& tmp, const S* x, const s
       a.z[l].resize(no);
       linear_forward(a.z[l].data(), a.in[l].data(), f.w, f.b, R, f.in, f.out, f.fast);
       tmp.resize(no);
-      silu_forward(tmp.data(), a.z[l].data(), std::int64_t(no));
+      silu_forward(tmp.data(), a.z[l].data(), std::int64_t(no), f.fast);
       cur = tmp.data();
     }
   }
@@ -184,7 +206,7 @@ void ffn_backward(S* dx, S* const* dw, S* const* db, const FfnActs<S>& a, const 
     if (m)
       for (std::size_t e = 0; e < n; ++e) s0[e] *= m[e];
     s1.assign(n, S(0));  // g (s1 from the layer above) has been read: s1 takes d z[l-1]
-    silu_backward(s1.data(), s0.data(), a.z[l - 1].data(), std::int64_t(n));
+    silu_backward(s1.data(), s0.data(), a.z[l - 1].data(), std::int64_t(n), layers[l - 1].fast);
     g = s1.data();
   }
 }
@@ -386,9 +408,15 @@ void head_spread(S* out, const S* x, int C, int DH) {
 }
 }  // namespace detail
 
+// fast: on the fast device's kernels where they run (float, one channel per head); the double twin and
+// the other shapes ignore it.
 template <class S>
 void local_attention_forward(S* out, S* att, const S* q, const S* k, const S* v, const S* rel, const S* qe, int H,
-                             int W, int C, int NH, int K) {
+                             int W, int C, int NH, int K, bool fast = false) {
+  if constexpr (std::is_same_v<S, float>) {
+    if (fast && fast_local_attention_runs(C, NH, K))
+      return fast_local_attention_forward(out, att, q, k, v, rel, qe, H, W, C, K);
+  }
   const int DH = C / NH, KK = K * K;
   using Arr = Eigen::Array<S, Eigen::Dynamic, 1>;
   using ArrR = Eigen::Array<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -429,7 +457,12 @@ void local_attention_forward(S* out, S* att, const S* q, const S* k, const S* v,
 //   dk_ab,m += dscore(uv) (q_ij + s)_m [inside] ;  dr_uv,m += dscore(uv) (q_ij + s)_m ;  dv_ab,m += A(uv) g_m [inside]
 template <class S>
 void local_attention_backward(S* dq, S* dk, S* dv, S* drel, S* dqe, const S* dout, const S* att, const S* q,
-                              const S* k, const S* v, const S* rel, const S* qe, int H, int W, int C, int NH, int K) {
+                              const S* k, const S* v, const S* rel, const S* qe, int H, int W, int C, int NH, int K,
+                              bool fast = false) {
+  if constexpr (std::is_same_v<S, float>) {
+    if (fast && fast_local_attention_runs(C, NH, K))
+      return fast_local_attention_backward(dq, dk, dv, drel, dqe, dout, att, q, k, v, rel, qe, H, W, C, K);
+  }
   const int DH = C / NH, KK = K * K;
   using Arr = Eigen::Array<S, Eigen::Dynamic, 1>;
   using ArrR = Eigen::Array<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
