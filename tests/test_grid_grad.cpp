@@ -76,6 +76,17 @@ TEST(GridLayers, DropoutMaskIsTheStreamsAndScaled) {
   }
   // 10001 Bernoulli(0.1) draws: mean 1000, sd 30; 5 sd either side
   EXPECT_NEAR(dropped, 1000, 150);
+  // the float masks (the fast device's kernels, 8 draws per vector) are the same stream, bit for bit,
+  // at every length (whole vectors, tails, odd counts) and leave the stream where the loop leaves it
+  for (const std::int64_t n : {1, 2, 15, 16, 17, 31, 33, 100, 10001}) {
+    std::vector<double> md(std::size_t(n) + 1, -1.0);
+    std::vector<float> mf(std::size_t(n) + 1, -1.f);
+    DropoutStream sd(7 + std::uint64_t(n)), sf(7 + std::uint64_t(n));
+    dropout_mask(md.data(), n, 0.3, sd);
+    dropout_mask(mf.data(), n, 0.3, sf);
+    for (std::size_t i = 0; i <= std::size_t(n); ++i) ASSERT_EQ(double(mf[i]), double(float(md[i]))) << n << ": " << i;
+    EXPECT_EQ(sd.state, sf.state) << n;
+  }
   std::vector<double> x = {1, 2, 3}, out(3), dx(3, 0.0), mask = {0.0, 2.0, 1.0};
   dropout_forward(out.data(), x.data(), mask.data(), 3);
   EXPECT_EQ(out, (std::vector<double>{0, 4, 3}));

@@ -36,6 +36,7 @@
 #include "manyadd/learn/cpu_fast.hpp"
 #include "manyadd/learn/data.hpp"
 #include "manyadd/learn/eval.hpp"
+#include "manyadd/learn/grid_layers.hpp"
 #include "manyadd/learn/layers.hpp"
 #include "manyadd/learn/task.hpp"
 #include "manyadd/learn/train.hpp"
@@ -265,6 +266,24 @@ TEST(FastKernels, SiluMatchesTheExactFunction) {
     EXPECT_EQ(out[std::size_t(n - 3)], 0.f);  // untouched past n - 3 (out starts 0)
     EXPECT_EQ(dx[std::size_t(n - 1)], start[std::size_t(n - 1)]);
     std::printf("[ %s ] SiLU: worst error %.3f of its bound\n", kn->name, worst);
+  }
+}
+
+// The grid model's dropout masks, both builds: the scalar splitmix64 stream of grid_layers.hpp bit for bit
+// (its double loop), at lengths with whole vectors, tails and odd counts; nothing written past n.
+TEST(FastKernels, DropoutMaskIsTheScalarStream) {
+  for (auto* kn : builds()) {
+    SCOPED_TRACE(kn->name);
+    for (const std::int64_t n : {1, 3, 16, 17, 32, 47, 1000}) {
+      std::vector<double> want(static_cast<std::size_t>(n));
+      grid::DropoutStream rs(1234567 + std::uint64_t(n));
+      grid::dropout_mask(want.data(), n, 0.25, rs);
+      std::vector<float> got(std::size_t(n) + 5, -1.f);
+      kn->dropout_mask(got.data(), n, 1234567 + std::uint64_t(n), std::uint64_t(0.25 * 4294967296.0), float(1 / 0.75));
+      for (std::int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(double(got[std::size_t(i)]), double(float(want[std::size_t(i)]))) << n << ": " << i;
+      for (std::size_t i = std::size_t(n); i < got.size(); ++i) EXPECT_EQ(got[i], -1.f) << "written past n";
+    }
   }
 }
 

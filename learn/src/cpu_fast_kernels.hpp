@@ -72,6 +72,9 @@ struct Kernels {
   // dx += dout sigmoid(x) (1 + x (1 - sigmoid(x))). n values each; exp by the polynomial below.
   void (*silu_forward)(float* out, const float* x, std::int64_t n);
   void (*silu_backward)(float* dx, const float* dout, const float* x, std::int64_t n);
+  // The grid model's dropout mask (grid_layers.hpp dropout_mask, bit for bit): n entries from the
+  // splitmix64 stream at `state`, entry 2t and 2t + 1 from draw t's low and high 32 bits, 0 below cut.
+  void (*dropout_mask)(float* mask, std::int64_t n, std::uint64_t state, std::uint64_t cut, float keep);
   // The grid model's K x K local attention with one channel per head (grid_layers.hpp's
   // local_attention_forward / _backward with NH = C; K * K <= 64): the same operations per channel, exp
   // by the polynomial below; the backward accumulates.

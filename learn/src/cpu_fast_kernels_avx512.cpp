@@ -27,7 +27,7 @@ const Kernels* avx512_kernels() {
   using namespace avx512;
   static const Kernels k{"avx512",     attention_forward_any, attention_backward_any, geglu_forward_n, geglu_backward_n,
                          rmsnorm_forward_n, rmsnorm_backward_n, silu_forward_n, silu_backward_n,
-                         local_attention_c1_forward, local_attention_c1_backward,
+                         dropout_mask_n,    local_attention_c1_forward, local_attention_c1_backward,
                          round_bf16_n,      to_bf16_n,          exp_n,          exp2_n};
   return ok ? &k : nullptr;
 }

@@ -265,6 +265,9 @@ void fast_matmul_backward(float* dinp, float* dw, const float* dout, const float
   cpu_gemm::gemm(false, false, R, C, OC, dout, OC, w, C, 1.f, dinp, C, cpu_gemm::Elem::f32);
   cpu_gemm::gemm(true, false, OC, C, R, dout, OC, inp, C, 1.f, dw, C, cpu_gemm::Elem::f32);
 }
+void fast_dropout_mask(float* mask, std::int64_t n, std::uint64_t state, std::uint64_t cut, float keep) {
+  cpu_fast::kernels().dropout_mask(mask, n, state, cut, keep);
+}
 void fast_silu_forward(float* out, const float* inp, std::int64_t n) { cpu_fast::kernels().silu_forward(out, inp, n); }
 void fast_silu_backward(float* dinp, const float* dout, const float* inp, std::int64_t n) {
   cpu_fast::kernels().silu_backward(dinp, dout, inp, n);

@@ -119,6 +119,8 @@ struct DropoutStream {
     return z ^ (z >> 31);
   }
 };
+// The float masks on the fast device's kernels (8 draws per vector; the same bits as the loop below).
+void fast_dropout_mask(float* mask, std::int64_t n, std::uint64_t state, std::uint64_t cut, float keep);
 // mask (n) for drop probability p (p = 0: every entry 1).
 template <class S>
 void dropout_mask(S* mask, std::int64_t n, double p, DropoutStream& rs) {
@@ -128,6 +130,11 @@ void dropout_mask(S* mask, std::int64_t n, double p, DropoutStream& rs) {
   }
   const std::uint64_t cut = std::uint64_t(p * 4294967296.0);
   const S keep = S(1.0 / (1.0 - p));
+  if constexpr (std::is_same_v<S, float>) {
+    fast_dropout_mask(mask, n, rs.state, cut, keep);
+    rs.state += std::uint64_t((n + 1) / 2) * 0x9E3779B97F4A7C15ull;  // the draws taken
+    return;
+  }
   for (std::int64_t i = 0; i < n; i += 2) {
     const std::uint64_t z = rs.next();
     mask[i] = (z & 0xFFFFFFFFull) < cut ? S(0) : keep;
