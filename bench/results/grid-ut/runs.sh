@@ -2,18 +2,20 @@
 # runs.sh [SECONDS] [RUN...]: the grid model's runs of this study, continued where they stopped, within
 # about SECONDS of wall time (default 3300), on 2 threads of the fast device. From the repository root
 # after ./x build. Each run directory bench/results/grid-ut/RUN (RUN = base-seedS or nogroups-seedS,
-# S = 1..3; default: all six, in that order) goes through
+# S = 1..3; default: all six, one seed of each variant before the next seed) goes through
 #   1. the paper's 510 epochs (5,100 steps):   train_grid --out D --seed S [--groups 1]
 #   2. the overtraining phase to 810 epochs:   train_grid --out D --resume --epochs 810 --beta 5e-4
-#   3. Table III and Table IV's right half, 1000 problems each (evaluate_grid --table iii / iv-terms),
-#      and Table IV's left half for the noGroups runs (iv-digits, 100 problems: hours at 1000)
+#   3. Table III and Table IV's right half, 1000 problems each (evaluate_grid --table iii / iv-terms), four
+#      instances beyond them (2 x 20, 2 x 30, [11, 20] and [21, 40] x [1, 10]: the side-by-side table's),
+#      and Table IV's left half for the noGroups runs (iv-digits, 100 problems: hours at 1000); the
+#      evaluations at evaluate_grid's default seed (1), the same problems for every run
 # in pieces stopped by --max-seconds with a checkpoint (each resume is bit for bit on the same device).
 # The next piece always goes to the first unfinished run. Safe to kill: the next call continues.
 set -euo pipefail
 budget=${1:-3300}
 shift || true
 runs=("$@")
-[ ${#runs[@]} -gt 0 ] || runs=(base-seed1 base-seed2 base-seed3 nogroups-seed1 nogroups-seed2 nogroups-seed3)
+[ ${#runs[@]} -gt 0 ] || runs=(base-seed1 nogroups-seed1 base-seed2 nogroups-seed2 base-seed3 nogroups-seed3)
 here=bench/results/grid-ut
 start=$(date +%s)
 left() { echo $(( budget - ($(date +%s) - start) )); }
@@ -39,6 +41,9 @@ for run in "${runs[@]}"; do
     elif [ ! -f "$d-tableiv-terms.json" ]; then
       build/learn/evaluate_grid --model "$d" --table iv-terms --samples 1000 --threads 2 --device cpu-fast \
         --csv "$d-tableiv-terms.csv" --json "$d-tableiv-terms.json"
+    elif [ ! -f "$d-beyond.json" ]; then
+      build/learn/evaluate_grid --model "$d" --instance 2x20 --instance 2x30 --instance 11-20x1-10 --instance 21-40x1-10 \
+        --samples 1000 --threads 2 --device cpu-fast --csv "$d-beyond.csv" --json "$d-beyond.json"
     elif [ "${extra[*]-}" = "--groups 1" ] && [ ! -f "$d-tableiv-digits.json" ]; then
       build/learn/evaluate_grid --model "$d" --table iv-digits --samples 100 --threads 2 --device cpu-fast \
         --csv "$d-tableiv-digits.csv" --json "$d-tableiv-digits.json"
