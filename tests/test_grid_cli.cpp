@@ -129,6 +129,16 @@ TEST(GridCli, PiecesResumeBitForBit) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.err.find("other than the checkpoint's: beta 0.05 -> 0.01;"), std::string::npos) << r.err;
   EXPECT_EQ(cfg.at("model").at("d_emb"), 16);
+  // and kept with the run: config.json's "run" (with the devices) and the checkpoint; a later resume
+  // with the settings the checkpoint now holds adds nothing
+  auto run = nlohmann::json::parse(slurp(b + "/config.json")).at("run");
+  EXPECT_EQ(run.at("train_changes"), "@6: beta 0.05 -> 0.01;") << run.dump();
+  EXPECT_EQ(run.at("devices"), "cpu@0") << run.dump();
+  r = run_cmd(kTrain + " --out " + b + " --resume -q --beta 0.01 --stop-after 6");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err.find("other than the checkpoint's"), std::string::npos) << r.err;
+  run = nlohmann::json::parse(slurp(b + "/config.json")).at("run");
+  EXPECT_EQ(run.at("train_changes"), "@6: beta 0.05 -> 0.01;") << run.dump();
   std::filesystem::remove_all(dir);
 }
 

@@ -591,6 +591,11 @@ void GridTrainer::save(const std::string& dir, const std::map<std::string, std::
   cfg["model"] = mc_;
   cfg["train"] = tc_;
   cfg["step"] = step_;
+  // where the run's pieces ran and the settings a resume changed (run_state: "devices", "train_changes")
+  nlohmann::json run = nlohmann::json::object();
+  for (const char* k : {"devices", "train_changes"})
+    if (run_state.count(k)) run[k] = run_state.at(k);
+  if (!run.empty()) cfg["run"] = run;
   cfg["family"] = "grid-ut";
   cfg["architecture"] = grid_architecture_description(mc_);
   cfg["format"] = {{"vocabulary", "0123456789+=_ (token 12, '_', is PAD)"},
@@ -744,6 +749,10 @@ nlohmann::json run_grid_training(const GridConfig& mc, const GridTrainConfig& tc
   if (resume) remove_stale_temporaries(dir);
   std::int64_t win_n = 0;
   double win[6] = {0, 0, 0, 0, 0, 0}, last_gnorm = NAN;
+  // The train settings a resume changed, and at which step (the first piece's settings are those of
+  // the checkpoint's run.train_config before the first change).
+  std::string train_changes =
+      resume && tr.run_state().count("train_changes") ? tr.run_state().at("train_changes") : "";
   if (resume) {
     const auto& rs = tr.run_state();
     const std::string what = dir + "/checkpoint.safetensors";
@@ -766,10 +775,13 @@ nlohmann::json run_grid_training(const GridConfig& mc, const GridTrainConfig& tc
         now.erase(k);
       }
       const std::string diff = config_changes(was, now);
-      if (!diff.empty())
+      if (!diff.empty()) {
         prog.message("resuming with train settings other than the checkpoint's:" + diff +
                          " the steps from here differ from the run's",
                      true);
+        // kept with the run (checkpoint, config.json, report): "@5100: beta 0.05 -> 0.0005; ..."
+        train_changes += fmt::format("{}@{}:{}", train_changes.empty() ? "" : " ", tr.steps_done(), diff);
+      }
     }
   }
   RunLogs logs;
@@ -800,7 +812,8 @@ nlohmann::json run_grid_training(const GridConfig& mc, const GridTrainConfig& tc
     std::map<std::string, std::string> rs = {{"log_window_steps", std::to_string(win_n)},
                                              {"last_grad_norm", double_bits(last_gnorm)},
                                              {"train_config", nlohmann::json(tc).dump()},
-                                             {"devices", devices}};
+                                             {"devices", devices},
+                                             {"train_changes", train_changes}};
     for (int k = 0; k < 6; ++k) rs[std::string("log_window_") + kWindow[k]] = double_bits(win[k]);
     tr.save(dir, rs);
   };
@@ -850,6 +863,7 @@ nlohmann::json run_grid_training(const GridConfig& mc, const GridTrainConfig& tc
   out["cell_steps_per_s"] = secs > 0 ? double(total_cells) / secs : 0;
   out["device"] = device;
   out["devices"] = devices;
+  out["train_changes"] = train_changes;
   out["parameters"] = tr.layout().lay.total;
   if (tr.steps_done() >= total) {
     do_eval();
