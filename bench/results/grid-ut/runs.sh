@@ -5,6 +5,7 @@
 # S = 1..3; default: all six, one seed of each variant before the next seed) goes through
 #   1. the paper's 510 epochs (5,100 steps):   train_grid --out D --seed S [--groups 1]
 #   2. the overtraining phase to 810 epochs:   train_grid --out D --resume --epochs 810 --beta 5e-4
+#      (the model at step 5,100 kept first in RUN-step5100/: Table VI compares models before this phase)
 #   3. Table III and Table IV's right half, 1000 problems each (evaluate_grid --table iii / iv-terms), four
 #      instances beyond them (2 x 20, 2 x 30, [11, 20] and [21, 40] x [1, 10]: the side-by-side table's),
 #      and Table IV's left half for the noGroups runs (iv-digits, 100 problems: hours at 1000); the
@@ -34,6 +35,9 @@ for run in "${runs[@]}"; do
     elif [ "$s" -lt 5100 ]; then
       build/learn/train_grid --out "$d" --resume --threads 2 --device cpu-fast --max-seconds "$(left)" -q
     elif [ "$s" -lt 8100 ]; then
+      if [ "$s" -eq 5100 ] && [ ! -d "$d-step5100" ]; then  # the model before the overtraining (Table VI's)
+        mkdir -p "$d-step5100" && cp "$d/config.json" "$d/model.safetensors" "$d-step5100/"
+      fi
       build/learn/train_grid --out "$d" --resume --epochs 810 --beta 5e-4 --threads 2 --device cpu-fast --max-seconds "$(left)" -q
     elif [ ! -f "$d-tableiii.json" ]; then
       build/learn/evaluate_grid --model "$d" --table iii --samples 1000 --threads 2 --device cpu-fast \
