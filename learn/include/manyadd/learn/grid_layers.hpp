@@ -27,8 +27,6 @@ namespace manyadd::learn::grid {
 void fast_matmul_forward(float* out, const float* inp, const float* w, int R, int C, int OC);
 void fast_matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int R, int C,
                           int OC);
-// Why the fast products cannot run here (oneDNN not loadable), or empty; require_fast_products throws
-// InputError (exit 2) saying so.
 // SiLU's forward and backward on the fast device's kernels (cpu_fast_kernels.hpp: AVX-512 where the CPU
 // has it, exp by a polynomial within 2 ulp): the same operations as silu_forward / silu_backward below.
 void fast_silu_forward(float* out, const float* inp, std::int64_t n);
@@ -42,6 +40,8 @@ void fast_local_attention_forward(float* out, float* att, const float* q, const 
 void fast_local_attention_backward(float* dq, float* dk, float* dv, float* drel, float* dqe, const float* dout,
                                    const float* att, const float* q, const float* k, const float* v, const float* rel,
                                    const float* qe, int H, int W, int C, int K);
+// Why the fast products cannot run here (oneDNN not loadable), or empty; require_fast_products throws
+// InputError (exit 2) saying so.
 const std::string& fast_products_unavailable();
 void require_fast_products();
 
@@ -110,10 +110,11 @@ void silu_backward(S* dinp, const S* dout, const S* inp, std::int64_t n, bool fa
 // gradient checks see a fixed function. Each 64-bit draw gives two 32-bit uniforms; unit i is dropped
 // when its uniform u_i < p 2^32 (the drop probability is p to within 2^-32).
 struct DropoutStream {
+  static constexpr std::uint64_t kIncrement = 0x9E3779B97F4A7C15ull;  // splitmix64's state step per draw
   std::uint64_t state;
   explicit DropoutStream(std::uint64_t seed) : state(seed) {}
   std::uint64_t next() {  // splitmix64
-    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    std::uint64_t z = (state += kIncrement);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
@@ -132,7 +133,7 @@ void dropout_mask(S* mask, std::int64_t n, double p, DropoutStream& rs) {
   const S keep = S(1.0 / (1.0 - p));
   if constexpr (std::is_same_v<S, float>) {
     fast_dropout_mask(mask, n, rs.state, cut, keep);
-    rs.state += std::uint64_t((n + 1) / 2) * 0x9E3779B97F4A7C15ull;  // the draws taken
+    rs.state += std::uint64_t((n + 1) / 2) * DropoutStream::kIncrement;  // the draws taken
     return;
   }
   for (std::int64_t i = 0; i < n; i += 2) {
