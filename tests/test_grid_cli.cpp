@@ -200,3 +200,25 @@ TEST(GridCli, CommittedModelAdds) {
   EXPECT_EQ(p.rc, 0) << p.out << p.err;  // 10041
   std::filesystem::remove_all(dir);
 }
+
+// The committed noGroups model (models/cpu-grid-ut-nogroups-s1: g = 1, seed 1, overtrained) is the one that
+// extrapolates length: on 2 terms of 602 digits (60 times its training length) it scored sequence accuracy
+// 0.949 and character accuracy 0.9999 on 1000 problems, where the base model scores 0.000 / 0.860. 40
+// problems: at p = 0.949 fewer than 30 exact has probability 4e-6 (the problems are fixed by the seed; the bound
+// is set as if they were not); char 0.999 allows 10x its error rate.
+TEST(GridCli, CommittedNoGroupsModelAddsLongOperands) {
+  const std::string m = manyadd::testing::source_path("models/cpu-grid-ut-nogroups-s1");
+  const std::string dir = temp_dir("grid_cli_committed_nogroups");
+  for (const char* dev : {"cpu", "cpu-fast"}) {
+    const std::string js = dir + "/" + dev + ".json";
+    const auto r = run_cmd(kEval + " --model " + m + " --instance 2x602 --samples 40 --threads 2 -q --device " + dev +
+                           " --json " + js);
+    if (std::string(dev) == "cpu-fast" && r.rc == 2 && r.err.find("oneDNN") != std::string::npos) continue;
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const auto rep = nlohmann::json::parse(slurp(js));
+    ASSERT_EQ(rep["instances"].size(), 1u);
+    EXPECT_GE(rep["instances"][0]["seq_acc"].get<double>(), 0.75) << dev;
+    EXPECT_GE(rep["instances"][0]["char_acc"].get<double>(), 0.999) << dev;
+  }
+  std::filesystem::remove_all(dir);
+}
