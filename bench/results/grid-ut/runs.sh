@@ -10,6 +10,7 @@
 #      instances beyond them (2 x 20, 2 x 30, [11, 20] and [21, 40] x [1, 10]: the side-by-side table's),
 #      and Table IV's left half for the noGroups runs (iv-digits, 100 problems: hours at 1000); the
 #      evaluations at evaluate_grid's default seed (1), the same problems for every run
+#   4. the step-5,100 model (RUN-step5100/) on Table III, 1000 problems each: Table VI's comparison
 # in pieces stopped by --max-seconds with a checkpoint (each resume is bit for bit on the same device).
 # The next piece always goes to the first unfinished run. Safe to kill: the next call continues.
 set -euo pipefail
@@ -51,6 +52,9 @@ for run in "${runs[@]}"; do
     elif [ "${extra[*]-}" = "--groups 1" ] && [ ! -f "$d-tableiv-digits.json" ]; then
       build/learn/evaluate_grid --model "$d" --table iv-digits --samples 100 --threads 2 --device cpu-fast \
         --csv "$d-tableiv-digits.csv" --json "$d-tableiv-digits.json"
+    elif [ -d "$d-step5100" ] && [ ! -f "$d-step5100-tableiii.json" ]; then  # Table VI's models
+      build/learn/evaluate_grid --model "$d-step5100" --table iii --samples 1000 --threads 2 --device cpu-fast \
+        --csv "$d-step5100-tableiii.csv" --json "$d-step5100-tableiii.json"
     else
       break  # this run is done
     fi

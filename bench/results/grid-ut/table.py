@@ -6,9 +6,19 @@ every problem of the instance lies inside that model's training ranges.
 
     python3 bench/results/grid-ut/table.py GRID_CSV [GRID_CSV ...]   (from the repository root)
 
-GRID_CSV: evaluate_grid --csv outputs of one model (their instances are looked up by name)."""
+GRID_CSV: evaluate_grid --csv outputs of one model (their instances are looked up by name).
+
+    python3 bench/results/grid-ut/table.py --seeds
+
+The over-seeds tables (README.md here, "Over seeds"): for each variant (base, noGroups), every seed's
+run evaluated by runs.sh (RUN-tableiii.csv, -tableiv-terms.csv, -beyond.csv, -tableiv-digits.csv), the
+median over the seeds and the maximum (per instance, as Table VI's M), beside the paper's best of 10
+(Tables III and IV); then the models before the overtraining phase (RUN-step5100-tableiii.csv) on Table
+VI's three instances as mean +- sd (max) over the seeds, beside Table VI's over 10 seeds."""
 import csv
+import math
 import os
+import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -41,8 +51,15 @@ def rows(path):
         return {r["instance"]: r for r in csv.DictReader(f)}
 
 
+def acc(v):
+    """An accuracy to 3 decimals, except that one in [0.9995, 1) is not shown as 1.000: it gets 4 decimals,
+    rounded down (the paper's rule: only a perfect score is 1.0)."""
+    v = float(v)
+    return "%.4f" % (math.floor(v * 1e4) / 1e4) if 0.9995 <= v < 1.0 else "%.3f" % v
+
+
 def fmt(seq, char, star=False):
-    return "%.3f / %.3f%s" % (float(seq), float(char), " *" if star else "")
+    return "%s / %s%s" % (acc(seq), acc(char), " *" if star else "")
 
 
 def main(grid_csvs):
@@ -78,5 +95,87 @@ def main(grid_csvs):
         print("| " + " | ".join(cells) + " |")
 
 
+# the noGroups variant's rows: Table III (char, seq) and Table IV left (2 terms of many digits)
+PAPER_NOGROUPS = {"2x15": (1.0, 1.0), "2x100": (0.99, 0.99), "2x602": (0.99, 0.99), "1-4x1-10": (0.99, 0.99),
+                  "1-5x1-5": (0.99, 0.99), "5-6x1-10": (0.98, 0.86), "7-10x1-10": (0.54, 0.1),
+                  "2x1-1000": (0.99, 0.99), "2x1000": (0.99, 0.99), "2x1-2000": (0.99, 0.99), "2x2000": (0.99, 0.81),
+                  "2x1-4000": (0.99, 0.58), "2x4000": (0.86, 0.0)}
+# Table VI (10 seeds, before the overtraining phase): instance -> ((char mean, sd, max), (seq mean, sd, max))
+TABLE_VI = {"base": {"2x602": ((0.23, 0.27, 0.98), (0.00, 0.00, 0.00)),
+                     "5-6x1-10": ((0.93, 0.09, 0.98), (0.72, 0.24, 0.90)),
+                     "7-10x1-10": ((0.51, 0.14, 0.66), (0.09, 0.05, 0.16))},
+            "nogroups": {"2x602": ((0.99, 0.00, 0.99), (0.63, 0.34, 0.93)),
+                         "5-6x1-10": ((0.74, 0.26, 0.96), (0.40, 0.27, 0.75)),
+                         "7-10x1-10": ((0.29, 0.13, 0.51), (0.02, 0.02, 0.06))}}
+VARIANTS = [("base", "base (g 8)", PAPER), ("nogroups", "noGroups (g 1)", PAPER_NOGROUPS)]
+DIGITS_ORDER = ["2x1-1000", "2x1000", "2x1-2000", "2x2000", "2x1-4000", "2x4000"]
+
+
+def seed_runs(variant):
+    """{seed: {instance: row}} of the variant's runs evaluated here (every evaluate_grid CSV runs.sh wrote)."""
+    out = {}
+    for name in sorted(os.listdir(HERE)):
+        pre = variant + "-seed"
+        if not (name.startswith(pre) and name.endswith(".csv")) or "step5100" in name:
+            continue
+        seed = name[len(pre):].split("-")[0]
+        if seed.isdigit():
+            out.setdefault(int(seed), {}).update(rows(os.path.join(HERE, name)))
+    return out
+
+
+def spread(values):
+    """mean +- sd (max), the format of Table VI (the sample sd over the seeds, n - 1)."""
+    if len(values) == 1:
+        return "%.2f (one seed)" % values[0]
+    return "%.2f +- %.2f (%.2f)" % (statistics.mean(values), statistics.stdev(values), max(values))
+
+
+def seeds_tables():
+    for variant, label, paper in VARIANTS:
+        runs = seed_runs(variant)
+        seeds = sorted(runs)
+        print("**%s**, overtrained (step 8100), seeds %s: seq / char per seed, the median and the maximum over"
+              " the seeds, and the paper's best of 10\n" % (label, ", ".join(map(str, seeds)) or "none"))
+        head = ["instance"] + ["seed %d" % s for s in seeds] + ["median", "max", "paper, best of 10"]
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        for inst in ORDER + DIGITS_ORDER:
+            got = [runs[s][inst] for s in seeds if inst in runs[s]]
+            if not got:
+                continue
+            cells = [inst] + [fmt(runs[s][inst]["seq_acc"], runs[s][inst]["char_acc"]) if inst in runs[s] else "not run"
+                              for s in seeds]
+            seq = [float(r["seq_acc"]) for r in got]
+            char = [float(r["char_acc"]) for r in got]
+            cells.append(fmt(statistics.median(seq), statistics.median(char)) + ("" if len(got) == len(seeds) else
+                                                                                  " (%d seeds)" % len(got)))
+            cells.append(fmt(max(seq), max(char)))
+            p = paper.get(inst)
+            cells.append(fmt(p[1], p[0]) if p else "-")
+            print("| " + " | ".join(cells) + " |")
+        print()
+        before = {}
+        for s in seeds:
+            path = os.path.join(HERE, "%s-seed%d-step5100-tableiii.csv" % (variant, s))
+            if os.path.exists(path):
+                before[s] = rows(path)
+        print("**%s** at step 5100 (before the overtraining phase), seeds %s, against Table VI (10 seeds):"
+              " mean +- sd (max)\n" % (label, ", ".join(map(str, sorted(before))) or "none"))
+        print("| instance | ours: char | seq | Table VI: char | seq |")
+        print("|---|---|---|---|---|")
+        for inst, (pc, ps) in TABLE_VI[variant].items():
+            got = [before[s][inst] for s in sorted(before) if inst in before[s]]
+            oc = spread([float(r["char_acc"]) for r in got]) if got else "not run"
+            os_ = spread([float(r["seq_acc"]) for r in got]) if got else "not run"
+            print("| %s | %s | %s | %.2f +- %.2f (%.2f) | %.2f +- %.2f (%.2f) |" % ((inst, oc, os_) + pc + ps))
+        print()
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if sys.argv[1:] == ["--seeds"]:
+        seeds_tables()
+    elif not sys.argv[1:] or any(a.startswith("-") for a in sys.argv[1:]):
+        sys.exit("usage: table.py GRID_CSV [GRID_CSV ...] | table.py --seeds")
+    else:
+        main(sys.argv[1:])
