@@ -611,14 +611,29 @@ TEST(LearnCli, CheckpointStepIsCheckedAndStrict) {
   resume("tensor 'adam.m.");
 }
 
-// Settings that differ from those the checkpoint was trained with (under its checksum) are named.
+// Settings that differ from those the checkpoint was trained with (under its checksum) are named, and
+// kept with the run as train_grid keeps them: config.json's "run", the checkpoint (a later resume adds
+// its own change after them, and none when its settings are the checkpoint's) and the report.
 TEST(LearnCli, ResumeNamesChangedTrainSettings) {
   const std::string d = copy_model("extend");
-  const CmdResult r = run_cmd(kTrain + " --out " + d + " --resume --steps 32 --lr 0.02");
+  EXPECT_FALSE(nlohmann::json::parse(slurp(d + "/config.json")).contains("run"));  // a run never changed
+  CmdResult r = run_cmd(kTrain + " --out " + d + " --resume --steps 32 --lr 0.02 --json " + d + "/r1.json");
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.err.find("resuming with train settings other than the checkpoint's: lr 0.01 -> 0.02; steps 30 -> 32;"),
             std::string::npos)
       << r.err;
+  const std::string first = "@30: lr 0.01 -> 0.02; steps 30 -> 32;";
+  EXPECT_EQ(nlohmann::json::parse(slurp(d + "/config.json")).at("run").at("train_changes"), first);
+  EXPECT_EQ(nlohmann::json::parse(slurp(d + "/r1.json")).at("train_changes"), first);
+  r = run_cmd(kTrain + " --out " + d + " --resume --steps 32 --lr 0.02");  // the checkpoint's settings: no change
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err.find("other than the checkpoint's"), std::string::npos) << r.err;
+  r = run_cmd(kTrain + " --out " + d + " --resume --steps 34 --lr 0.02");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(slurp(d + "/config.json")).at("run").at("train_changes"),
+            first + " @32: steps 32 -> 34;");
+  const CmdResult e = run_cmd(kEval + " --model " + d + " --problem 12+34");  // the model still loads
+  EXPECT_TRUE(e.rc == 0 || e.rc == 1) << e.err;                               // (1: a 34-step model's wrong sum)
 }
 
 TEST(LearnCli, TruncatedCheckpointRefusesResume) {

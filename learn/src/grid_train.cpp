@@ -767,21 +767,13 @@ nlohmann::json run_grid_training(const GridConfig& mc, const GridTrainConfig& tc
     } catch (const InputError& e) {
       throw InputError(fmt::format("'{}': {}", what, e.what()));
     }
-    if (rs.count("train_config")) {
-      // threads and cache_mb do not change the run (the trainer's results do not depend on them)
-      nlohmann::json was = parse_json(rs.at("train_config"), what + " (run.train_config)"), now = tc;
-      for (const char* k : {"threads", "cache_mb"}) {
-        if (was.is_object()) was.erase(k);
-        now.erase(k);
-      }
-      const std::string diff = config_changes(was, now);
-      if (!diff.empty()) {
-        prog.message("resuming with train settings other than the checkpoint's:" + diff +
-                         " the steps from here differ from the run's",
-                     true);
-        // kept with the run (checkpoint, config.json, report): "@5100: beta 0.05 -> 0.0005; ..."
-        train_changes += fmt::format("{}@{}:{}", train_changes.empty() ? "" : " ", tr.steps_done(), diff);
-      }
+    // threads and cache_mb do not change the run (the trainer's results do not depend on them)
+    const std::string diff = resumed_train_changes(rs, what, tc, {"threads", "cache_mb"});
+    if (!diff.empty()) {
+      prog.message("resuming with train settings other than the checkpoint's:" + diff +
+                       " the steps from here differ from the run's",
+                   true);
+      train_changes = add_train_change(train_changes, tr.steps_done(), diff);
     }
   }
   RunLogs logs;

@@ -67,6 +67,24 @@ std::string config_changes(const nlohmann::json& was, const nlohmann::json& now)
   return diff;
 }
 
+std::string resumed_train_changes(const std::map<std::string, std::string>& run_state, const std::string& what,
+                                  nlohmann::json now, const std::vector<std::string>& ignore,
+                                  const std::function<void(nlohmann::json&)>& upgrade) {
+  const auto it = run_state.find("train_config");
+  if (it == run_state.end()) return "";
+  nlohmann::json was = parse_json(it->second, what + " (run.train_config)");
+  if (upgrade && was.is_object()) upgrade(was);
+  for (const std::string& k : ignore) {
+    if (was.is_object()) was.erase(k);
+    if (now.is_object()) now.erase(k);
+  }
+  return config_changes(was, now);
+}
+
+std::string add_train_change(const std::string& prior, std::int64_t step, const std::string& diff) {
+  return prior + fmt::format("{}@{}:{}", prior.empty() ? "" : " ", step, diff);
+}
+
 bool path_exists(const std::string& path) {
   std::error_code ec;
   const bool there = std::filesystem::exists(path, ec);

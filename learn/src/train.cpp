@@ -268,6 +268,9 @@ void Trainer::save(const std::string& dir, const std::map<std::string, std::stri
           ? "trained in bf16 mixed precision (fp32 master weights, Adam moments, gradients and residual stream; bf16 "
             "inputs of every matrix product, fp32 accumulation); the stored weights are fp32"
           : "trained in fp32";
+  // the settings a resume changed (train_changes in the run state; config.json's train section is the last
+  // piece's), as train_grid's config.json holds them
+  if (run_state.count("train_changes")) cfg["run"]["train_changes"] = run_state.at("train_changes");
   atomic_write(dir + "/config.json", cfg.dump(2) + "\n");
   nlohmann::json mj = mc_;
   std::map<std::string, std::string> ckpt_meta;
@@ -342,6 +345,9 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
   // uninterrupted run. (Wall-clock columns -- tokens/s, elapsed seconds -- are this process's.)
   std::int64_t win_n = 0;
   double win_loss = 0;
+  // The train settings a resume changed, and at which step (run.train_changes; kept only once there is one).
+  std::string train_changes =
+      resume && tr.run_state().count("train_changes") ? tr.run_state().at("train_changes") : "";
   if (resume) {
     const auto& rs = tr.run_state();
     const std::string what = dir + "/checkpoint.safetensors";
@@ -353,14 +359,15 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
       throw InputError(fmt::format("'{}': {}", what, e.what()));
     }
     // config.json is the user's to edit (and flags may extend --steps): say what differs from the
-    // settings the checkpoint was trained with, which its checksum covers.
-    if (rs.count("train_config")) {
-      nlohmann::json was = parse_json(rs.at("train_config"), what + " (run.train_config)");
-      if (was.is_object() && !was.contains("task")) was["task"] = "addition";  // written before tasks existed
-      const std::string diff = config_changes(was, tc);
-      if (!diff.empty())
-        prog.message("resuming with train settings other than the checkpoint's:" + diff +
-            " the steps from here differ from the run's", true);
+    // settings the checkpoint was trained with, which its checksum covers, and keep it with the run.
+    const std::string diff = resumed_train_changes(rs, what, tc, {}, [](nlohmann::json& was) {
+      if (!was.contains("task")) was["task"] = "addition";  // written before tasks existed
+    });
+    if (!diff.empty()) {
+      prog.message("resuming with train settings other than the checkpoint's:" + diff +
+                       " the steps from here differ from the run's",
+                   true);
+      train_changes = add_train_change(train_changes, tr.steps_done(), diff);
     }
   }
   // The logs hold one history: the rows of the steps the checkpoint holds (a new run starts them anew).
@@ -385,9 +392,11 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
     return e;
   };
   auto save = [&] {
-    tr.save(dir, {{"log_window_steps", std::to_string(win_n)},
-                  {"log_window_loss", double_bits(win_loss)},
-                  {"train_config", nlohmann::json(tc).dump()}});
+    std::map<std::string, std::string> rs = {{"log_window_steps", std::to_string(win_n)},
+                                             {"log_window_loss", double_bits(win_loss)},
+                                             {"train_config", nlohmann::json(tc).dump()}};
+    if (!train_changes.empty()) rs["train_changes"] = train_changes;
+    tr.save(dir, rs);
   };
   // The steps run with deferred statistics (Trainer::step_async): their losses enter the log window
   // here, in step order, before every log row, evaluation and checkpoint -- the same sums as step by step.
@@ -437,6 +446,7 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
   out["final_loss"] = last_loss;
   out["seconds"] = secs;
   out["tokens_per_s"] = secs > 0 ? double(total_tokens) / secs : 0;
+  if (!train_changes.empty()) out["train_changes"] = train_changes;
   if (tr.steps_done() >= tc.steps) {
     const auto e = do_eval();
     out["in_distribution"] = {{"mean", e.mean}, {"min", e.min}, {"samples_per_cell", tc.eval_samples}, {"acc", e.acc}};

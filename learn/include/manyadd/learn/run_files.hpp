@@ -61,6 +61,19 @@ bool checkpoint_config_is(const std::map<std::string, std::string>& meta, const 
 // for every field of `now` that `was` lacks or holds otherwise, "" when none.
 std::string config_changes(const nlohmann::json& was, const nlohmann::json& now);
 
+// A resume's train settings against those its checkpoint's run was trained with (run_state's
+// "train_config"; config.json is the user's to edit and flags may extend a run): config_changes with the
+// fields in `ignore` (settings that do not change the run) left out of both; `upgrade` fills fields a
+// train_config written before they existed lacks. "" when nothing changed or the checkpoint holds no
+// train_config. `what` names the checkpoint in errors.
+std::string resumed_train_changes(const std::map<std::string, std::string>& run_state, const std::string& what,
+                                  nlohmann::json now, const std::vector<std::string>& ignore = {},
+                                  const std::function<void(nlohmann::json&)>& upgrade = {});
+
+// The record of the changes kept with the run (its checkpoint's run.train_changes, config.json's "run",
+// the report): `prior`, then "@STEP: key old -> new; ..." -- "@5100: beta 0.05 -> 0.0005; epochs 510 -> 810;".
+std::string add_train_change(const std::string& prior, std::int64_t step, const std::string& diff);
+
 // Rewrites a CSV log so that it describes exactly the steps the checkpoint holds: the header, then the
 // complete rows (`columns` fields, a step first, steps increasing) of steps <= upto. Dropped: rows of
 // steps a killed run logged after its last checkpoint, and a last line a kill cut short (no newline).
