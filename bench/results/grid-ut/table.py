@@ -4,9 +4,10 @@ base model after overtraining, best of 10 seeds), ours (evaluate_grid's CSV of a
 the whole-claim runs in side-by-side/). Each cell: sequence accuracy / character accuracy; '*' where
 every problem of the instance lies inside that model's training ranges.
 
-    python3 bench/results/grid-ut/table.py GRID_CSV [GRID_CSV ...]   (from the repository root)
+    python3 bench/results/grid-ut/table.py [GRID_CSV ...]   (from the repository root)
 
-GRID_CSV: evaluate_grid --csv outputs of one model (their instances are looked up by name).
+Without arguments the grid columns are each variant's median over the seeds runs.sh evaluated here;
+GRID_CSV: evaluate_grid --csv outputs of one model instead (their instances are looked up by name).
 
     python3 bench/results/grid-ut/table.py --seeds
 
@@ -62,10 +63,8 @@ def fmt(seq, char, star=False):
     return "%s / %s%s" % (acc(seq), acc(char), " *" if star else "")
 
 
-def main(grid_csvs):
-    grid = {}
-    for p in grid_csvs:
-        grid.update(rows(p))
+def main(grid_cols):
+    """grid_cols: [(column label, {instance: row})] of the grid models, each beside the paper's."""
     dec = []
     for name, label, bounds in DECODERS:
         d = {}
@@ -74,15 +73,18 @@ def main(grid_csvs):
             if os.path.exists(p):
                 d.update(rows(p))
         dec.append((label, d, bounds))
-    head = ["instance", "paper (base, best of 10)", "grid UT, ours"] + [l for l, _, _ in dec] + ["construction"]
+    head = (["instance", "paper base, best of 10", "paper noGroups, best of 10"] + [l for l, _ in grid_cols]
+            + [l for l, _, _ in dec] + ["construction"])
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for inst in ORDER:
         cells = [inst]
-        p = PAPER.get(inst)
-        cells.append(fmt(p[1], p[0]) if p else "-")
-        g = grid.get(inst)
-        cells.append(fmt(g["seq_acc"], g["char_acc"], inside(inst, GRID_TRAIN)) if g else "not run")
+        for paper in (PAPER, PAPER_NOGROUPS):
+            p = paper.get(inst)
+            cells.append(fmt(p[1], p[0]) if p else "-")
+        for _, grid in grid_cols:
+            g = grid.get(inst)
+            cells.append(fmt(g["seq_acc"], g["char_acc"], inside(inst, GRID_TRAIN)) if g else "not run")
         for _, d, bounds in dec:
             r = d.get(inst)
             if r is None:
@@ -93,6 +95,21 @@ def main(grid_csvs):
                 cells.append(fmt(r["answer_accuracy"], r["char_accuracy"], inside(inst, bounds)))
         cells.append("1 / 1 (proven)")
         print("| " + " | ".join(cells) + " |")
+
+
+def median_columns():
+    """The side-by-side's grid columns: per variant, the median over its evaluated seeds (seq and char apart)."""
+    cols = []
+    for variant, label, _ in VARIANTS:
+        runs = seed_runs(variant)
+        med = {}
+        for inst in ORDER:
+            got = [runs[s][inst] for s in sorted(runs) if inst in runs[s]]
+            if got:
+                med[inst] = {k: statistics.median(float(r[k]) for r in got) for k in ("seq_acc", "char_acc")}
+        n = len(runs)
+        cols.append(("grid UT %s, ours: median of %d seed%s" % (label, n, "" if n == 1 else "s"), med))
+    return cols
 
 
 # the noGroups variant's rows: Table III (char, seq) and Table IV left (2 terms of many digits)
@@ -173,9 +190,15 @@ def seeds_tables():
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--seeds"]:
+    args = sys.argv[1:]
+    if args == ["--seeds"]:
         seeds_tables()
-    elif not sys.argv[1:] or any(a.startswith("-") for a in sys.argv[1:]):
-        sys.exit("usage: table.py GRID_CSV [GRID_CSV ...] | table.py --seeds")
+    elif any(a.startswith("-") for a in args):
+        sys.exit("usage: table.py [GRID_CSV ...] | table.py --seeds")
+    elif args:  # one model's CSVs
+        one = {}
+        for a in args:
+            one.update(rows(a))
+        main([("grid UT, ours", one)])
     else:
-        main(sys.argv[1:])
+        main(median_columns())
