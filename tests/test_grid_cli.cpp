@@ -3,7 +3,10 @@
 // never stopped, the evaluation's rows, CSV and JSON, and --problem's verdict as its exit code.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <filesystem>
+#include <map>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -82,6 +85,11 @@ TEST(GridCli, BadInputIsRefusedBeforeAnythingIsWritten) {
       {" --model " + out + " --problem 12+3 --instance 2x3", "exclude each other"},
       {" --model " + dir + "/none --instance 2x3", "none/config.json"},
       {" --model " + out + " --instance 2x3 --samples 0", "--samples"},
+      {" --model " + out + " --problem 12+3 --problems-csv " + dir + "/p.csv", "--problems-csv lists the problems"},
+      {" --model " + out + " --instance 2x3 --problems-csv " + dir + "/no/p.csv", "does not exist"},
+      {" --model " + out + " --instance 2x3 --fixed-steps 3 --greedy-halt", "--fixed-steps sets the steps"},
+      {" --model " + out + " --instance 2x3 --fixed-steps 3 --max-steps 5", "--fixed-steps sets the steps"},
+      {" --model " + out + " --instance 2x3 --fixed-steps -2", "--fixed-steps"},
   };
   for (const auto& [flags, msg] : ecases) {
     const auto r = run_cmd(kEval + flags);
@@ -169,6 +177,54 @@ TEST(GridCli, EvaluateRowsCsvJsonAndProblem) {
     return out;
   };
   EXPECT_EQ(cut(r.out), cut(r1.out));
+  // --problems-csv: one row per problem, whose sums are the instance's counts (the report's numbers)
+  const auto rp = run_cmd(kEval + " --model " + m + " --instance 2x3 --instance 1-3x1-2 --samples 20 --batch 8 -q" +
+                          " --problems-csv " + dir + "/p.csv");
+  ASSERT_EQ(rp.rc, 0) << rp.err;
+  std::istringstream pin(slurp(dir + "/p.csv"));
+  std::string line;
+  std::getline(pin, line);
+  EXPECT_EQ(line, "instance,index,H,W,steps,correct,valid,exact,problem,sum,prediction");
+  std::map<std::string, std::array<std::int64_t, 4>> sums;  // rows, correct, valid, exact
+  while (std::getline(pin, line)) {
+    std::vector<std::string> f;
+    std::istringstream fl(line);
+    for (std::string x; std::getline(fl, x, ',');) f.push_back(x);
+    ASSERT_EQ(f.size(), 11u) << line;
+    auto& a = sums[f[0]];
+    EXPECT_EQ(std::stoll(f[1]), a[0]) << line;  // indices in order
+    a[0] += 1, a[1] += std::stoll(f[5]), a[2] += std::stoll(f[6]), a[3] += std::stoll(f[7]);
+    EXPECT_EQ(f[7] == "1", f[5] == f[6]) << line;
+    EXPECT_EQ(f[10].size(), std::size_t(std::stoi(f[3]))) << line;  // the top row: W tokens
+    // exact: the prediction's digits are the sum (right-aligned, PAD before it)
+    if (f[7] == "1") EXPECT_EQ(f[10].substr(f[10].find_first_not_of('_')), f[9]) << line;
+  }
+  ASSERT_EQ(sums.size(), 2u);
+  for (const auto& inst : j.at("instances")) {
+    const auto& a = sums.at(inst.at("instance").get<std::string>());
+    EXPECT_EQ(a[0], 20);
+    EXPECT_EQ(double(a[3]) / 20, inst.at("seq_acc").get<double>());
+    EXPECT_DOUBLE_EQ(double(a[1]) / double(a[2]), inst.at("char_acc").get<double>());
+  }
+  // --fixed-steps: every problem takes that many steps, whatever its halting says (0: the read-out of G_0)
+  for (int n : {0, 3}) {
+    const auto rf = run_cmd(kEval + " --model " + m + " --instance 1-3x1-2 --samples 20 --batch 8 -q --fixed-steps " +
+                            std::to_string(n) + " --problems-csv " + dir + "/f.csv --json " + dir + "/f.json");
+    ASSERT_EQ(rf.rc, 0) << rf.err;
+    EXPECT_EQ(nlohmann::json::parse(slurp(dir + "/f.json")).at("instances")[0].at("mean_steps").get<double>(), n);
+    std::istringstream fin(slurp(dir + "/f.csv"));
+    std::getline(fin, line);
+    int rows_seen = 0;
+    while (std::getline(fin, line)) {
+      std::vector<std::string> f;
+      std::istringstream fl(line);
+      for (std::string x; std::getline(fl, x, ',');) f.push_back(x);
+      ASSERT_EQ(f.size(), 11u) << line;
+      EXPECT_EQ(f[4], std::to_string(n)) << line;
+      ++rows_seen;
+    }
+    EXPECT_EQ(rows_seen, 20);
+  }
   // --problem: the exit code is the verdict
   const auto p = run_cmd(kEval + " --model " + m + " --problem 12+34");
   ASSERT_TRUE(p.rc == 0 || p.rc == 1) << p.err;

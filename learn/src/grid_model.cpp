@@ -496,7 +496,7 @@ void sample_forward(SampleActs<S>& a, const GridView<S>& m, const GridInput& in,
         const S pn = halt ? S(1) - sum_p : lambda * q;
         a.p.push_back(pn);
         sum_p += pn, q *= S(1) - lambda;
-      } else if (!halt) {
+      } else if (!halt && !opt.run_to_max) {
         if (opt.greedy_halt) {
           halt = lambda >= S(0.5);
         } else {  // Bernoulli(lambda_n): one uniform of 53 bits per step from the sample's stream

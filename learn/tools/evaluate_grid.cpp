@@ -6,7 +6,9 @@
 // in --csv and --json. Progress on stderr unless --quiet.
 // Exit codes: 0 done, 1 --problem answered wrongly, 2 bad usage or input, 3 internal error.
 #include <cstdio>
+#include <functional>
 #include <iostream>
+#include <memory>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -33,11 +35,11 @@ int main(int argc, char** argv) {
       "W = D + 3 + U[0, 3] by default); halting is sampled (Bernoulli(lambda_n), the authors' test) unless\n"
       "--greedy-halt. Everything is a function of (--seed, instance): any thread count gives the same numbers.",
       "evaluate_grid"};
-  std::string model, csv, json_path, table_s, problem;
+  std::string model, csv, json_path, table_s, problem, problems_csv;
   std::vector<std::string> instances;
   std::int64_t samples = 1000;
   std::uint64_t seed = 1;
-  int threads = 2, batch = 128, max_steps = -1, rows = 0, cols = 0;
+  int threads = 2, batch = 128, max_steps = -1, rows = 0, cols = 0, fixed_steps = -1;
   bool greedy = false, quiet = false;
   cli::add_string(app, "--model", model, "model directory (config.json + model.safetensors)")->required();
   app.add_option("--instance", instances, "an instance TERMSxDIGITS (repeatable)");
@@ -54,10 +56,17 @@ int main(int argc, char** argv) {
   cli::add_int(app, "--batch", batch, "problems per grid (their test batches: 128)", 1, 1'000'000);
   cli::add_int(app, "--max-steps", max_steps, "most recurrent steps (-1: the model's max_steps_eval)", -1, 10000);
   app.add_flag("--greedy-halt", greedy, "halt when lambda_n >= 1/2 instead of sampling");
+  cli::add_int(app, "--fixed-steps", fixed_steps,
+               "every problem takes exactly this many recurrent steps, whatever the halting says (an experiment: "
+               "what more or fewer steps compute; not the paper's test)",
+               -1, 10000);
   cli::add_string(app, "--problem", problem, "one problem, e.g. 57+48+96: prints the prediction and the steps");
   cli::add_int(app, "--rows", rows, "--problem: grid rows H (0: terms + 1)", 0, 100000);
   cli::add_int(app, "--cols", cols, "--problem: grid columns W (0: longest operand + 3)", 0, 1000000);
   cli::add_output(app, "--csv", csv, "CSV: instance,samples,char_acc,seq_acc,mean_steps,seconds,steps_hist");
+  cli::add_output(app, "--problems-csv", problems_csv,
+                  "CSV, one row per problem: instance,index,H,W,steps,correct,valid,exact,problem,sum,prediction "
+                  "(correct / valid: the character matches; prediction: the top row's W tokens, _ = PAD)");
   cli::add_json(app, json_path, "JSON report (every instance with its steps histogram)");
   cli::add_quiet(app, quiet);
   app.footer(cli::exit_codes_footer(true));
@@ -67,6 +76,10 @@ int main(int argc, char** argv) {
       for (const auto& s : paper_table(table_s)) instances.push_back(s);
     if (problem.empty() && instances.empty()) throw InputError("nothing to evaluate: give --instance, --table or --problem");
     if (!problem.empty() && !instances.empty()) throw InputError("--problem and --instance/--table exclude each other");
+    if (fixed_steps >= 0 && (max_steps >= 0 || greedy))
+      throw InputError("--fixed-steps sets the steps: it excludes --max-steps and --greedy-halt");
+    if (!problem.empty() && !problems_csv.empty())
+      throw InputError("--problems-csv lists the problems of --instance/--table (--problem prints its own)");
     std::vector<Instance> insts;
     for (const auto& s : instances) insts.push_back(Instance::parse(s));
     Problem prob;
@@ -81,7 +94,8 @@ int main(int argc, char** argv) {
       from_json(m.config_json["train"], tc);
       rule = tc.grid_rule();
     }
-    const int steps = max_steps >= 0 ? max_steps : m.cfg.max_steps_eval;
+    const int steps = fixed_steps >= 0 ? fixed_steps : max_steps >= 0 ? max_steps : m.cfg.max_steps_eval;
+    const bool run_to_max = fixed_steps >= 0;
     if (!problem.empty()) {
       int dmax = 0;
       for (const auto& o : prob.operands) dmax = std::max(dmax, int(o.size()));
@@ -90,7 +104,7 @@ int main(int argc, char** argv) {
       check_grid_eval_fits(m.cfg, int(problem_tokens(prob).size()), H, W, 1);
       const GridBatch b = make_batch({prob}, H, W);
       std::vector<SampleActs<float>> ws;
-      const BatchEval e = eval_batch(m.view(fast), b, seed_mix(seed, 0x9B0B), greedy, steps, 1, ws);
+      const BatchEval e = eval_batch(m.view(fast), b, seed_mix(seed, 0x9B0B), greedy, steps, 1, ws, nullptr, run_to_max);
       std::string pred;
       for (auto t : e.preds[0])
         if (t != kPad) pred += grid::token_char(t);
@@ -124,6 +138,12 @@ int main(int argc, char** argv) {
       check_grid_eval_fits(m.cfg, in.terms_hi * (in.digits_hi + 1), H, W, threads);
     }
     if (!csv.empty()) check_output_path(csv);
+    std::unique_ptr<AtomicFile> per_problem;  // streamed: one row per problem, written as the batches finish
+    if (!problems_csv.empty()) {
+      check_output_path(problems_csv);
+      per_problem = std::make_unique<AtomicFile>(problems_csv);
+      per_problem->append("instance,index,H,W,steps,correct,valid,exact,problem,sum,prediction\n");
+    }
     nlohmann::json rows_json = nlohmann::json::array();
     std::string csv_text = "instance,samples,char_acc,seq_acc,mean_steps,seconds,steps_hist\n";
     std::printf("%-12s %8s %8s %8s %10s %9s\n", "instance", "samples", "char", "seq", "mean_steps", "seconds");
@@ -132,8 +152,22 @@ int main(int argc, char** argv) {
       popt.quiet = quiet;
       popt.final_after_s = 5;
       Progress prog("evaluate_grid " + in.name(), samples, "samples", popt);
-      const InstanceResult r =
-          evaluate_instance(m.view(fast), in, samples, seed, rule, batch, greedy, steps, threads, &prog);
+      std::int64_t index = 0;
+      std::function<void(const GridBatch&, const BatchEval&)> rows_of;
+      if (per_problem) rows_of = [&](const GridBatch& b, const BatchEval& e) {
+        std::string out;
+        for (int i = 0; i < b.B; ++i) {
+          const auto [c, v] = e.matches[std::size_t(i)];
+          std::string pred;
+          for (auto t : e.preds[std::size_t(i)]) pred += grid::token_char(t);
+          const Problem& p = b.problems[std::size_t(i)];
+          out += fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", in.name(), index++, b.H, b.W, e.steps[std::size_t(i)],
+                             c, v, c == v ? 1 : 0, p.to_string(), problem_sum(p), pred);
+        }
+        per_problem->append(out);
+      };
+      const InstanceResult r = evaluate_instance(m.view(fast), in, samples, seed, rule, batch, greedy, steps, threads,
+                                                 &prog, rows_of, run_to_max);
       prog.finish();
       std::printf("%-12s %8lld %8.4f %8.4f %10.2f %9.1f\n", in.name().c_str(), static_cast<long long>(r.samples),
                   r.char_acc(), r.seq_acc(), r.mean_steps(), r.seconds);
@@ -146,9 +180,11 @@ int main(int argc, char** argv) {
       rows_json.push_back(r.to_json());
     }
     if (!csv.empty()) atomic_write(csv, csv_text);
+    if (per_problem) per_problem->commit();
     if (!json_path.empty())
       report::write_json_report(json_path, "evaluate_grid", "done",
                                 {{"model", model}, {"seed", seed}, {"greedy_halt", greedy}, {"max_steps", steps},
+                                 {"fixed_steps", fixed_steps},
                                  {"batch", batch}, {"instances", rows_json}});
     return 0;
   });

@@ -119,6 +119,7 @@ struct RunOptions {
   bool greedy_halt = false;  // eval: halt when lambda_n >= 1/2 instead of sampling
   double pad_weight = 0.1;   // the PAD class's weight in the cross-entropy (the paper's 1/10)
   int max_steps = -1;        // -1: the config's for the mode
+  bool run_to_max = false;   // eval: ignore the halting, take max_steps steps (what more steps compute)
 };
 
 // Everything one sample's run computes; with keep = false only what the run's results need (one step's

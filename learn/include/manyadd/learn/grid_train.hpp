@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -117,8 +118,10 @@ struct BatchEval {
   std::int64_t cell_steps = 0;
 };
 // progress (if given) counts the samples as they finish.
+// run_to_max: every sample takes max_steps steps, whatever its halting says (RunOptions::run_to_max).
 BatchEval eval_batch(const GridView<float>& m, const GridBatch& batch, std::uint64_t key, bool greedy, int max_steps,
-                     int threads, std::vector<SampleActs<float>>& ws, Progress* progress = nullptr);
+                     int threads, std::vector<SampleActs<float>>& ws, Progress* progress = nullptr,
+                     bool run_to_max = false);
 
 struct GridTrainConfig {
   std::string train_instance = "1-4x1-10";  // Pi([1, 4], [1, 10])
@@ -210,9 +213,12 @@ struct InstanceResult {
   double mean_steps() const;
   nlohmann::json to_json() const;
 };
+// each_batch (if given) sees every batch with its results, in order (evaluate_grid --problems-csv).
 InstanceResult evaluate_instance(const GridView<float>& m, const Instance& inst, std::int64_t samples,
                                  std::uint64_t seed, const GridSizeRule& rule, int batch, bool greedy, int max_steps,
-                                 int threads, Progress* progress = nullptr);
+                                 int threads, Progress* progress = nullptr,
+                                 const std::function<void(const GridBatch&, const BatchEval&)>& each_batch = {},
+                                 bool run_to_max = false);
 
 // The whole training loop (train_grid): resume, progress, log.csv and eval.csv, checkpoints every
 // checkpoint_every steps and at the end, --stop-after / --max-seconds pieces that resume bit for bit.

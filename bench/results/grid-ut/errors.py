@@ -1,0 +1,87 @@
+"""Where the grid model's answers go wrong: reads evaluate_grid --problems-csv files (one row per problem)
+and prints, per instance, the sequence accuracy split by the problem's longest carry propagation and
+where in the answer the wrong digits lie.
+
+    python3 bench/results/grid-ut/errors.py PROBLEMS_CSV [PROBLEMS_CSV ...]   (from the repository root)
+
+The longest carry propagation of a problem: the longest run of consecutive columns (units first) whose
+carry-out the incoming carry changed, i.e. floor((s + c) / 10) != floor(s / 10) with s the column's digit
+sum and c its carry-in; a column's answer digit depends on columns that far to its right and no further
+(2 terms: a run of columns summing to 9 after one that carries). The grid model's 3 x 3 local attention
+moves information one column per recurrent step, so a problem whose propagation is longer than its
+steps cannot come out exact unless the model carries some other way. Wrong digits: positions counted
+from the units digit (0), over the valid matches only (the authors' metric: PAD-PAD is not counted),
+reported as a fraction of the answer's length (0 = units end, 1 = most significant end)."""
+import csv
+import statistics
+import sys
+
+from collections import defaultdict
+
+
+def columns(problem):
+    """The digit sums per column, units first."""
+    ops = problem.split("+")
+    n = max(len(o) for o in ops)
+    return [sum(int(o[-1 - i]) for o in ops if i < len(o)) for i in range(n)]
+
+
+def longest_propagation(problem):
+    best = run = 0
+    c = 0
+    for s in columns(problem):
+        changed = c > 0 and (s + c) // 10 != s // 10
+        run = run + 1 if changed else 0
+        best = max(best, run)
+        c = (s + c) // 10
+    return best
+
+
+def wrong_positions(row):
+    """Positions (from the units digit) of the valid matches that are wrong, and the answer's length."""
+    pred, want = row["prediction"], row["sum"]
+    W = len(pred)
+    target = "_" * (W - len(want)) + want
+    wrong = [W - 1 - k for k in range(W) if not (pred[k] == "_" and target[k] == "_") and pred[k] != target[k]]
+    return wrong, len(want)
+
+
+def main(paths):
+    by = defaultdict(list)  # (file, instance) -> rows: files are not merged (other models, other steps)
+    for p in paths:
+        with open(p) as f:
+            for r in csv.DictReader(f):
+                by[(p, r["instance"])].append(r)
+    for (path, inst), rows in by.items():
+        n = len(rows)
+        exact = sum(r["exact"] == "1" for r in rows)
+        print("## %s, %s: %d problems, sequence accuracy %.3f, mean steps %.2f" %
+              (path, inst, n, exact / n, statistics.mean(int(r["steps"]) for r in rows)))
+        groups = defaultdict(lambda: [0, 0, []])
+        for r in rows:
+            g = groups[longest_propagation(r["problem"])]
+            g[0] += 1
+            g[1] += r["exact"] == "1"
+            g[2].append(int(r["steps"]))
+        print("\n| longest carry propagation | problems | exact | seq acc | steps (median) |")
+        print("|---|---|---|---|---|")
+        for k in sorted(groups):
+            t, e, st = groups[k]
+            print("| %d | %d | %d | %.3f | %g |" % (k, t, e, e / t, statistics.median(st)))
+        wrong = [wrong_positions(r) for r in rows if r["exact"] != "1"]
+        if wrong:
+            counts = [len(w) for w, _ in wrong]
+            rel = [p / max(1, L - 1) for w, L in wrong for p in w]
+            bins = [0] * 10
+            for x in rel:
+                bins[min(9, int(x * 10))] += 1
+            print("\nwrong problems: %d; wrong digits per wrong problem: median %g, max %d; where the wrong digits"
+                  " lie (fraction of the answer's length from the units end, deciles): %s" %
+                  (len(wrong), statistics.median(counts), max(counts), " ".join(str(b) for b in bins)))
+        print()
+
+
+if __name__ == "__main__":
+    if not sys.argv[1:] or any(a.startswith("-") for a in sys.argv[1:]):
+        sys.exit("usage: errors.py PROBLEMS_CSV [PROBLEMS_CSV ...]")
+    main(sys.argv[1:])
