@@ -225,6 +225,22 @@ TEST(GridCli, EvaluateRowsCsvJsonAndProblem) {
     }
     EXPECT_EQ(rows_seen, 20);
   }
+  // --hard-actions: Seq2Grid's actions one-hot at their argmax (the soft ones of a trained model are not)
+  for (bool hard : {false, true}) {
+    const auto rh = run_cmd(kEval + " --model " + m + " --problem 12+34 --json " + dir + "/h.json" +
+                            (hard ? " --hard-actions" : ""));
+    ASSERT_TRUE(rh.rc == 0 || rh.rc == 1) << rh.err;
+    int one_hot = 0, tokens = 0;
+    const auto rep = nlohmann::json::parse(slurp(dir + "/h.json"));
+    for (const auto& a : rep.at("actions")) {
+      const double t = a.at("TLU").get<double>(), n = a.at("NLP").get<double>(), o = a.at("NOP").get<double>();
+      one_hot += (t == 0 || t == 1) && (n == 0 || n == 1) && (o == 0 || o == 1) && t + n + o == 1;
+      ++tokens;
+    }
+    EXPECT_EQ(tokens, 6);
+    if (hard) EXPECT_EQ(one_hot, tokens);
+    else EXPECT_LT(one_hot, tokens);
+  }
   // --problem: the exit code is the verdict
   const auto p = run_cmd(kEval + " --model " + m + " --problem 12+34");
   ASSERT_TRUE(p.rc == 0 || p.rc == 1) << p.err;

@@ -464,6 +464,13 @@ void sample_forward(SampleActs<S>& a, const GridView<S>& m, const GridInput& in,
   // 2. Seq2Grid's actions (Eq. 2): softmax(FFN_2(x_t)), no dropout (tag-cat seq2grid.py, action_decoder)
   ffn_forward(sized(a.s2g_o, std::size_t(Sq) * 3), a.s2g, a.scratch, x, s2g_ffn(m), Sq, no_dropout<S>);
   softmax_rows_forward(sized(a.act, std::size_t(Sq) * 3), a.s2g_o.data(), Sq, 3);
+  if (opt.hard_actions && !train) {  // an intervention at test: each token's argmax action with weight 1
+    for (int t = 0; t < Sq; ++t) {
+      S* p = a.act.data() + std::size_t(t) * 3;
+      const std::ptrdiff_t k = std::max_element(p, p + 3) - p;
+      for (int j = 0; j < 3; ++j) p[j] = S(j == k ? 1 : 0);
+    }
+  }
   // 3. the grid G_0 (Eq. 3)
   sized(a.grids, keep ? (std::size_t(Sq) + 1) * HWC : HWC);
   seq2grid_forward(a.grids.data(), x, a.act.data(), Sq, H, W, C, keep);

@@ -296,7 +296,7 @@ template GroupResult group_loss<double>(double*, const GridView<double>&, const 
                                         const LossOptions&, std::uint64_t, double, int, Workspaces<double>&);
 
 BatchEval eval_batch(const GridView<float>& m, const GridBatch& batch, std::uint64_t key, bool greedy, int max_steps,
-                     int threads, std::vector<SampleActs<float>>& ws, Progress* progress, bool run_to_max) {
+                     int threads, std::vector<SampleActs<float>>& ws, Progress* progress, Interventions iv) {
   const int B = batch.B;
   threads = std::max(1, std::min(threads, B));
   if (int(ws.size()) < threads) ws.resize(std::size_t(threads));
@@ -313,7 +313,8 @@ BatchEval eval_batch(const GridView<float>& m, const GridBatch& batch, std::uint
         ro.key = seed_mix(key, std::uint64_t(b));
         ro.greedy_halt = greedy;
         ro.max_steps = max_steps;
-        ro.run_to_max = run_to_max;
+        ro.run_to_max = iv.run_to_max;
+        ro.hard_actions = iv.hard_actions;
         const GridInput in = batch.input(int(b));
         sample_forward(a, m, in, ro);
         e.steps[std::size_t(b)] = a.N;
@@ -638,7 +639,7 @@ InstanceResult evaluate_instance(const GridView<float>& m, const Instance& inst,
                                  std::uint64_t seed, const GridSizeRule& rule, int batch, bool greedy, int max_steps,
                                  int threads, Progress* progress,
                                  const std::function<void(const GridBatch&, const BatchEval&)>& each_batch,
-                                 bool run_to_max) {
+                                 Interventions iv) {
   inst.validate();
   if (samples < 1 || batch < 1) throw InputError("evaluation needs samples >= 1 and batch >= 1");
   const auto t0 = std::chrono::steady_clock::now();
@@ -654,7 +655,7 @@ InstanceResult evaluate_instance(const GridView<float>& m, const Instance& inst,
     for (std::int64_t i = j * batch; i < std::min(samples, (j + 1) * batch); ++i) ps.push_back(sample_problem(rng, inst));
     const GridBatch b = make_batch(std::move(ps), H, W);
     const BatchEval e =
-        eval_batch(m, b, seed_mix(si, std::uint64_t(j), 0xB3), greedy, max_steps, threads, ws, progress, run_to_max);
+        eval_batch(m, b, seed_mix(si, std::uint64_t(j), 0xB3), greedy, max_steps, threads, ws, progress, iv);
     for (int i = 0; i < b.B; ++i) {
       const auto [c, v] = e.matches[std::size_t(i)];
       r.char_correct += c, r.char_valid += v, r.seq_correct += c == v;

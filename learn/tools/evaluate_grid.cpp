@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   std::int64_t samples = 1000;
   std::uint64_t seed = 1;
   int threads = 2, batch = 128, max_steps = -1, rows = 0, cols = 0, fixed_steps = -1;
-  bool greedy = false, quiet = false;
+  bool greedy = false, quiet = false, hard_actions = false;
   cli::add_string(app, "--model", model, "model directory (config.json + model.safetensors)")->required();
   app.add_option("--instance", instances, "an instance TERMSxDIGITS (repeatable)");
   cli::add_string(app, "--table", table_s,
@@ -60,6 +60,9 @@ int main(int argc, char** argv) {
                "every problem takes exactly this many recurrent steps, whatever the halting says (an experiment: "
                "what more or fewer steps compute; not the paper's test)",
                -1, 10000);
+  app.add_flag("--hard-actions", hard_actions,
+               "Seq2Grid's actions one-hot at their argmax instead of the soft mixture (an experiment: what the "
+               "mixture's leak costs on long inputs; not the paper's test)");
   cli::add_string(app, "--problem", problem, "one problem, e.g. 57+48+96: prints the prediction and the steps");
   cli::add_int(app, "--rows", rows, "--problem: grid rows H (0: terms + 1)", 0, 100000);
   cli::add_int(app, "--cols", cols, "--problem: grid columns W (0: longest operand + 3)", 0, 1000000);
@@ -95,7 +98,9 @@ int main(int argc, char** argv) {
       rule = tc.grid_rule();
     }
     const int steps = fixed_steps >= 0 ? fixed_steps : max_steps >= 0 ? max_steps : m.cfg.max_steps_eval;
-    const bool run_to_max = fixed_steps >= 0;
+    Interventions iv;
+    iv.run_to_max = fixed_steps >= 0;
+    iv.hard_actions = hard_actions;
     if (!problem.empty()) {
       int dmax = 0;
       for (const auto& o : prob.operands) dmax = std::max(dmax, int(o.size()));
@@ -104,7 +109,7 @@ int main(int argc, char** argv) {
       check_grid_eval_fits(m.cfg, int(problem_tokens(prob).size()), H, W, 1);
       const GridBatch b = make_batch({prob}, H, W);
       std::vector<SampleActs<float>> ws;
-      const BatchEval e = eval_batch(m.view(fast), b, seed_mix(seed, 0x9B0B), greedy, steps, 1, ws, nullptr, run_to_max);
+      const BatchEval e = eval_batch(m.view(fast), b, seed_mix(seed, 0x9B0B), greedy, steps, 1, ws, nullptr, iv);
       std::string pred;
       for (auto t : e.preds[0])
         if (t != kPad) pred += grid::token_char(t);
@@ -167,7 +172,7 @@ int main(int argc, char** argv) {
         per_problem->append(out);
       };
       const InstanceResult r = evaluate_instance(m.view(fast), in, samples, seed, rule, batch, greedy, steps, threads,
-                                                 &prog, rows_of, run_to_max);
+                                                 &prog, rows_of, iv);
       prog.finish();
       std::printf("%-12s %8lld %8.4f %8.4f %10.2f %9.1f\n", in.name().c_str(), static_cast<long long>(r.samples),
                   r.char_acc(), r.seq_acc(), r.mean_steps(), r.seconds);
@@ -184,7 +189,7 @@ int main(int argc, char** argv) {
     if (!json_path.empty())
       report::write_json_report(json_path, "evaluate_grid", "done",
                                 {{"model", model}, {"seed", seed}, {"greedy_halt", greedy}, {"max_steps", steps},
-                                 {"fixed_steps", fixed_steps},
+                                 {"fixed_steps", fixed_steps}, {"hard_actions", hard_actions},
                                  {"batch", batch}, {"instances", rows_json}});
     return 0;
   });

@@ -120,6 +120,7 @@ struct RunOptions {
   double pad_weight = 0.1;   // the PAD class's weight in the cross-entropy (the paper's 1/10)
   int max_steps = -1;        // -1: the config's for the mode
   bool run_to_max = false;   // eval: ignore the halting, take max_steps steps (what more steps compute)
+  bool hard_actions = false; // eval: Seq2Grid's actions one-hot at their argmax (what the soft mixture costs)
 };
 
 // Everything one sample's run computes; with keep = false only what the run's results need (one step's

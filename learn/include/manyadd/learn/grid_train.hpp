@@ -118,10 +118,15 @@ struct BatchEval {
   std::int64_t cell_steps = 0;
 };
 // progress (if given) counts the samples as they finish.
-// run_to_max: every sample takes max_steps steps, whatever its halting says (RunOptions::run_to_max).
+// Interventions at test (evaluate_grid's experiments, not the paper's test; RunOptions has both):
+// run_to_max, every sample takes max_steps steps whatever its halting says; hard_actions, Seq2Grid's
+// actions one-hot at their argmax.
+struct Interventions {
+  bool run_to_max = false, hard_actions = false;
+};
 BatchEval eval_batch(const GridView<float>& m, const GridBatch& batch, std::uint64_t key, bool greedy, int max_steps,
                      int threads, std::vector<SampleActs<float>>& ws, Progress* progress = nullptr,
-                     bool run_to_max = false);
+                     Interventions iv = {});
 
 struct GridTrainConfig {
   std::string train_instance = "1-4x1-10";  // Pi([1, 4], [1, 10])
@@ -218,7 +223,7 @@ InstanceResult evaluate_instance(const GridView<float>& m, const Instance& inst,
                                  std::uint64_t seed, const GridSizeRule& rule, int batch, bool greedy, int max_steps,
                                  int threads, Progress* progress = nullptr,
                                  const std::function<void(const GridBatch&, const BatchEval&)>& each_batch = {},
-                                 bool run_to_max = false);
+                                 Interventions iv = {});
 
 // The whole training loop (train_grid): resume, progress, log.csv and eval.csv, checkpoints every
 // checkpoint_every steps and at the end, --stop-after / --max-seconds pieces that resume bit for bit.
