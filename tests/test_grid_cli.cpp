@@ -185,20 +185,22 @@ TEST(GridCli, EvaluateRowsCsvJsonAndProblem) {
   std::istringstream pin(slurp(dir + "/p.csv"));
   std::string line;
   std::getline(pin, line);
-  EXPECT_EQ(line, "instance,index,H,W,steps,correct,valid,exact,problem,sum,prediction");
+  EXPECT_EQ(line, "instance,index,H,W,steps,correct,valid,exact,argmax_weight,problem,sum,prediction");
   std::map<std::string, std::array<std::int64_t, 4>> sums;  // rows, correct, valid, exact
   while (std::getline(pin, line)) {
     std::vector<std::string> f;
     std::istringstream fl(line);
     for (std::string x; std::getline(fl, x, ',');) f.push_back(x);
-    ASSERT_EQ(f.size(), 11u) << line;
+    ASSERT_EQ(f.size(), 12u) << line;
     auto& a = sums[f[0]];
     EXPECT_EQ(std::stoll(f[1]), a[0]) << line;  // indices in order
     a[0] += 1, a[1] += std::stoll(f[5]), a[2] += std::stoll(f[6]), a[3] += std::stoll(f[7]);
     EXPECT_EQ(f[7] == "1", f[5] == f[6]) << line;
-    EXPECT_EQ(f[10].size(), std::size_t(std::stoi(f[3]))) << line;  // the top row: W tokens
+    const double w = std::stod(f[8]);  // a probability, below 1 for soft actions
+    EXPECT_TRUE(w > 0 && w < 1) << line;
+    EXPECT_EQ(f[11].size(), std::size_t(std::stoi(f[3]))) << line;  // the top row: W tokens
     // exact: the prediction's digits are the sum (right-aligned, PAD before it)
-    if (f[7] == "1") EXPECT_EQ(f[10].substr(f[10].find_first_not_of('_')), f[9]) << line;
+    if (f[7] == "1") EXPECT_EQ(f[11].substr(f[11].find_first_not_of('_')), f[10]) << line;
   }
   ASSERT_EQ(sums.size(), 2u);
   for (const auto& inst : j.at("instances")) {
@@ -220,7 +222,7 @@ TEST(GridCli, EvaluateRowsCsvJsonAndProblem) {
       std::vector<std::string> f;
       std::istringstream fl(line);
       for (std::string x; std::getline(fl, x, ',');) f.push_back(x);
-      ASSERT_EQ(f.size(), 11u) << line;
+      ASSERT_EQ(f.size(), 12u) << line;
       EXPECT_EQ(f[4], std::to_string(n)) << line;
       ++rows_seen;
     }
@@ -241,6 +243,19 @@ TEST(GridCli, EvaluateRowsCsvJsonAndProblem) {
     EXPECT_EQ(tokens, 6);
     if (hard) EXPECT_EQ(one_hot, tokens);
     else EXPECT_LT(one_hot, tokens);
+  }
+  // and the argmax actions' grid is then the whole mixture: weight 1 for every problem
+  ASSERT_EQ(run_cmd(kEval + " --model " + m + " --instance 1-3x1-2 --samples 8 -q --hard-actions --problems-csv " + dir +
+                    "/hp.csv").rc, 0);
+  std::istringstream hin(slurp(dir + "/hp.csv"));
+  std::getline(hin, line);
+  for (int k = 0; k < 8; ++k) {
+    ASSERT_TRUE(std::getline(hin, line));
+    std::vector<std::string> f;
+    std::istringstream fl(line);
+    for (std::string x; std::getline(fl, x, ',');) f.push_back(x);
+    ASSERT_EQ(f.size(), 12u) << line;
+    EXPECT_EQ(f[8], "1") << line;
   }
   // --problem: the exit code is the verdict
   const auto p = run_cmd(kEval + " --model " + m + " --problem 12+34");

@@ -304,6 +304,7 @@ BatchEval eval_batch(const GridView<float>& m, const GridBatch& batch, std::uint
   e.matches.assign(std::size_t(B), {0, 0});
   e.steps.assign(std::size_t(B), 0);
   e.preds.assign(std::size_t(B), {});
+  e.argmax_weight.assign(std::size_t(B), 1.0);
   parallel_for(
       threads, B,
       [&](int w, std::int64_t b) {
@@ -319,6 +320,10 @@ BatchEval eval_batch(const GridView<float>& m, const GridBatch& batch, std::uint
         sample_forward(a, m, in, ro);
         e.steps[std::size_t(b)] = a.N;
         e.preds[std::size_t(b)] = a.pred;
+        double log_w = 0;
+        for (std::size_t t = 0; t + 2 < a.act.size(); t += 3)
+          log_w += std::log(double(std::max({a.act[t], a.act[t + 1], a.act[t + 2]})));
+        e.argmax_weight[std::size_t(b)] = std::exp(log_w);
         if (in.target) e.matches[std::size_t(b)] = matches(a.pred.data(), in.target, in.W);
         if (progress) progress->add(1);
       },

@@ -68,8 +68,9 @@ int main(int argc, char** argv) {
   cli::add_int(app, "--cols", cols, "--problem: grid columns W (0: longest operand + 3)", 0, 1000000);
   cli::add_output(app, "--csv", csv, "CSV: instance,samples,char_acc,seq_acc,mean_steps,seconds,steps_hist");
   cli::add_output(app, "--problems-csv", problems_csv,
-                  "CSV, one row per problem: instance,index,H,W,steps,correct,valid,exact,problem,sum,prediction "
-                  "(correct / valid: the character matches; prediction: the top row's W tokens, _ = PAD)");
+                  "CSV, one row per problem: instance,index,H,W,steps,correct,valid,exact,argmax_weight,problem,sum,"
+                  "prediction (correct / valid: the character matches; argmax_weight: the weight of the argmax "
+                  "actions' grid in Seq2Grid's soft mixture; prediction: the top row's W tokens, _ = PAD)");
   cli::add_json(app, json_path, "JSON report (every instance with its steps histogram)");
   cli::add_quiet(app, quiet);
   app.footer(cli::exit_codes_footer(true));
@@ -147,7 +148,7 @@ int main(int argc, char** argv) {
     if (!problems_csv.empty()) {
       check_output_path(problems_csv);
       per_problem = std::make_unique<AtomicFile>(problems_csv);
-      per_problem->append("instance,index,H,W,steps,correct,valid,exact,problem,sum,prediction\n");
+      per_problem->append("instance,index,H,W,steps,correct,valid,exact,argmax_weight,problem,sum,prediction\n");
     }
     nlohmann::json rows_json = nlohmann::json::array();
     std::string csv_text = "instance,samples,char_acc,seq_acc,mean_steps,seconds,steps_hist\n";
@@ -166,8 +167,9 @@ int main(int argc, char** argv) {
           std::string pred;
           for (auto t : e.preds[std::size_t(i)]) pred += grid::token_char(t);
           const Problem& p = b.problems[std::size_t(i)];
-          out += fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", in.name(), index++, b.H, b.W, e.steps[std::size_t(i)],
-                             c, v, c == v ? 1 : 0, p.to_string(), problem_sum(p), pred);
+          out += fmt::format("{},{},{},{},{},{},{},{},{:.6g},{},{},{}\n", in.name(), index++, b.H, b.W,
+                             e.steps[std::size_t(i)], c, v, c == v ? 1 : 0, e.argmax_weight[std::size_t(i)],
+                             p.to_string(), problem_sum(p), pred);
         }
         per_problem->append(out);
       };

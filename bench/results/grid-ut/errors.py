@@ -1,6 +1,7 @@
 """Where the grid model's answers go wrong: reads evaluate_grid --problems-csv files (one row per problem)
 and prints, per instance, the sequence accuracy split by the problem's longest carry propagation and
-where in the answer the wrong digits lie.
+where in the answer the wrong digits lie, and (files that have the column) by the weight of the argmax
+actions' grid in Seq2Grid's soft mixture.
 
     python3 bench/results/grid-ut/errors.py PROBLEMS_CSV [PROBLEMS_CSV ...]   (from the repository root)
 
@@ -68,6 +69,14 @@ def main(paths):
         for k in sorted(groups):
             t, e, st = groups[k]
             print("| %d | %d | %d | %.3f | %g |" % (k, t, e, e / t, statistics.median(st)))
+        if "argmax_weight" in rows[0]:  # Seq2Grid: the weight of the argmax actions' grid in the soft mixture
+            edges = [1.0, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5, 0.0]
+            print("\n| argmax actions' weight | problems | seq acc |")
+            print("|---|---|---|")
+            for hi, lo in zip(edges, edges[1:]):
+                sel = [r for r in rows if lo < float(r["argmax_weight"]) <= hi or (lo == 0.0 and float(r["argmax_weight"]) == 0)]
+                if sel:
+                    print("| (%.2f, %.2f] | %d | %.3f |" % (lo, hi, len(sel), sum(r["exact"] == "1" for r in sel) / len(sel)))
         wrong = [wrong_positions(r) for r in rows if r["exact"] != "1"]
         if wrong:
             counts = [len(w) for w, _ in wrong]

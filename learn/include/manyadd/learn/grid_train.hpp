@@ -115,6 +115,10 @@ struct BatchEval {
   std::vector<std::pair<int, int>> matches;  // (correct, valid) per sample
   std::vector<int> steps;
   std::vector<std::vector<std::uint8_t>> preds;
+  // per sample: the weight of the argmax actions' grid in Seq2Grid's soft mixture, the product over the
+  // tokens of the largest action probability (Eq. 3 is linear in the grid, so the soft grid is the
+  // expectation of the hard grids over the action sequences; 1 with --hard-actions)
+  std::vector<double> argmax_weight;
   std::int64_t cell_steps = 0;
 };
 // progress (if given) counts the samples as they finish.
