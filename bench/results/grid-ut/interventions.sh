@@ -1,0 +1,52 @@
+#!/bin/bash
+# interventions.sh [OUT]: where the committed grid models' extrapolation breaks, found by intervening at
+# test (README.md here, "Why the extrapolation stops"). From the repository root after ./x build; writes
+# OUT (default bench/results/grid-ut/interventions): one evaluate_grid CSV per experiment, the per-problem
+# rows under OUT/problems/ (not committed: megabytes) and errors.py's tables in OUT/errors.md.
+#   1. Seq2Grid's soft actions: every model on 2 terms of 602-4000 digits with its soft actions (the
+#      paper's test) and with --hard-actions (each token's argmax action, weight 1), on the same problems;
+#      and the instances of terms, where hard actions should change nothing.
+#   2. The halting: --fixed-steps N on 2 x 1000 (noGroups) and on 7, 8 and 10 terms (base), beside the
+#      steps the halting takes.
+#   3. The base model's soft actions on 2 terms of 200-500 digits: where its length limit lies.
+# Every run is evaluate_grid's default seed (1), so each intervention sees the problems, grids and halting
+# draws of the run without it. 1 thread, so that a training can use the other core; about an hour.
+set -euo pipefail
+out=${1:-bench/results/grid-ut/interventions}
+mkdir -p "$out/problems"
+B=models/cpu-grid-ut-base-s1
+G=models/cpu-grid-ut-nogroups-s1
+ev() {  # ev NAME MODEL ARGS...: one evaluate_grid run, its rows in NAME.csv and NAME's problems
+  local name=$1 model=$2
+  shift 2
+  [ -f "$out/$name.csv" ] && return 0  # done by an earlier call
+  build/learn/evaluate_grid --model "$model" --threads 1 --device cpu-fast -q "$@" \
+    --problems-csv "$out/problems/$name.csv" --csv "$out/$name.csv.tmp" && mv "$out/$name.csv.tmp" "$out/$name.csv"
+}
+# 1. soft and hard actions
+ev base-602-soft $B --instance 2x602 --samples 1000
+ev base-602-hard $B --instance 2x602 --samples 1000 --hard-actions
+ev nogroups-602-soft $G --instance 2x602 --samples 1000
+ev nogroups-602-hard $G --instance 2x602 --samples 1000 --hard-actions
+for m in base nogroups; do
+  [ $m = base ] && model=$B || model=$G
+  ev $m-long-soft $model --instance 2x1000 --instance 2x2000 --instance 2x4000 --samples 100
+  ev $m-long-hard $model --instance 2x1000 --instance 2x2000 --instance 2x4000 --samples 100 --hard-actions
+  ev $m-terms-soft $model --instance 1-4x1-10 --instance 5-6x1-10 --instance 7-10x1-10 --samples 1000
+  ev $m-terms-hard $model --instance 1-4x1-10 --instance 5-6x1-10 --instance 7-10x1-10 --samples 1000 --hard-actions
+done
+# 2. the halting against fixed step counts
+for n in 6 7 8 9 10 12; do
+  ev nogroups-1000-fixed$n $G --instance 2x1000 --samples 200 --fixed-steps $n
+done
+ev nogroups-1000-halting $G --instance 2x1000 --samples 200
+for n in 10 12 14 16 18 20; do
+  ev base-terms-fixed$n $B --instance 7x1-10 --instance 8x1-10 --instance 10x1-10 --samples 300 --fixed-steps $n
+done
+ev base-terms-halting $B --instance 7x1-10 --instance 8x1-10 --instance 10x1-10 --samples 300
+# 3. the length at which the base model's soft grid stops being read: 2 terms of 200-600 digits
+ev base-lengths-soft $B --instance 2x200 --instance 2x300 --instance 2x350 --instance 2x400 --instance 2x450 \
+  --instance 2x500 --samples 100
+# errors.py over every run's problems
+python3 bench/results/grid-ut/errors.py "$out"/problems/*.csv > "$out/errors.md"
+echo "interventions.sh: done ($out)"
