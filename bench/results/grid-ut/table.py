@@ -15,7 +15,11 @@ The over-seeds tables (README.md here, "Over seeds"): for each variant (base, no
 run evaluated by runs.sh (RUN-tableiii.csv, -tableiv-terms.csv, -beyond.csv, -tableiv-digits.csv), the
 median over the seeds and the maximum (per instance, as Table VI's M), beside the paper's best of 10
 (Tables III and IV); then the models before the overtraining phase (RUN-step5100-tableiii.csv) on Table
-VI's three instances as mean +- sd (max) over the seeds, beside Table VI's over 10 seeds."""
+VI's three instances as mean +- sd (max) over the seeds, beside Table VI's over 10 seeds.
+
+    python3 bench/results/grid-ut/table.py --interventions bench/results/grid-ut/interventions
+
+interventions.sh's runs side by side (README.md here, "Why the extrapolation stops")."""
 import csv
 import math
 import os
@@ -189,12 +193,43 @@ def seeds_tables():
         print()
 
 
+def interventions_table(d):
+    """interventions.sh's runs (DIR/NAME.csv) side by side: one row per (model, instance), one column per
+    variant of the run (soft / hard actions, or fixed step counts beside the halting)."""
+    runs = {}
+    for name in sorted(os.listdir(d)):
+        if name.endswith(".csv"):
+            runs[name[:-4]] = rows(os.path.join(d, name))
+    groups = {}  # (model, experiment) -> {variant: rows}
+    for name, r in runs.items():
+        model, exp, variant = name.split("-", 2) if name.count("-") >= 2 else (name, "", "")
+        if variant.startswith("fixed") or variant == "halting":
+            exp += ", fixed steps against the halting"
+        groups.setdefault((model, exp), {})[variant] = r
+    for (model, exp), variants in groups.items():
+        names = sorted(variants, key=lambda v: (0 if v in ("soft", "halting") else 1 if v == "hard" else 2,
+                                                int(v[5:]) if v[5:].isdigit() else 0))
+        print("**%s, %s** (seq / char, mean steps)\n" % (model, exp))
+        print("| instance | " + " | ".join(names) + " |")
+        print("|" + "---|" * (len(names) + 1))
+        insts = []
+        for v in names:
+            insts += [i for i in variants[v] if i not in insts]
+        for inst in insts:
+            cells = [fmt(variants[v][inst]["seq_acc"], variants[v][inst]["char_acc"]) + " (%.2f)" %
+                     float(variants[v][inst]["mean_steps"]) if inst in variants[v] else "-" for v in names]
+            print("| %s | %s |" % (inst, " | ".join(cells)))
+        print()
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
     if args == ["--seeds"]:
         seeds_tables()
+    elif len(args) == 2 and args[0] == "--interventions":
+        interventions_table(args[1])
     elif any(a.startswith("-") for a in args):
-        sys.exit("usage: table.py [GRID_CSV ...] | table.py --seeds")
+        sys.exit("usage: table.py [GRID_CSV ...] | table.py --seeds | table.py --interventions DIR")
     elif args:  # one model's CSVs
         one = {}
         for a in args:
