@@ -44,6 +44,10 @@ for n in 10 12 14 16 18 20; do
   ev base-terms-fixed$n $B --instance 7x1-10 --instance 8x1-10 --instance 10x1-10 --samples 300 --fixed-steps $n
 done
 ev base-terms-halting $B --instance 7x1-10 --instance 8x1-10 --instance 10x1-10 --samples 300
+# 1 and 2 together: noGroups with hard actions and 8 steps (8: the smallest best count on 2 x 1000 above),
+# held out on the longer instances
+ev nogroups-long-hardfixed8 $G --instance 2x1000 --instance 2x2000 --instance 2x4000 --samples 100 --hard-actions \
+  --fixed-steps 8
 # 3. the length at which the base model's soft grid stops being read: 2 terms of 200-600 digits
 ev base-lengths-soft $B --instance 2x200 --instance 2x300 --instance 2x350 --instance 2x400 --instance 2x450 \
   --instance 2x500 --samples 100
