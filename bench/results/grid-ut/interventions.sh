@@ -9,6 +9,7 @@
 #   2. The halting: --fixed-steps N on 2 x 1000 (noGroups) and on 7, 8 and 10 terms (base), beside the
 #      steps the halting takes.
 #   3. The base model's soft actions on 2 terms of 200-500 digits: where its length limit lies.
+#   4. Base seed 2's model at step 5,100 on 2 x 602, soft and hard.
 # Every run is evaluate_grid's default seed (1), so each intervention sees the problems, grids and halting
 # draws of the run without it. 1 thread, so that a training can use the other core; about an hour.
 set -euo pipefail
@@ -51,6 +52,10 @@ ev nogroups-long-hardfixed8 $G --instance 2x1000 --instance 2x2000 --instance 2x
 # 3. the length at which the base model's soft grid stops being read: 2 terms of 200-600 digits
 ev base-lengths-soft $B --instance 2x200 --instance 2x300 --instance 2x350 --instance 2x400 --instance 2x450 \
   --instance 2x500 --samples 100
+# 4. a second base seed (seed 2 before its overtraining phase, runs.sh's base-seed2-step5100/) on 2 x 602
+S2=bench/results/grid-ut/base-seed2-step5100
+ev base2at5100-602-soft $S2 --instance 2x602 --samples 200
+ev base2at5100-602-hard $S2 --instance 2x602 --samples 200 --hard-actions
 # errors.py over every run's problems
 python3 bench/results/grid-ut/errors.py "$out"/problems/*.csv > "$out/errors.md"
 echo "interventions.sh: done ($out)"

@@ -176,11 +176,11 @@ def seeds_tables():
             cells.append(fmt(p[1], p[0]) if p else "-")
             print("| " + " | ".join(cells) + " |")
         print()
-        before = {}
-        for s in seeds:
-            path = os.path.join(HERE, "%s-seed%d-step5100-tableiii.csv" % (variant, s))
-            if os.path.exists(path):
-                before[s] = rows(path)
+        before = {}  # every run's step-5100 model evaluated so far (a run still in its overtraining too)
+        pre, post = variant + "-seed", "-step5100-tableiii.csv"
+        for name in os.listdir(HERE):
+            if name.startswith(pre) and name.endswith(post) and name[len(pre):-len(post)].isdigit():
+                before[int(name[len(pre):-len(post)])] = rows(os.path.join(HERE, name))
         print("**%s** at step 5100 (before the overtraining phase), seeds %s, against Table VI (10 seeds):"
               " mean +- sd (max)\n" % (label, ", ".join(map(str, sorted(before))) or "none"))
         print("| instance | ours: char | seq | Table VI: char | seq |")
