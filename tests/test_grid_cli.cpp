@@ -200,7 +200,9 @@ TEST(GridCli, EvaluateRowsCsvJsonAndProblem) {
     EXPECT_TRUE(w > 0 && w < 1) << line;
     EXPECT_EQ(f[11].size(), std::size_t(std::stoi(f[3]))) << line;  // the top row: W tokens
     // exact: the prediction's digits are the sum (right-aligned, PAD before it)
-    if (f[7] == "1") EXPECT_EQ(f[11].substr(f[11].find_first_not_of('_')), f[10]) << line;
+    if (f[7] == "1") {
+      EXPECT_EQ(f[11].substr(f[11].find_first_not_of('_')), f[10]) << line;
+    }
   }
   ASSERT_EQ(sums.size(), 2u);
   for (const auto& inst : j.at("instances")) {
@@ -241,8 +243,11 @@ TEST(GridCli, EvaluateRowsCsvJsonAndProblem) {
       ++tokens;
     }
     EXPECT_EQ(tokens, 6);
-    if (hard) EXPECT_EQ(one_hot, tokens);
-    else EXPECT_LT(one_hot, tokens);
+    if (hard) {
+      EXPECT_EQ(one_hot, tokens);
+    } else {
+      EXPECT_LT(one_hot, tokens);
+    }
   }
   // and the argmax actions' grid is then the whole mixture: weight 1 for every problem
   ASSERT_EQ(run_cmd(kEval + " --model " + m + " --instance 1-3x1-2 --samples 8 -q --hard-actions --problems-csv " + dir +
