@@ -464,7 +464,7 @@ void sample_forward(SampleActs<S>& a, const GridView<S>& m, const GridInput& in,
   // 2. Seq2Grid's actions (Eq. 2): softmax(FFN_2(x_t)), no dropout (tag-cat seq2grid.py, action_decoder)
   ffn_forward(sized(a.s2g_o, std::size_t(Sq) * 3), a.s2g, a.scratch, x, s2g_ffn(m), Sq, no_dropout<S>);
   softmax_rows_forward(sized(a.act, std::size_t(Sq) * 3), a.s2g_o.data(), Sq, 3);
-  if (opt.hard_actions && !train) {  // an intervention at test: each token's argmax action with weight 1
+  if (opt.test.hard_actions && !train) {  // an intervention at test: each token's argmax action with weight 1
     for (int t = 0; t < Sq; ++t) {
       S* p = a.act.data() + std::size_t(t) * 3;
       const std::ptrdiff_t k = std::max_element(p, p + 3) - p;
@@ -503,7 +503,7 @@ void sample_forward(SampleActs<S>& a, const GridView<S>& m, const GridInput& in,
         const S pn = halt ? S(1) - sum_p : lambda * q;
         a.p.push_back(pn);
         sum_p += pn, q *= S(1) - lambda;
-      } else if (!halt && !opt.run_to_max) {
+      } else if (!halt && !opt.test.run_to_max) {
         if (opt.greedy_halt) {
           halt = lambda >= S(0.5);
         } else {  // Bernoulli(lambda_n): one uniform of 53 bits per step from the sample's stream

@@ -314,8 +314,7 @@ BatchEval eval_batch(const GridView<float>& m, const GridBatch& batch, std::uint
         ro.key = seed_mix(key, std::uint64_t(b));
         ro.greedy_halt = greedy;
         ro.max_steps = max_steps;
-        ro.run_to_max = iv.run_to_max;
-        ro.hard_actions = iv.hard_actions;
+        ro.test = iv;
         const GridInput in = batch.input(int(b));
         sample_forward(a, m, in, ro);
         e.steps[std::size_t(b)] = a.N;

@@ -112,6 +112,12 @@ struct GridInput {
 // key: the sample's stream (dropout masks, Bernoulli draws): a function of the run's seed, the step and
 // the sample alone.
 enum class RunMode { train, eval };
+// Interventions at test (evaluate_grid's experiments, not the paper's test; ignored in training):
+// run_to_max, every sample takes max_steps steps whatever its halting says (what more steps compute);
+// hard_actions, Seq2Grid's actions one-hot at their argmax (what the soft mixture costs).
+struct Interventions {
+  bool run_to_max = false, hard_actions = false;
+};
 struct RunOptions {
   RunMode mode = RunMode::eval;
   std::uint64_t key = 0;
@@ -119,8 +125,7 @@ struct RunOptions {
   bool greedy_halt = false;  // eval: halt when lambda_n >= 1/2 instead of sampling
   double pad_weight = 0.1;   // the PAD class's weight in the cross-entropy (the paper's 1/10)
   int max_steps = -1;        // -1: the config's for the mode
-  bool run_to_max = false;   // eval: ignore the halting, take max_steps steps (what more steps compute)
-  bool hard_actions = false; // eval: Seq2Grid's actions one-hot at their argmax (what the soft mixture costs)
+  Interventions test;        // eval only
 };
 
 // Everything one sample's run computes; with keep = false only what the run's results need (one step's

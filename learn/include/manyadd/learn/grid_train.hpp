@@ -122,12 +122,7 @@ struct BatchEval {
   std::int64_t cell_steps = 0;
 };
 // progress (if given) counts the samples as they finish.
-// Interventions at test (evaluate_grid's experiments, not the paper's test; RunOptions has both):
-// run_to_max, every sample takes max_steps steps whatever its halting says; hard_actions, Seq2Grid's
-// actions one-hot at their argmax.
-struct Interventions {
-  bool run_to_max = false, hard_actions = false;
-};
+// iv: the interventions at test every sample's run takes (RunOptions::test).
 BatchEval eval_batch(const GridView<float>& m, const GridBatch& batch, std::uint64_t key, bool greedy, int max_steps,
                      int threads, std::vector<SampleActs<float>>& ws, Progress* progress = nullptr,
                      Interventions iv = {});
