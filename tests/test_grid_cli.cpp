@@ -55,6 +55,8 @@ TEST(GridCli, BadInputIsRefusedBeforeAnythingIsWritten) {
       {" --max-seconds -1", "--max-seconds"},
       {" --eval-instance 2xx", "instance '2xx'"},
       {" --epochs 0", "epochs must be in"},
+      {" --device cuda", "runs on the CPU (cpu|cpu-fast)"},
+      {" --device tpu", "--device 'tpu' unknown (cpu|cpu-fast)"},
   };
   for (const auto& [flags, msg] : cases) {  // refused before the (default-size) model is built
     const auto r = run_cmd(kTrain + " --out " + out + " -q" + flags);
@@ -91,6 +93,7 @@ TEST(GridCli, BadInputIsRefusedBeforeAnythingIsWritten) {
       {" --model " + out + " --instance 2x3 --fixed-steps 3 --greedy-halt", "--fixed-steps sets the steps"},
       {" --model " + out + " --instance 2x3 --fixed-steps 3 --max-steps 5", "--fixed-steps sets the steps"},
       {" --model " + out + " --instance 2x3 --fixed-steps -2", "--fixed-steps"},
+      {" --model " + out + " --instance 2x3 --device cuda", "runs on the CPU (cpu|cpu-fast)"},
   };
   for (const auto& [flags, msg] : ecases) {
     const auto r = run_cmd(kEval + flags);

@@ -142,16 +142,19 @@ CLI::Option* add_seed(CLI::App& app, std::uint64_t& seed, const std::string& hel
 CLI::Option* add_json(CLI::App& app, std::string& path, const std::string& help) {
   return add_output(app, "--json", path, help);
 }
-CLI::Option* add_device(CLI::App& app, std::string& device, const std::string& help) {
+CLI::Option* add_device(CLI::App& app, std::string& device, const std::string& help, bool cuda) {
+  const std::string names = cuda ? "cpu|cpu-fast|cuda" : "cpu|cpu-fast";
   auto* o = app.add_option_function<std::string>(
       "--device",
-      [&device](const std::string& s) {
+      [&device, cuda, names](const std::string& s) {
+        if (s == "cuda" && !cuda)
+          throw CLI::ValidationError(fmt::format("--device cuda: this tool runs on the CPU ({})", names));
         if (s != "cpu" && s != "cpu-fast" && s != "cuda")
-          throw CLI::ValidationError(fmt::format("--device '{}' unknown (cpu|cpu-fast|cuda)", s));
+          throw CLI::ValidationError(fmt::format("--device '{}' unknown ({})", s, names));
         device = s;
       },
       decorate(help, device, ""));
-  return o->type_name("cpu|cpu-fast|cuda");
+  return o->type_name(names);
 }
 
 CLI::Option* add_quiet(CLI::App& app, bool& quiet) {

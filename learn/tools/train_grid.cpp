@@ -43,7 +43,8 @@ int main(int argc, char** argv) {
                   "cpu (Eigen products: the reference) | cpu-fast (the linear layers' products on oneDNN, AVX-512 "
                   "where the CPU has it: the same run up to fp32 rounding, bit for bit at any thread count). Not "
                   "part of the config: a run may continue on the other device (run.devices in the checkpoint "
-                  "records which steps ran where)");
+                  "records which steps ran where)",
+                  /*cuda=*/false);
   cli::add_string(app, "--config", config_path, "JSON config file: {\"model\": {...}, \"train\": {...}}");
   cli::add_string(app, "--out", out, "model directory to write (created if missing)")->required();
   app.add_flag("--resume", resume, "continue the run in --out from its checkpoint");
@@ -66,7 +67,6 @@ int main(int argc, char** argv) {
     GridTrainConfig tc;
     from_json(cfg["model"], mc);
     from_json(cfg["train"], tc);
-    if (device == "cuda") throw InputError("train_grid runs on the CPU: --device cpu or cpu-fast");
     check_grid_run_fits(mc, tc);  // before any allocation of the run
     ProgressOptions progress;
     progress.quiet = quiet;

@@ -40,11 +40,11 @@ CLI::Option* add_string(CLI::App& app, const std::string& name, std::string& v, 
 CLI::Option* add_output(CLI::App& app, const std::string& name, std::string& v, const std::string& help);
 
 // Shared options. --threads T in [1, 256]; --seed S (unsigned 64-bit); --json FILE (an output);
-// --device cpu|cpu-fast|cuda.
+// --device cpu|cpu-fast|cuda (cuda refused as a usage error where the tool runs on the CPU only: cuda = false).
 CLI::Option* add_threads(CLI::App& app, int& threads);
 CLI::Option* add_seed(CLI::App& app, std::uint64_t& seed, const std::string& help);
 CLI::Option* add_json(CLI::App& app, std::string& path, const std::string& help = "write the JSON report to FILE");
-CLI::Option* add_device(CLI::App& app, std::string& device, const std::string& help);
+CLI::Option* add_device(CLI::App& app, std::string& device, const std::string& help, bool cuda = true);
 // --quiet: no progress lines (results and errors are still printed).
 CLI::Option* add_quiet(CLI::App& app, bool& quiet);
 
