@@ -10,6 +10,8 @@
 #      steps the halting takes.
 #   3. The base model's soft actions on 2 terms of 200-500 digits: where its length limit lies.
 #   4. Base seed 2's model at step 5,100 on 2 x 602, soft and hard.
+#   5. Every later seed's finished run (runs.sh's RUN/ at step 8,100: base2, nogroups2, base3, nogroups3)
+#      through part 1's soft / hard pairs; a run not finished yet is skipped (run this again later).
 # Every run is evaluate_grid's default seed (1), so each intervention sees the problems, grids and halting
 # draws of the run without it. 1 thread, so that a training can use the other core; about an hour.
 set -euo pipefail
@@ -56,6 +58,18 @@ ev base-lengths-soft $B --instance 2x200 --instance 2x300 --instance 2x350 --ins
 S2=bench/results/grid-ut/base-seed2-step5100
 ev base2at5100-602-soft $S2 --instance 2x602 --samples 200
 ev base2at5100-602-hard $S2 --instance 2x602 --samples 200 --hard-actions
+# 5. the later seeds' finished runs, soft and hard actions as in 1
+for run in base-seed2 nogroups-seed2 base-seed3 nogroups-seed3; do
+  d=bench/results/grid-ut/$run
+  [ -f "$d/log.csv" ] && [ "$(tail -n 1 "$d/log.csv" | cut -d, -f1)" = 8100 ] || { echo "interventions.sh: $run not finished, skipped"; continue; }
+  p=${run%-seed*}${run#*-seed}  # base-seed2 -> base2
+  ev $p-602-soft "$d" --instance 2x602 --samples 1000
+  ev $p-602-hard "$d" --instance 2x602 --samples 1000 --hard-actions
+  ev $p-long-soft "$d" --instance 2x1000 --instance 2x2000 --instance 2x4000 --samples 100
+  ev $p-long-hard "$d" --instance 2x1000 --instance 2x2000 --instance 2x4000 --samples 100 --hard-actions
+  ev $p-terms-soft "$d" --instance 1-4x1-10 --instance 5-6x1-10 --instance 7-10x1-10 --samples 1000
+  ev $p-terms-hard "$d" --instance 1-4x1-10 --instance 5-6x1-10 --instance 7-10x1-10 --samples 1000 --hard-actions
+done
 # errors.py over every run's problems
 python3 bench/results/grid-ut/errors.py "$out"/problems/*.csv > "$out/errors.md"
 echo "interventions.sh: done ($out)"

@@ -19,7 +19,13 @@ VI's three instances as mean +- sd (max) over the seeds, beside Table VI's over 
 
     python3 bench/results/grid-ut/table.py --interventions bench/results/grid-ut/interventions
 
-interventions.sh's runs side by side (README.md here, "Why the extrapolation stops")."""
+interventions.sh's runs side by side (README.md here, "Why the extrapolation stops").
+
+    python3 bench/results/grid-ut/table.py --interventions bench/results/grid-ut/interventions --png FILE
+
+The same runs' 2-term instances as a figure: sequence accuracy against the operands' length, one line
+per model and variant (soft actions: the paper's test; hard: Seq2Grid's argmax actions; hardfixed8:
+hard actions and 8 recurrent steps)."""
 import csv
 import math
 import os
@@ -222,14 +228,59 @@ def interventions_table(d):
         print()
 
 
+def interventions_plot(d, out):
+    """Sequence accuracy on 2 terms of D digits against D, per model and variant, from interventions.sh's
+    CSVs in d (a model's runs of one variant merged across experiments)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    curves = {}  # (model, variant) -> {digits: (seq, problems)}
+    for name in sorted(os.listdir(d)):
+        if not name.endswith(".csv") or name.count("-") < 2:
+            continue
+        model, _, variant = name[:-4].split("-", 2)
+        if variant not in ("soft", "hard", "hardfixed8"):  # the step counts: the tables above
+            continue
+        for inst, r in rows(os.path.join(d, name)).items():
+            t, digits = inst.split("x")
+            if t == "2" and digits.isdigit():
+                curves.setdefault((model, variant), {})[int(digits)] = (float(r["seq_acc"]), int(r["samples"]))
+    if not curves:
+        sys.exit("table.py: no 2-term instances in %s" % d)
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    colors = {}
+    for (model, variant), pts in sorted(curves.items()):
+        xs = sorted(pts)
+        c = colors.setdefault(model, "C%d" % len(colors))
+        style = {"soft": "-", "hard": "--"}.get(variant, ":")
+        ax.plot(xs, [pts[x][0] for x in xs], style, color=c, marker="o", ms=3,
+                label="%s, %s (%s problems)" % (model, variant, "/".join(sorted({str(pts[x][1]) for x in xs}))))
+    ax.set_xscale("log")
+    ticks = sorted({x for pts in curves.values() for x in pts})
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([str(t) for t in ticks], fontsize=7)
+    ax.minorticks_off()
+    ax.set_xlabel("digits per operand (2 terms; trained on [1, 4] terms x [1, 10] digits)")
+    ax.set_ylabel("sequence accuracy")
+    ax.set_ylim(-0.03, 1.03)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower left")
+    ax.set_title("grid UT at test: Seq2Grid's soft actions (the paper's test) against their argmax (hard)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    print("wrote %s: %s" % (out, ", ".join("%s %s" % k for k in sorted(curves))))
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
     if args == ["--seeds"]:
         seeds_tables()
     elif len(args) == 2 and args[0] == "--interventions":
         interventions_table(args[1])
+    elif len(args) == 4 and args[0] == "--interventions" and args[2] == "--png":
+        interventions_plot(args[1], args[3])
     elif any(a.startswith("-") for a in args):
-        sys.exit("usage: table.py [GRID_CSV ...] | table.py --seeds | table.py --interventions DIR")
+        sys.exit("usage: table.py [GRID_CSV ...] | table.py --seeds | table.py --interventions DIR [--png FILE]")
     elif args:  # one model's CSVs
         one = {}
         for a in args:
