@@ -9,7 +9,8 @@
 #   2. The halting: --fixed-steps N on 2 x 1000 (noGroups) and on 7, 8 and 10 terms (base), beside the
 #      steps the halting takes.
 #   3. The base model's soft actions on 2 terms of 200-500 digits: where its length limit lies.
-#   4. Base seed 2's model at step 5,100 on 2 x 602, soft and hard.
+#   4. The base models at step 5,100 (before the overtraining phase; runs.sh's RUN-step5100/, seed 1's
+#      taken from the commit that held it as models/cpu-grid-ut-base-s1) on 2 x 602, soft and hard.
 #   5. Every later seed's finished run (runs.sh's RUN/ at step 8,100: base2, nogroups2, base3, nogroups3)
 #      through part 1's soft / hard pairs; a run not finished yet is skipped (run this again later).
 # Every run is evaluate_grid's default seed (1), so each intervention sees the problems, grids and halting
@@ -54,10 +55,11 @@ ev nogroups-long-hardfixed8 $G --instance 2x1000 --instance 2x2000 --instance 2x
 # 3. the length at which the base model's soft grid stops being read: 2 terms of 200-600 digits
 ev base-lengths-soft $B --instance 2x200 --instance 2x300 --instance 2x350 --instance 2x400 --instance 2x450 \
   --instance 2x500 --samples 100
-# 4. a second base seed (seed 2 before its overtraining phase, runs.sh's base-seed2-step5100/) on 2 x 602
-S2=bench/results/grid-ut/base-seed2-step5100
-ev base2at5100-602-soft $S2 --instance 2x602 --samples 200
-ev base2at5100-602-hard $S2 --instance 2x602 --samples 200 --hard-actions
+# 4. the base seeds before their overtraining phase (RUN-step5100/) on 2 x 602
+for s in 1 2; do
+  ev base${s}at5100-602-soft bench/results/grid-ut/base-seed$s-step5100 --instance 2x602 --samples 200
+  ev base${s}at5100-602-hard bench/results/grid-ut/base-seed$s-step5100 --instance 2x602 --samples 200 --hard-actions
+done
 # 5. the later seeds' finished runs, soft and hard actions as in 1
 for run in base-seed2 nogroups-seed2 base-seed3 nogroups-seed3; do
   d=bench/results/grid-ut/$run
