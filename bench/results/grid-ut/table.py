@@ -29,6 +29,7 @@ hard actions and 8 recurrent steps)."""
 import csv
 import math
 import os
+import re
 import statistics
 import sys
 
@@ -247,14 +248,21 @@ def interventions_plot(d, out):
                 curves.setdefault((model, variant), {})[int(digits)] = (float(r["seq_acc"]), int(r["samples"]))
     if not curves:
         sys.exit("table.py: no 2-term instances in %s" % d)
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    def label(model):  # interventions.sh's names: base, nogroups (seed 1), base2, base1at5100 (step 5100), ...
+        m = re.fullmatch(r"(base|nogroups)(\d*)(?:at(\d+))?", model)
+        if not m:
+            return model
+        return "%s seed %s%s" % ({"base": "base", "nogroups": "noGroups"}[m.group(1)], m.group(2) or "1",
+                                 ", step %s" % (m.group(3) or "8100"))
+    fig, ax = plt.subplots(figsize=(9.5, 4.2))
     colors = {}
     for (model, variant), pts in sorted(curves.items()):
         xs = sorted(pts)
         c = colors.setdefault(model, "C%d" % len(colors))
-        style = {"soft": "-", "hard": "--"}.get(variant, ":")
-        ax.plot(xs, [pts[x][0] for x in xs], style, color=c, marker="o", ms=3,
-                label="%s, %s (%s problems)" % (model, variant, "/".join(sorted({str(pts[x][1]) for x in xs}))))
+        style, marker = {"soft": ("-", "o"), "hard": ("--", "s")}.get(variant, (":", "^"))
+        ax.plot(xs, [pts[x][0] for x in xs], style, color=c, marker=marker, ms=4 if variant == "soft" else 6,
+                mfc="none" if variant != "soft" else c,
+                label="%s: %s (%s problems)" % (label(model), variant, "/".join(sorted({str(pts[x][1]) for x in xs}))))
     ax.set_xscale("log")
     ticks = sorted({x for pts in curves.values() for x in pts})
     ax.set_xticks(ticks)
@@ -264,7 +272,7 @@ def interventions_plot(d, out):
     ax.set_ylabel("sequence accuracy")
     ax.set_ylim(-0.03, 1.03)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower left")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.set_title("grid UT at test: Seq2Grid's soft actions (the paper's test) against their argmax (hard)", fontsize=9)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
