@@ -56,8 +56,12 @@ def main(paths):
     for (path, inst), rows in by.items():
         n = len(rows)
         exact = sum(r["exact"] == "1" for r in rows)
-        print("## %s, %s: %d problems, sequence accuracy %.3f, mean steps %.2f" %
-              (path, inst, n, exact / n, statistics.mean(int(r["steps"]) for r in rows)))
+        weight = ""
+        if "argmax_weight" in rows[0]:
+            w = [float(r["argmax_weight"]) for r in rows]
+            weight = ", argmax weight median %.3f [%.3f, %.3f]" % (statistics.median(w), min(w), max(w))
+        print("## %s, %s: %d problems, sequence accuracy %.3f, mean steps %.2f%s" %
+              (path, inst, n, exact / n, statistics.mean(int(r["steps"]) for r in rows), weight))
         groups = defaultdict(lambda: [0, 0, []])
         for r in rows:
             g = groups[longest_propagation(r["problem"])]

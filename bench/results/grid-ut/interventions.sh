@@ -13,6 +13,8 @@
 #      taken from the commit that held it as models/cpu-grid-ut-base-s1) on 2 x 602, soft and hard.
 #   5. Every later seed's finished run (runs.sh's RUN/ at step 8,100: base2, nogroups2, base3, nogroups3)
 #      through part 1's soft / hard pairs; a run not finished yet is skipped (run this again later).
+#   6. The leak over the overtraining phase: the runs' checkpoints committed mid-phase (base seed 1 at step
+#      6,482, base seed 2 at 6,900, noGroups seed 1 at 6,700; taken from git history) on 2 x 602.
 # Every run is evaluate_grid's default seed (1), so each intervention sees the problems, grids and halting
 # draws of the run without it. 1 thread, so that a training can use the other core; about an hour.
 set -euo pipefail
@@ -71,6 +73,17 @@ for run in base-seed2 nogroups-seed2 base-seed3 nogroups-seed3; do
   ev $p-long-hard "$d" --instance 2x1000 --instance 2x2000 --instance 2x4000 --samples 100 --hard-actions
   ev $p-terms-soft "$d" --instance 1-4x1-10 --instance 5-6x1-10 --instance 7-10x1-10 --samples 1000
   ev $p-terms-hard "$d" --instance 1-4x1-10 --instance 5-6x1-10 --instance 7-10x1-10 --samples 1000 --hard-actions
+done
+# 6. the committed mid-phase checkpoints (git history: RUN/ at the commit that held that step)
+mid=$(mktemp -d)
+trap 'rm -rf "$mid"' EXIT
+for spec in base1at6482:base-seed1:77112fc base2at6900:base-seed2:e3bd818 nogroups1at6700:nogroups-seed1:4084cc5; do
+  IFS=: read -r name run commit <<< "$spec"
+  [ -f "$out/$name-602-soft.csv" ] && [ -f "$out/$name-602-hard.csv" ] && continue
+  mkdir -p "$mid/$name"
+  for f in config.json model.safetensors; do git show "$commit:bench/results/grid-ut/$run/$f" > "$mid/$name/$f"; done
+  ev $name-602-soft "$mid/$name" --instance 2x602 --samples 200
+  ev $name-602-hard "$mid/$name" --instance 2x602 --samples 200 --hard-actions
 done
 # errors.py over every run's problems
 python3 bench/results/grid-ut/errors.py "$out"/problems/*.csv > "$out/errors.md"

@@ -242,6 +242,9 @@ def interventions_plot(d, out):
         model, _, variant = name[:-4].split("-", 2)
         if variant not in ("soft", "hard", "hardfixed8"):  # the step counts: the tables above
             continue
+        step = re.fullmatch(r"\w+?at(\d+)", model)
+        if step and step.group(1) != "5100":  # the mid-phase checkpoints (one instance each): README's table
+            continue
         for inst, r in rows(os.path.join(d, name)).items():
             t, digits = inst.split("x")
             if t == "2" and digits.isdigit():
