@@ -17,7 +17,9 @@ the C++ train and evaluate (a few seconds in all), and manyadd.grids. Checks:
 - the controls-cpu study (bench/results/controls-cpu/sweep.json) at a small toy size gives the grids and
   models of its commands.sh at the same size; the position-code study's sweep.json plans commands.sh's
   18 runs with its recipe;
-- manyadd.grids on a known grid; controls-cpu/table.py on the committed grids prints the README's table.
+- manyadd.grids on a known grid; controls-cpu/table.py on the committed grids prints the README's table;
+  grid-ut/table.py on the committed evaluations prints its README's side-by-side table, its interventions
+  figure is a PNG, and grid-ut/errors.py's carry propagation holds on known problems.
 Needs TRAIN and EVALUATE (ctest passes the build's); MANYADD_SOURCE_DIR (default: this checkout).
 """
 import io
@@ -435,6 +437,35 @@ args = ["--n-max", "3", "--m-max", "4"]
         self.assertEqual(len(t.splitlines()), 14)
         for line in t.splitlines():
             self.assertIn(line + "\n", readme)
+
+    def test_grid_ut_tables(self):
+        # grid-ut/table.py on the committed evaluations prints the side-by-side table of its README, and its
+        # figure of the interventions is a PNG; errors.py's carry propagation on known problems.
+        here = os.path.join(SOURCE, "bench", "results", "grid-ut")
+        table = os.path.join(here, "table.py")
+        t = subprocess.run([sys.executable, table], capture_output=True, text=True, check=True).stdout
+        readme = read(os.path.join(here, "README.md"))
+        self.assertEqual(len(t.splitlines()), 19)  # header, rule, 17 instances
+        for line in t.splitlines():
+            self.assertIn(line + "\n", readme)
+        with tempfile.TemporaryDirectory() as d:
+            png = os.path.join(d, "lengths.png")
+            subprocess.run([sys.executable, table, "--interventions", os.path.join(here, "interventions"), "--png", png],
+                           capture_output=True, text=True, check=True)
+            with open(png, "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+            bad = subprocess.run([sys.executable, table, "--png", png], capture_output=True, text=True)
+            self.assertNotEqual(bad.returncode, 0)
+            self.assertIn("usage", bad.stderr)
+        sys.path.insert(0, here)
+        try:
+            import errors
+        finally:
+            sys.path.remove(here)
+        self.assertEqual(errors.longest_propagation("15+85"), 1)     # the carry of 5+5 makes 1+8 carry out
+        self.assertEqual(errors.longest_propagation("9995+5"), 3)    # the carry from 5+5 runs through three 9s
+        self.assertEqual(errors.longest_propagation("1234+4321"), 0)  # no carry at all
+        self.assertEqual(errors.columns("12+345"), [7, 5, 3])
 
 
 if __name__ == "__main__":
