@@ -14,7 +14,8 @@
 #   5. Every later seed's finished run (runs.sh's RUN/ at step 8,100: base2, nogroups2, base3, nogroups3)
 #      through part 1's soft / hard pairs; a run not finished yet is skipped (run this again later).
 #   6. The leak over the overtraining phase: the runs' checkpoints committed mid-phase (base seed 1 at step
-#      6,482, base seed 2 at 6,900, noGroups seed 1 at 6,700; taken from git history) on 2 x 602.
+#      6,482, base seed 2 at 6,900, noGroups seed 1 at 6,700; taken from git history) on 2 x 602, and base
+#      seed 2's at step 6,900 on the whole of Table III (the paper's test, 1000 problems each).
 # Every run is evaluate_grid's default seed (1), so each intervention sees the problems, grids and halting
 # draws of the run without it. 1 thread, so that a training can use the other core; about an hour.
 set -euo pipefail
@@ -79,11 +80,13 @@ mid=$(mktemp -d)
 trap 'rm -rf "$mid"' EXIT
 for spec in base1at6482:base-seed1:77112fc base2at6900:base-seed2:e3bd818 nogroups1at6700:nogroups-seed1:4084cc5; do
   IFS=: read -r name run commit <<< "$spec"
-  [ -f "$out/$name-602-soft.csv" ] && [ -f "$out/$name-602-hard.csv" ] && continue
+  [ -f "$out/$name-602-soft.csv" ] && [ -f "$out/$name-602-hard.csv" ] && { [ $name != base2at6900 ] || [ -f "$out/$name-tableiii.csv" ]; } && continue
   mkdir -p "$mid/$name"
   for f in config.json model.safetensors; do git show "$commit:bench/results/grid-ut/$run/$f" > "$mid/$name/$f"; done
   ev $name-602-soft "$mid/$name" --instance 2x602 --samples 200
   ev $name-602-hard "$mid/$name" --instance 2x602 --samples 200 --hard-actions
+  # base seed 2 mid-phase solved 2 x 602: the whole of Table III, the paper's test (no intervention)
+  [ $name = base2at6900 ] && ev $name-tableiii "$mid/$name" --table iii --samples 1000
 done
 # errors.py over every run's problems
 python3 bench/results/grid-ut/errors.py "$out"/problems/*.csv > "$out/errors.md"
