@@ -80,14 +80,13 @@ mid=$(mktemp -d)
 trap 'rm -rf "$mid"' EXIT
 for spec in base1at6482:base-seed1:77112fc base2at6900:base-seed2:e3bd818 nogroups1at6700:nogroups-seed1:4084cc5; do
   IFS=: read -r name run commit <<< "$spec"
-  [ -f "$out/$name-602-soft.csv" ] && [ -f "$out/$name-602-hard.csv" ] && { [ $name != base2at6900 ] || [ -f "$out/$name-tableiii.csv" ]; } && continue
   mkdir -p "$mid/$name"
   for f in config.json model.safetensors; do git show "$commit:bench/results/grid-ut/$run/$f" > "$mid/$name/$f"; done
   ev $name-602-soft "$mid/$name" --instance 2x602 --samples 200
   ev $name-602-hard "$mid/$name" --instance 2x602 --samples 200 --hard-actions
-  # base seed 2 mid-phase solved 2 x 602: the whole of Table III, the paper's test (no intervention)
-  [ $name = base2at6900 ] && ev $name-tableiii "$mid/$name" --table iii --samples 1000
 done
+# base seed 2 mid-phase solved 2 x 602: the whole of Table III, the paper's test (no intervention)
+ev base2at6900-tableiii "$mid/base2at6900" --table iii --samples 1000
 # errors.py over every run's problems
 python3 bench/results/grid-ut/errors.py "$out"/problems/*.csv > "$out/errors.md"
 echo "interventions.sh: done ($out)"
