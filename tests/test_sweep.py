@@ -17,6 +17,10 @@ the C++ train and evaluate (a few seconds in all), and manyadd.grids. Checks:
 - the controls-cpu study (bench/results/controls-cpu/sweep.json) at a small toy size gives the grids and
   models of its commands.sh at the same size; the position-code study's sweep.json plans commands.sh's
   18 runs with its recipe;
+- the grid-ut family (train_grid, evaluate_grid) with a phase: each model byte-identical to train_grid
+  --config then train_grid --resume with the phase's flags, the model before the phase kept; a run stopped
+  before or inside its phase carries on; collect's table of instances with the medians and the best runs
+  (cell by cell against the runs' CSVs); the grid-ut study's sweep.json plans runs.sh's runs;
 - manyadd.grids on a known grid; controls-cpu/table.py on the committed grids prints the README's table;
   grid-ut/table.py on the committed evaluations prints its README's side-by-side table, its interventions
   figure is a PNG, and grid-ut/errors.py's carry propagation holds on known problems.
@@ -52,6 +56,12 @@ MICRO = {"model": {"n_layers": 1, "d_model": 16, "d_head": 4, "d_ff": 16, "max_p
          "train": {"train_n": 2, "train_m": 3, "train_size": 200, "batch": 8, "steps": 20, "eval_every": 0,
                    "eval_samples": 2, "threads": 1}}
 SMALL_GRID = ["--n-max", "3", "--m-max", "4"]
+TRAIN_GRID = os.path.join(BIN, "train_grid")
+# A micro grid universal transformer (a run: 4 steps, then 2 more in its phase; well under a second).
+MICRO_GRID = {"model": {"d_emb": 8, "heads": 2, "groups": 2, "d_ffn": 8, "d_s2g": 8, "d_halt": 8, "d_ctx_ffn": 8,
+                        "context_heads": 2, "max_steps_train": 4, "max_steps_eval": 4},
+              "train": {"train_instance": "1-2x1-3", "batch": 8, "epochs": 2, "steps_per_epoch": 2,
+                        "eval_instance": "2x3", "eval_samples": 2, "threads": 1}}
 
 
 def micro_sweep(**kw):
@@ -263,6 +273,25 @@ class Sweep(unittest.TestCase):
             ({"base": base, "given": {"run": "nowhere"}, "evaluate": {"samples": 1}}, "has no config.json"),
             ({"base": base, "median_over": ["train.seed"], "evaluate": {"samples": 1}}, "median_over names"),
             ({"base": "missing.json", "evaluate": {"samples": 1}}, "cannot read"),
+            ({"base": base, "family": "rnn", "evaluate": {"samples": 1}}, 'family "rnn": one of decoder, grid-ut'),
+            ({"base": base, "family": "grid-ut", "evaluate": {"samples": 1}}, "must name what evaluate_grid tests"),
+            ({"base": base, "phases": {"train.steps": 9}, "evaluate": {"samples": 1}}, "'phases' must be a list"),
+            ({"base": base, "phases": [{}], "evaluate": {"samples": 1}}, "phase 1 must be a non-empty object"),
+            ({"base": base, "phases": [{"model.d_model": 8, "train.steps": 9}], "evaluate": {"samples": 1}},
+             "phase 1 sets 'model.d_model': a phase changes train fields only"),
+            ({"base": base, "phases": [{"train.lr": 0.1}], "evaluate": {"samples": 1}},
+             "phase 1 must set train.steps (an integer)"),
+            ({"base": {"model": {}, "train": {"threads": 1, "steps": 20}}, "phases": [{"train.steps": 20}],
+              "evaluate": {"samples": 1}}, "phase 1: train.steps 20 must exceed the base's 20"),
+            ({"base": base, "phases": [{"train.steps": 9000}, {"train.steps": 8000}], "evaluate": {"samples": 1}},
+             "phase 2: train.steps 8000 must exceed the phase 1's 9000"),
+            ({"base": base, "axes": {"train.steps": [100, 200]}, "phases": [{"train.steps": 150}],
+              "evaluate": {"samples": 1}}, "run steps200: phase 1's train.steps 150 must exceed the run's 200"),
+            ({"base": base, "phases": [{"train.steps": 9000, "train.lr": -1}], "evaluate": {"samples": 1}},
+             "run run (phase 1): train refuses its configuration (exit 2)"),
+            ({"base": MICRO_GRID, "family": "grid-ut", "phases": [{"train.epochs": 3, "train.bogus": 1}],
+              "evaluate": {"samples": 1, "args": ["--table", "iii"]}},
+             "phase 1: train.bogus is not a field a flag of train_grid sets"),
         ]
         for desc, msg in cases:
             f = self.write("bad.json", desc)
@@ -417,6 +446,103 @@ args = ["--n-max", "3", "--m-max", "4"]
         plan = load(os.path.join(out, "plan.json"))
         self.assertEqual(plan["evaluate"], {"samples": 50, "seed": 12345, "threads": 1, "args": ["--device", "cpu-fast"]})
         self.assertEqual(plan["train_args"], ["--device", "cpu-fast"])
+
+    def test_grid_ut_family_with_a_phase(self):
+        d = {"name": "gmicro", "family": "grid-ut", "base": json.loads(json.dumps(MICRO_GRID)),
+             "axes": {"arm": {"base": {}, "nogroups": {"model.groups": 1}}, "train.seed": [1, 2]},
+             "run_name": "{arm}-seed{train.seed}", "phases": [{"train.epochs": 3, "train.beta": 5e-4}],
+             "evaluate": {"samples": 5, "seed": 1, "args": ["--instance", "2x3", "--instance", "1-2x1-4"]}}
+        f = self.write("g.json", d)
+        out = os.path.join(self.dir, "out")
+        names = ["base-seed1", "base-seed2", "nogroups-seed1", "nogroups-seed2"]
+        sweep("plan", f, "--out", out, "--bin", BIN)
+        plan = load(os.path.join(out, "plan.json"))
+        self.assertEqual(plan["family"], "grid-ut")
+        self.assertEqual(plan["phases"], [{"set": {"train.epochs": 3, "train.beta": 5e-4},
+                                           "args": ["--epochs", "3", "--beta", "0.0005"]}])
+        # Two runs started by hand: one at the end of its configuration (its phase not begun), one inside
+        # its phase; the sweep carries both on.
+        run = lambda n: os.path.join(out, "runs", n)  # noqa: E731
+        os.makedirs(os.path.join(out, "configs"))
+        for i in (1, 2):
+            cfg = os.path.join(out, "configs", names[i] + ".json")
+            with open(cfg, "w") as fh:
+                json.dump(plan["runs"][i]["config"], fh, indent=1)
+            subprocess.run([TRAIN_GRID, "--config", cfg, "--out", run(names[i]), "-q"], check=True, capture_output=True)
+        subprocess.run([TRAIN_GRID, "--out", run(names[2]), "--resume", "--epochs", "3", "--beta", "0.0005",
+                        "--stop-after", "5", "-q"], check=True, capture_output=True)
+        self.assertEqual(load(os.path.join(run(names[2]), "config.json"))["step"], 5)
+        p = sweep("plan", f, "--out", out)
+        self.assertIn("2 new, 2 partial, 0 trained, 0 evaluated", p.stdout)
+        p = sweep("local", f, "--out", out, "--bin", BIN, "-j", "2")
+        self.assertIn("run 0 base-seed1: trained, phase 1 (--epochs 3 --beta 0.0005) from step 4, trained, evaluated",
+                      p.stdout)
+        self.assertIn("run 1 base-seed2: phase 1 (--epochs 3 --beta 0.0005) from step 4, trained, evaluated", p.stdout)
+        self.assertIn("run 2 nogroups-seed1: resumed from step 5, trained, evaluated", p.stdout)
+        # Every run is train_grid --config then train_grid --resume with the phase's flags, byte for byte,
+        # and the model before the phase is kept.
+        for i, n in enumerate(names):
+            ref = os.path.join(self.dir, "ref-" + n)
+            cfg = self.write("cfg-%s.json" % n, plan["runs"][i]["config"])
+            subprocess.run([TRAIN_GRID, "--config", cfg, "--out", ref, "-q"], check=True, capture_output=True)
+            if n != names[2]:  # the run whose phase was begun by hand has no snapshot
+                self.assertTrue(same_file(os.path.join(ref, "model.safetensors"),
+                                          os.path.join(out, "snapshots", n + "-step4", "model.safetensors")), n)
+            subprocess.run([TRAIN_GRID, "--out", ref, "--resume", "--epochs", "3", "--beta", "0.0005", "-q"],
+                           check=True, capture_output=True)
+            for fn in ("model.safetensors", "checkpoint.safetensors"):
+                self.assertTrue(same_file(os.path.join(ref, fn), os.path.join(run(n), fn)), n + " " + fn)
+            self.assertEqual(load(os.path.join(run(n), "config.json"))["step"], 6)
+        self.assertFalse(os.path.exists(os.path.join(out, "snapshots", names[2] + "-step4")))
+        self.assertIn("0 new, 0 partial, 0 trained, 4 evaluated", sweep("plan", f, "--out", out).stdout)
+        self.assertIn("4 evaluated already, 0 to run", sweep("local", f, "--out", out, "--bin", BIN).stdout)
+        # collect: the instances, the runs' accuracies, the medians and best per group
+        p = sweep("collect", f, "--out", out)
+        col = os.path.join(out, "collect")
+        import csv
+        runs = {r["run"]: r for r in csv.DictReader(io.StringIO(read(os.path.join(col, "runs.csv"))))}
+        self.assertEqual(list(runs), names)
+        table = read(os.path.join(col, "table.md")).splitlines()
+        self.assertEqual(table[2], "| run | 2x3 | 1-2x1-4 |")
+        for n in names:
+            with open(os.path.join(out, "grids", n + ".csv")) as fh:
+                rows = {r["instance"]: r for r in csv.DictReader(fh)}
+            self.assertEqual(list(rows), ["2x3", "1-2x1-4"])
+            for inst, r in rows.items():
+                self.assertEqual(float(runs[n]["seq:" + inst]), float(r["seq_acc"]))
+                self.assertEqual(float(runs[n]["char:" + inst]), float(r["char_acc"]))
+        for arm in ("base", "nogroups"):
+            members = [runs[n] for n in names if n.startswith(arm + "-")]
+            for what, fn in (("median", grids.median), ("best", max)):
+                want = ["%.3f / %.4f" % (fn([float(m["seq:" + i]) for m in members]),
+                                         fn([float(m["char:" + i]) for m in members])) for i in ("2x3", "1-2x1-4")]
+                self.assertIn("| **%s, %s of 2** | %s |" % (arm, what, " | ".join(want)), table)
+        instances = list(csv.DictReader(io.StringIO(read(os.path.join(col, "instances.csv")))))
+        self.assertEqual(len(instances), 8)
+        self.assertEqual(list(instances[0])[:5], ["index", "run", "arm", "train.seed", "instance"])
+
+    def test_grid_ut_study_plans_runs_sh(self):
+        # bench/results/grid-ut/sweep.json plans the runs of runs.sh: its names in its order, each with the
+        # flags runs.sh passes train_grid (--seed S [--groups 1] --threads 2, then the phase's --epochs 810
+        # --beta 5e-4) and its Table III evaluation.
+        here = os.path.join(SOURCE, "bench", "results", "grid-ut")
+        out = os.path.join(self.dir, "study")
+        sweep("plan", os.path.join(here, "sweep.json"), "--out", out, "--bin", BIN)
+        plan = load(os.path.join(out, "plan.json"))
+        sh = read(os.path.join(here, "runs.sh"))
+        self.assertIn("runs=(base-seed1 nogroups-seed1 base-seed2 nogroups-seed2 base-seed3 nogroups-seed3)", sh)
+        self.assertEqual([r["name"] for r in plan["runs"]], ["base-seed1", "nogroups-seed1", "base-seed2",
+                                                             "nogroups-seed2", "base-seed3", "nogroups-seed3"])
+        for r in plan["runs"]:
+            s = int(r["name"].rsplit("seed", 1)[1])
+            self.assertEqual(r["config"], {"model": {"groups": 1} if r["name"].startswith("nogroups") else {},
+                                           "train": {"seed": s, "threads": 2}})
+        self.assertIn("--resume --epochs 810 --beta 5e-4 --threads 2 --device cpu-fast", sh)
+        self.assertEqual(plan["phases"][0]["args"], ["--epochs", "810", "--beta", "0.0005"])
+        self.assertEqual(plan["train_args"], ["--device", "cpu-fast"])
+        self.assertIn("--table iii --samples 1000 --threads 2 --device cpu-fast", sh)
+        self.assertEqual(plan["evaluate"], {"samples": 1000, "seed": 1, "threads": 2,
+                                            "args": ["--table", "iii", "--device", "cpu-fast"]})
 
     def test_grids(self):
         g = {(n, m): 1.0 for n in range(1, 4) for m in range(2, 5)}

@@ -24,10 +24,19 @@ The description (JSON, or TOML for a .toml file):
                                                     other flags (a smaller grid, --device cuda)
    "given": {"base-s1": "../../models/cpu-sa1010-1l4h-d64"},   optional: runs whose model is already
                                                     trained (evaluated from there, never trained)
-   "median_over": ["train.seed"]}                   axes collect takes medians over (default: train.seed,
+   "median_over": ["train.seed"],                   axes collect takes medians over (default: train.seed,
                                                     train.data_seed where they are axes)
+   "family": "decoder",                             optional: decoder (train, evaluate: the default) or grid-ut
+                                                    (train_grid, evaluate_grid: paper 003's model)
+   "phases": [{"train.epochs": 810, "train.beta": 5e-4}]}   optional: continuations after the configuration's
+                                                    last step, in order, each `train --resume` with these
+                                                    train fields (each sets the run's new end: train.steps,
+                                                    for grid-ut train.epochs); the model before each is kept
+                                                    in snapshots/NAME-stepS/
 train.threads must be set: a run is deterministic for (seed, threads), and the Slurm task asks for that
-many CPUs.
+many CPUs. For grid-ut, evaluate.args names what to test (evaluate_grid's --table or --instance; no
+heatmap is drawn) and collect tables sequence and character accuracy per instance, with the median and
+the best run per instance of every group (the paper reports the best of 10 seeds).
 
 OUT holds plan.json (the runs in index order with their configurations and the description's hash: the
 array indices stay fixed), runs/NAME/ (train's run directory), configs/NAME.json (the configuration a run
@@ -70,11 +79,17 @@ from .files import InputError, atomic_write, check_output_path
 
 __all__ = ["load", "runs_of", "ensure_plan", "status", "run_one", "main"]
 
-TOP_KEYS = ("name", "description", "base", "axes", "run_name", "train_args", "evaluate", "given", "median_over")
+TOP_KEYS = ("name", "description", "base", "axes", "run_name", "train_args", "evaluate", "given", "median_over",
+            "family", "phases")
+# A model family: its two tools (in --bin) and the train field that ends a run (its last step: the field,
+# or for grid-ut epochs x steps_per_epoch).
+FAMILIES = {"decoder": {"train": "train", "evaluate": "evaluate", "end": "train.steps"},
+            "grid-ut": {"train": "train_grid", "evaluate": "evaluate_grid", "end": "train.epochs"}}
 EVAL_KEYS = ("samples", "seed", "threads", "args")
 # Flags the sweep sets itself (or that would leave a run unfinished for ever).
 TRAIN_OWN = ("--out", "--config", "--resume", "--stop-after", "--json", "-q", "--quiet")
-EVAL_OWN = ("--model", "--csv", "--png", "--json", "--samples", "--seed", "--threads", "--problem", "-q", "--quiet")
+EVAL_OWN = ("--model", "--csv", "--png", "--json", "--samples", "--seed", "--threads", "--problem", "--problems-csv", "-q",
+            "--quiet")
 SEED_AXES = ("train.seed", "train.data_seed")
 FIELD = re.compile(r"^(model|train)\.[a-z][a-z0-9_]*$")
 AXIS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -295,10 +310,44 @@ def load(path, sets=()):
     name = d.get("name")
     if name is not None and (not isinstance(name, str) or not RUN_NAME.match(name)):
         raise InputError("%s: name %r: letters, digits and . _ + = - only" % (where, name))
+    family = d.get("family", "decoder")
+    if family not in FAMILIES:
+        raise InputError("%s: family %s: one of %s" % (where, json.dumps(family), ", ".join(FAMILIES)))
+    if family == "grid-ut" and not any(a.split("=", 1)[0] in ("--table", "--instance") for a in ev["args"]):
+        raise InputError("%s: evaluate.args must name what evaluate_grid tests: --table T or --instance I "
+                         "(e.g. [\"--table\", \"iii\"])" % where)
+    phases = _phases(where, d.get("phases", []), FAMILIES[family]["end"], base, setter)
     spec = {"name": name, "base": base, "axes": axes, "run_name": run_name, "train_args": train_args,
             "evaluate": ev, "given": {k: os.path.normpath(os.path.join(here, v)) for k, v in given.items()},
-            "median_over": median_over, "path": os.path.abspath(path), "base_file": base_src}
+            "median_over": median_over, "path": os.path.abspath(path), "base_file": base_src, "family": family,
+            "phases": phases}
     return spec, digest
+
+
+def _phases(where, phases, end, base, setter):
+    """The phases, validated: a list of {"train.X": value} objects, each setting the family's end field
+    (train.steps or train.epochs) to more than the one before."""
+    if not isinstance(phases, list):
+        raise InputError("%s: 'phases' must be a list of objects {\"train.X\": value, ...}" % where)
+    last = base["train"].get(end.split(".", 1)[1]) if end not in setter else None
+    for i, ph in enumerate(phases, 1):
+        pw = "%s: phase %d" % (where, i)
+        if not isinstance(ph, dict) or not ph:
+            raise InputError("%s must be a non-empty object {\"train.X\": value, ...}" % pw)
+        for k, v in ph.items():
+            if not FIELD.match(k) or not k.startswith("train."):
+                raise InputError("%s sets %r: a phase changes train fields only (train.X; a resumed run keeps its "
+                                 "model)" % (pw, k))
+            if not _scalar(v):
+                raise InputError("%s: %s must be a string, number or boolean" % (pw, k))
+        v = ph.get(end)
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise InputError("%s must set %s (an integer): where the phase ends" % (pw, end))
+        if isinstance(last, int) and not isinstance(last, bool) and v <= last:
+            raise InputError("%s: %s %d must exceed the %s's %d" % (pw, end, v, "base" if i == 1 else
+                                                                     "phase %d" % (i - 1), last))
+        last = v
+    return [dict(ph) for ph in phases]
 
 
 def _render_name(template, axis_labels, config):
@@ -341,12 +390,27 @@ def runs_of(spec):
     for g in spec["given"]:
         if g not in seen:
             raise InputError("given: %r is not a run of the sweep (runs: %s)" % (g, ", ".join(list(seen)[:8])))
+    end = FAMILIES[spec["family"]]["end"].split(".", 1)[1]
     for r in runs:
         t = r["config"]["train"].get("threads")
         if not isinstance(t, int) or isinstance(t, bool) or t < 1:
             raise InputError("run %s: train.threads must be set to an integer >= 1 (a run is deterministic for "
                              "(seed, threads); the Slurm task asks for that many CPUs)" % r["name"])
+        e = r["config"]["train"].get(end)
+        if spec["phases"] and isinstance(e, (int, float)) and spec["phases"][0]["train." + end] <= e:
+            raise InputError("run %s: phase 1's train.%s %s must exceed the run's %s" % (
+                r["name"], end, spec["phases"][0]["train." + end], e))
     return runs
+
+
+def phase_configs(config, phases):
+    """The configuration each phase continues with (the run's, then every phase's fields added in turn)."""
+    out, cfg = [], {sec: dict(config[sec]) for sec in ("model", "train")}
+    for ph in phases:
+        for k, v in ph.items():
+            cfg["train"][k.split(".", 1)[1]] = v
+        out.append({sec: dict(cfg[sec]) for sec in ("model", "train")})
+    return out
 
 
 # ---- the tools ---------------------------------------------------------------------------------------
@@ -356,10 +420,11 @@ def default_bin():
                                                          "build", "learn")
 
 
-def tools(bin_dir):
+def tools(bin_dir, family="decoder"):
+    """The family's train and evaluate executables in bin_dir: {"train": path, "evaluate": path}."""
     out = {}
     for t in ("train", "evaluate"):
-        p = os.path.abspath(os.path.join(bin_dir, t))
+        p = os.path.abspath(os.path.join(bin_dir, FAMILIES[family][t]))
         if not (os.path.isfile(p) and os.access(p, os.X_OK)):
             raise InputError("no executable %s (build it: ./x build; or pass --bin DIR, or set MANYADD_BIN)" % p)
         out[t] = p
@@ -376,21 +441,23 @@ def config_flags(train):
             for m in re.finditer(r"^\s+(--[a-z0-9-]+)\s+\S+\s+(model|train)\.([a-z0-9_]+):", text, re.M)}
 
 
-def check_configs(train, runs):
-    """train is the authority on its configuration: each distinct one is handed to it with an --out it
-    cannot create (a path under a regular file), so it validates every field and value and stops before
-    writing anything; its refusal is the message."""
+def check_configs(train, runs, phases=()):
+    """train is the authority on its configuration: each distinct one (a run's, and the one each phase
+    continues with) is handed to it with an --out it cannot create (a path under a regular file), so it
+    validates every field and value and stops before writing anything; its refusal is the message."""
     distinct = {}
     for r in runs:
         if r["given"] is None:
             distinct.setdefault(json.dumps(r["config"], sort_keys=True), r)
+            for i, c in enumerate(phase_configs(r["config"], phases), 1):
+                distinct.setdefault(json.dumps(c, sort_keys=True), dict(r, name="%s (phase %d)" % (r["name"], i)))
     with tempfile.TemporaryDirectory(prefix="manyadd_sweep_") as tmp:
         blocker = os.path.join(tmp, "file")
         open(blocker, "w").close()
 
         def one(item):
-            key, r = item
-            cfg = os.path.join(tmp, "%d.json" % r["index"])
+            i, (key, r) = item
+            cfg = os.path.join(tmp, "%d.json" % i)
             with open(cfg, "w") as f:
                 f.write(key)
             out = os.path.join(blocker, "run")
@@ -398,10 +465,11 @@ def check_configs(train, runs):
             msg = (p.stderr.strip().splitlines() or [""])[-1]
             if p.returncode == 2 and "cannot create" in p.stderr and out in p.stderr:
                 return None
-            return "run %s: train refuses its configuration (exit %d): %s" % (
-                r["name"], p.returncode, msg.replace("train: ", "", 1))
+            tool = os.path.basename(train)
+            return "run %s: %s refuses its configuration (exit %d): %s" % (
+                r["name"], tool, p.returncode, msg.replace(tool + ": ", "", 1))
         with concurrent.futures.ThreadPoolExecutor(max_workers=min(4, max(1, len(distinct)))) as ex:
-            errors = [e for e in ex.map(one, distinct.items()) if e]
+            errors = [e for e in ex.map(one, enumerate(distinct.items())) if e]
     if errors:
         raise InputError("\n".join(errors))
 
@@ -418,7 +486,38 @@ def model_dir(out, run):
     return run["given"] or paths(out, run["name"])["run"]
 
 
-def status(out, run):
+def snapshot_dir(out, name, step):
+    """Where the model before a phase is kept: OUT/snapshots/NAME-stepS (config.json, model.safetensors)."""
+    return os.path.join(out, "snapshots", "%s-step%d" % (name, step))
+
+
+def progress(plan, run_dir):
+    """(step, the last step of the configuration the run has now, the index of the phase to continue with
+    or None) of a started run, from its config.json."""
+    family = plan.get("family", "decoder")
+    cpath = os.path.join(run_dir, "config.json")
+    c = _read_file(cpath)
+
+    def end_step(train):
+        if family == "grid-ut":
+            return int(train["epochs"]) * int(train["steps_per_epoch"])
+        return int(train["steps"])
+    try:
+        step, end = int(c["step"]), end_step(c["train"])
+        nxt = None
+        if step >= end:
+            for k, ph in enumerate(plan.get("phases", [])):
+                t = dict(c["train"], **{f.split(".", 1)[1]: v for f, v in ph["set"].items()})
+                if end_step(t) > step:
+                    nxt = k
+                    break
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise InputError("%s: no step / %s" % (cpath, "train.epochs, train.steps_per_epoch" if family == "grid-ut"
+                                               else "train.steps")) from None
+    return step, end, nxt
+
+
+def status(out, run, plan):
     """new | partial | trained | evaluated, from the files alone."""
     p = paths(out, run["name"])
     if run["given"]:
@@ -426,11 +525,8 @@ def status(out, run):
     else:
         if not os.path.isfile(os.path.join(p["run"], "checkpoint.safetensors")):
             return "new"
-        c = _read_file(os.path.join(p["run"], "config.json"))
-        try:
-            trained = int(c["step"]) >= int(c["train"]["steps"])
-        except (KeyError, TypeError, ValueError):
-            raise InputError("%s: no step / train.steps" % os.path.join(p["run"], "config.json")) from None
+        step, end, nxt = progress(plan, p["run"])
+        trained = step >= end and nxt is None
     if not trained:
         return "partial" if not run["given"] else "new"
     return "evaluated" if os.path.isfile(p["json"]) and os.path.isfile(p["csv"]) else "trained"
@@ -500,20 +596,30 @@ def ensure_plan(sweep, out, sets=None, replan=False, bin_dir=None, write=True):
                          "running), or use another --out" % (sweep, plan_path, why, len(started), len(old["runs"])))
     if not write:
         raise InputError("%s has no plan.json: nothing was planned or run there" % out)
-    t = tools(bin_dir or default_bin())
+    t = tools(bin_dir or default_bin(), spec["family"])
     flags = config_flags(t["train"])
     for a in spec["train_args"]:
         if a.split("=", 1)[0] in flags:
             raise InputError("train_args: %s sets %s, a field of the configuration: put it into base or an axis (a "
                              "run's configuration is what plan.json and config.json say)"
                              % (a, flags[a.split("=", 1)[0]]))
-    check_configs(t["train"], runs)
+    flag_of = {field: flag for flag, field in flags.items()}
+    phases = []
+    for i, ph in enumerate(spec["phases"], 1):
+        args = []
+        for k, v in ph.items():
+            if k not in flag_of:
+                raise InputError("phase %d: %s is not a field a flag of %s sets (its --help lists them): a "
+                                 "resume could not pass it" % (i, k, os.path.basename(t["train"])))
+            args += [flag_of[k], label(v)]
+        phases.append({"set": ph, "args": args})
+    check_configs(t["train"], runs, spec["phases"])
     _check_runs_against(out, runs)
     plan = {"format": PLAN_FORMAT, "sweep": spec["path"], "base_file": spec["base_file"], "sweep_sha256": digest,
             "set": [list(s) for s in sets], "name": spec["name"],
             "axes": [{"name": a, "values": [l for l, _ in pts]} for a, pts in spec["axes"]],
             "median_over": spec["median_over"], "train_args": spec["train_args"], "evaluate": spec["evaluate"],
-            "runs": runs}
+            "family": spec["family"], "phases": phases, "runs": runs}
     os.makedirs(out, exist_ok=True)
     atomic_write(plan_path, json.dumps(plan, indent=1) + "\n")
     if old is not None:
@@ -582,30 +688,50 @@ def run_one(plan, out, index, t):
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             raise RunFailed("another process is running it (%s is locked)" % p["log"]) from None
-        st = status(out, r)
+        st = status(out, r, plan)
         done = []
-        if st in ("new", "partial") and not r["given"]:
+        while st in ("new", "partial") and not r["given"]:
+            step = 0
             if st == "new":
                 atomic_write(p["config"], json.dumps(r["config"], indent=1) + "\n")
                 cmd = [t["train"], "--config", p["config"], "--out", p["run"], "-q"]
                 done.append("trained")
             else:
+                step, end, nxt = progress(plan, p["run"])
                 cmd = [t["train"], "--out", p["run"], "--resume", "-q"]
-                done.append("resumed from step %s, trained" % _read_file(os.path.join(p["run"], "config.json"))["step"])
+                if step < end:  # the configuration it runs now (the planned one, or a phase's) is not done
+                    done.append("resumed from step %d, trained" % step)
+                else:  # the next phase: the model before it kept first
+                    keep = snapshot_dir(out, r["name"], step)
+                    if not os.path.isdir(keep):
+                        tmp = keep + ".tmp"
+                        shutil.rmtree(tmp, ignore_errors=True)
+                        os.makedirs(tmp)
+                        for f in ("config.json", "model.safetensors"):
+                            shutil.copy2(os.path.join(p["run"], f), tmp)
+                        os.replace(tmp, keep)
+                    cmd += plan["phases"][nxt]["args"]
+                    done.append("phase %d (%s) from step %d, trained" % (nxt + 1, " ".join(plan["phases"][nxt]["args"]),
+                                                                         step))
             rc = _call(cmd + plan["train_args"], p["log"])
             if rc != 0:
                 raise RunFailed("train exited %d (%s)" % (rc, p["log"]))
-            st = status(out, r)
-            if st not in ("trained", "evaluated"):
-                raise RunFailed("train exited 0 but the run is %s (%s)" % (st, p["log"]))
-        elif st == "new":
+            st = status(out, r, plan)
+            if st == "new":
+                raise RunFailed("train exited 0 but wrote no checkpoint (%s)" % p["log"])
+            if st == "partial":  # on to the next phase only when this call ran its configuration to the end
+                now, end, _ = progress(plan, p["run"])
+                if now < end or now == step:
+                    raise RunFailed("train exited 0 but the run is partial, at step %d of %d (%s)" % (now, end, p["log"]))
+        if st == "new":
             raise RunFailed("given model %s has no model.safetensors" % r["given"])
         if st == "trained":
             ev = plan["evaluate"]
             threads = ev.get("threads") or r["config"]["train"]["threads"]
             cmd = [t["evaluate"], "--model", model_dir(out, r), "--samples", str(ev["samples"]), "--seed",
                    str(ev["seed"]), "--threads", str(threads)] + ev["args"] + [
-                   "-q", "--csv", p["csv"], "--png", p["png"], "--json", p["json"]]
+                   "-q", "--csv", p["csv"]] + (["--png", p["png"]] if plan.get("family", "decoder") == "decoder"
+                                               else []) + ["--json", p["json"]]
             rc = _call(cmd, p["log"])
             if rc != 0 or not os.path.isfile(p["json"]):
                 raise RunFailed("evaluate exited %d (%s)" % (rc, p["log"]))
@@ -625,7 +751,7 @@ def cmd_plan(a):
     counts = dict.fromkeys(STATUSES, 0)
     rows = []
     for r in plan["runs"]:
-        st = status(a.out, r)
+        st = status(a.out, r, plan)
         counts[st] += 1
         where = _rel(model_dir(a.out, r)) + (" (given)" if r["given"] else "")
         rows.append((str(r["index"]), r["name"], st, where, " ".join("%s=%s" % kv for kv in r["axes"].items())))
@@ -644,9 +770,9 @@ def cmd_run_one(a):
     plan = ensure_plan(a.sweep, a.out, None, False, a.bin, write=False)
     if not 0 <= a.index < len(plan["runs"]):
         raise InputError("--index %d: the plan has runs 0..%d" % (a.index, len(plan["runs"]) - 1))
-    t = tools(a.bin)
+    t = tools(a.bin, plan.get("family", "decoder"))
     r = plan["runs"][a.index]
-    say("run %d %s: %s" % (a.index, r["name"], status(a.out, r)))
+    say("run %d %s: %s" % (a.index, r["name"], status(a.out, r, plan)))
     try:
         say("run %d %s: %s" % (a.index, r["name"], run_one(plan, a.out, a.index, t)))
     except RunFailed as e:
@@ -661,8 +787,8 @@ def cmd_local(a):
     if a.jobs < 1:
         raise InputError("-j must be >= 1")
     plan = ensure_plan(a.sweep, a.out, a.sets, a.replan, a.bin)
-    t = tools(a.bin)
-    todo = [r for r in plan["runs"] if status(a.out, r) != "evaluated"]
+    t = tools(a.bin, plan.get("family", "decoder"))
+    todo = [r for r in plan["runs"] if status(a.out, r, plan) != "evaluated"]
     say("%d runs, %d evaluated already, %d to run, %d at a time" % (len(plan["runs"]), len(plan["runs"]) - len(todo),
                                                                     len(todo), a.jobs))
     failed = []
@@ -678,7 +804,7 @@ def cmd_local(a):
     with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as ex:
         list(ex.map(go, todo))
     if _stopping:
-        left = [r["name"] for r in plan["runs"] if status(a.out, r) != "evaluated"]
+        left = [r["name"] for r in plan["runs"] if status(a.out, r, plan) != "evaluated"]
         say("stopped (signal %d): %d runs not done (%s); the same command carries on" % (
             _stopping[0], len(left), ", ".join(left)))
         return 1
@@ -749,9 +875,9 @@ def cmd_slurm(a):
     if not a.no_submit and shutil.which("sbatch") is None:
         raise InputError("sbatch is not on PATH (no Slurm client here): --no-submit writes the script only")
     plan = ensure_plan(a.sweep, a.out, a.sets, a.replan, a.bin)
-    tools(a.bin)
+    tools(a.bin, plan.get("family", "decoder"))
     check_output_path(script_path)
-    indices = [r["index"] for r in plan["runs"] if a.all or status(a.out, r) != "evaluated"]
+    indices = [r["index"] for r in plan["runs"] if a.all or status(a.out, r, plan) != "evaluated"]
     if not indices:
         say("every run is evaluated: nothing to submit (--all submits every run anyway)")
         return 0
@@ -799,11 +925,13 @@ def cmd_collect(a):
     group_axes = [x for x in axes if x not in plan["median_over"]]
     done, missing = [], []
     for r in plan["runs"]:
-        st = status(a.out, r)
+        st = status(a.out, r, plan)
         (done if st == "evaluated" else missing).append((r, st))
     if not done:
         say("no run of %s is evaluated yet (%d runs)" % (a.out, len(plan["runs"])))
         return 1
+    if plan.get("family", "decoder") == "grid-ut":
+        return _collect_instances(plan, a.out, dest, done, missing, axes, group_axes)
     os.makedirs(os.path.join(dest, "median"), exist_ok=True)
     long_rows, cols, table, groups = [], [], [], {}
     for r, _ in done:
@@ -864,6 +992,68 @@ def cmd_collect(a):
     for n in notes:
         say("sweep: " + n, file=sys.stderr)
     say("wrote %s: grids.csv (every cell of %d runs), runs.csv, table.md, median/ (%d groups)" % (
+        dest, len(done), len(groups)))
+    if missing:
+        say("%d of %d runs are not evaluated: %s" % (len(missing), len(plan["runs"]), ", ".join(
+            r["name"] for r, _ in missing)))
+        return 1
+    return 0
+
+
+def _collect_instances(plan, out, dest, done, missing, axes, group_axes):
+    """collect for grid-ut: every run's rows (evaluate_grid's CSV: one per instance) into instances.csv;
+    runs.csv and table.md: sequence / character accuracy per instance and run, and per group the median
+    over its runs and the best run's value, cell by cell."""
+    insts, acc, long_rows, cols = [], {}, [], []
+    for r, _ in done:
+        path = paths(out, r["name"])["csv"]
+        with open(path, newline="") as f:
+            recs = list(csv.DictReader(f))
+        for rec in recs:
+            try:
+                acc.setdefault(r["name"], {})[rec["instance"]] = (float(rec["seq_acc"]), float(rec["char_acc"]))
+            except (KeyError, TypeError, ValueError):
+                raise InputError("%s is not evaluate_grid's CSV (instance, seq_acc, char_acc per row)" % path) from None
+            if rec["instance"] not in insts:
+                insts.append(rec["instance"])
+            cols += [c for c in rec if c not in cols]
+            long_rows.append((r, rec))
+    os.makedirs(dest, exist_ok=True)
+    head = ["index", "run"] + axes
+    atomic_write(os.path.join(dest, "instances.csv"), _csv(
+        [head + cols] + [[r["index"], r["name"]] + [r["axes"][x] for x in axes] + [c.get(k, "") for k in cols]
+                         for r, c in long_rows]))
+    acc_cols = [c for i in insts for c in ("seq:" + i, "char:" + i)]
+    atomic_write(os.path.join(dest, "runs.csv"), _csv(
+        [head + ["status"] + acc_cols] +
+        [[r["index"], r["name"]] + [r["axes"][x] for x in axes] + ["evaluated"] +
+         [_fmt(acc[r["name"]][i][k]) if i in acc[r["name"]] else "NA" for i in insts for k in (0, 1)]
+         for r, _ in done] +
+        [[r["index"], r["name"]] + [r["axes"][x] for x in axes] + [st] + [""] * len(acc_cols) for r, st in missing]))
+
+    def cell(v):
+        return "—" if v is None else "%.3f / %.4f" % v
+    md = ["Sequence / character accuracy per instance.", "",
+          "| run | " + " | ".join(insts) + " |", "|---|" + "---|" * len(insts)]
+    md += ["| %s | %s |" % (r["name"], " | ".join(cell(acc[r["name"]].get(i)) for i in insts)) for r, _ in done]
+    groups = {}
+    for r, _ in done:
+        groups.setdefault(tuple(r["axes"][x] for x in group_axes), []).append(r["name"])
+    for key, names in groups.items():
+        gname = "-".join(key) or "all"
+        for what, f in (("median", grids.median), ("best", max)):
+            vals = []
+            for i in insts:
+                have = [acc[n][i] for n in names if i in acc[n]]
+                vals.append(None if len(have) < len(names) else (f([v[0] for v in have]), f([v[1] for v in have])))
+            md.append("| **%s, %s of %d** | %s |" % (gname, what, len(names), " | ".join(cell(v) for v in vals)))
+    if missing:
+        md.append("\nNot evaluated yet: " + ", ".join("%s (%s)" % (r["name"], st) for r, st in missing))
+    md.append("\nbest: the largest value over the group's runs, cell by cell (sequence and character accuracy "
+              "apart: it may mix runs); the paper reports its best seed of 10.")
+    atomic_write(os.path.join(dest, "table.md"), "\n".join(md) + "\n")
+    say("\n".join(md))
+    say("wrote %s: instances.csv (every instance of %d runs), runs.csv, table.md (%d groups)" % (
         dest, len(done), len(groups)))
     if missing:
         say("%d of %d runs are not evaluated: %s" % (len(missing), len(plan["runs"]), ", ".join(
