@@ -23,7 +23,8 @@ the C++ train and evaluate (a few seconds in all), and manyadd.grids. Checks:
   (cell by cell against the runs' CSVs); the grid-ut study's sweep.json plans runs.sh's runs;
 - manyadd.grids on a known grid; controls-cpu/table.py on the committed grids prints the README's table;
   grid-ut/table.py on the committed evaluations prints its README's side-by-side table, its interventions
-  figure is a PNG, and grid-ut/errors.py's carry propagation holds on known problems.
+  figure is a PNG, grid-ut/errors.py's carry propagation holds on known problems, and grid-ut/leak.py's
+  Seq2Grid weights match evaluate_grid's argmax_weight.
 Needs TRAIN and EVALUATE (ctest passes the build's); MANYADD_SOURCE_DIR (default: this checkout).
 """
 import io
@@ -592,6 +593,31 @@ args = ["--n-max", "3", "--m-max", "4"]
         self.assertEqual(errors.longest_propagation("9995+5"), 3)    # the carry from 5+5 runs through three 9s
         self.assertEqual(errors.longest_propagation("1234+4321"), 0)  # no carry at all
         self.assertEqual(errors.columns("12+345"), [7, 5, 3])
+        # leak.py's Seq2Grid (numpy, float64) against evaluate_grid's argmax_weight (C++, fp32) on the
+        # committed base model: 2 x 602 and 2 x 30, 4 problems each.
+        leak = os.path.join(here, "leak.py")
+        model = os.path.join(SOURCE, "models", "cpu-grid-ut-base-s1")
+        with tempfile.TemporaryDirectory() as d:
+            rows = os.path.join(d, "problems.csv")
+            subprocess.run([os.path.join(BIN, "evaluate_grid"), "--model", model, "--instance", "2x602", "--instance",
+                            "2x30", "--samples", "4", "--batch", "4", "--threads", "1", "-q", "--problems-csv", rows],
+                           check=True, capture_output=True)
+            p = subprocess.run([sys.executable, leak, model, "--check", rows], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            self.assertIn(": 8 problems, largest |weight - argmax_weight|", p.stdout)
+            p = subprocess.run([sys.executable, leak, model, "--check", rows, "--tol", "1e-12"], capture_output=True,
+                               text=True)
+            self.assertEqual(p.returncode, 1, p.stdout + p.stderr)  # the check can fail
+        t = subprocess.run([sys.executable, leak, model, "--lengths", "602"], capture_output=True, text=True,
+                           check=True).stdout.splitlines()
+        self.assertEqual(len(t), 3)
+        self.assertRegex(t[2], r"\| TTTTTTTTTTNO \| 4\.27e-04 \(8\.67e-04\) \| .* \| 0\.598 \| 811 \|$")
+        for args, msg in (([os.path.join(SOURCE, "models", "cpu-sa1010-1l4h-d64")], "not a grid model"),
+                          ([model, "--lengths", "0"], "--lengths"), ([model, model, "--check", "x.csv"], "one MODEL"),
+                          ([model, "--check", os.path.join(here, "README.md")], "not evaluate_grid --problems-csv")):
+            p = subprocess.run([sys.executable, leak] + args, capture_output=True, text=True)
+            self.assertEqual(p.returncode, 2, args)
+            self.assertIn(msg, p.stderr, args)
 
 
 if __name__ == "__main__":
