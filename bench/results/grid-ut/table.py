@@ -142,13 +142,11 @@ DIGITS_ORDER = ["2x1-1000", "2x1000", "2x1-2000", "2x2000", "2x1-4000", "2x4000"
 def seed_runs(variant):
     """{seed: {instance: row}} of the variant's runs evaluated here (every evaluate_grid CSV runs.sh wrote)."""
     out = {}
+    own = re.compile(r"^%s-seed(\d+)-(tableiii|tableiv-terms|tableiv-digits|beyond)\.csv$" % re.escape(variant))
     for name in sorted(os.listdir(HERE)):
-        pre = variant + "-seed"
-        if not (name.startswith(pre) and name.endswith(".csv")) or "step5100" in name:
-            continue
-        seed = name[len(pre):].split("-")[0]
-        if seed.isdigit():
-            out.setdefault(int(seed), {}).update(rows(os.path.join(HERE, name)))
+        m = own.match(name)  # runs.sh's names only: not the step-5,100 models, not other experiments' files
+        if m:
+            out.setdefault(int(m.group(1)), {}).update(rows(os.path.join(HERE, name)))
     return out
 
 
