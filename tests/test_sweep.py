@@ -538,10 +538,11 @@ args = ["--n-max", "3", "--m-max", "4"]
             s = int(r["name"].rsplit("seed", 1)[1])
             self.assertEqual(r["config"], {"model": {"groups": 1} if r["name"].startswith("nogroups") else {},
                                            "train": {"seed": s, "threads": 2}})
-        self.assertIn("--resume --epochs 810 --beta 5e-4 --threads 2 --device cpu-fast", sh)
+        self.assertIn("threads=${THREADS:-2}", sh)
+        self.assertIn('--resume --epochs 810 --beta 5e-4 --threads "$threads" --device cpu-fast', sh)
         self.assertEqual(plan["phases"][0]["args"], ["--epochs", "810", "--beta", "0.0005"])
         self.assertEqual(plan["train_args"], ["--device", "cpu-fast"])
-        self.assertIn("--table iii --samples 1000 --threads 2 --device cpu-fast", sh)
+        self.assertIn('--table iii --samples 1000 --threads "$threads" --device cpu-fast', sh)
         self.assertEqual(plan["evaluate"], {"samples": 1000, "seed": 1, "threads": 2,
                                             "args": ["--table", "iii", "--device", "cpu-fast"]})
 

@@ -1,7 +1,7 @@
 #!/bin/bash
 # runs.sh [SECONDS] [RUN...]: the grid model's runs of this study, continued where they stopped, within
-# about SECONDS of wall time (default 3300), on 2 threads of the fast device. From the repository root
-# after ./x build. Each run directory bench/results/grid-ut/RUN (RUN = base-seedS or nogroups-seedS,
+# about SECONDS of wall time (default 3300), on $THREADS (default 2) threads of the fast device. From the
+# repository root after ./x build. Each run directory bench/results/grid-ut/RUN (RUN = base-seedS or nogroups-seedS,
 # S = 1..3; default: all six, one seed of each variant before the next seed) goes through
 #   1. the paper's 510 epochs (5,100 steps):   train_grid --out D --seed S [--groups 1]
 #   2. the overtraining phase to 810 epochs:   train_grid --out D --resume --epochs 810 --beta 5e-4
@@ -15,6 +15,7 @@
 # The next piece always goes to the first unfinished run. Safe to kill: the next call continues.
 set -euo pipefail
 budget=${1:-3300}
+threads=${THREADS:-2}  # THREADS=1: beside another job (a run does not depend on its thread count)
 shift || true
 runs=("$@")
 [ ${#runs[@]} -gt 0 ] || runs=(base-seed1 nogroups-seed1 base-seed2 nogroups-seed2 base-seed3 nogroups-seed3)
@@ -32,28 +33,28 @@ for run in "${runs[@]}"; do
   while [ "$(left)" -gt 60 ]; do
     s=$(step_of "$d")
     if [ ! -f "$d/checkpoint.safetensors" ]; then
-      build/learn/train_grid --out "$d" --seed "$seed" "${extra[@]}" --threads 2 --device cpu-fast --max-seconds "$(left)" -q
+      build/learn/train_grid --out "$d" --seed "$seed" "${extra[@]}" --threads "$threads" --device cpu-fast --max-seconds "$(left)" -q
     elif [ "$s" -lt 5100 ]; then
-      build/learn/train_grid --out "$d" --resume --threads 2 --device cpu-fast --max-seconds "$(left)" -q
+      build/learn/train_grid --out "$d" --resume --threads "$threads" --device cpu-fast --max-seconds "$(left)" -q
     elif [ "$s" -lt 8100 ]; then
       if [ "$s" -eq 5100 ] && [ ! -d "$d-step5100" ]; then  # the model before the overtraining (Table VI's)
         mkdir -p "$d-step5100" && cp "$d/config.json" "$d/model.safetensors" "$d-step5100/"
       fi
-      build/learn/train_grid --out "$d" --resume --epochs 810 --beta 5e-4 --threads 2 --device cpu-fast --max-seconds "$(left)" -q
+      build/learn/train_grid --out "$d" --resume --epochs 810 --beta 5e-4 --threads "$threads" --device cpu-fast --max-seconds "$(left)" -q
     elif [ ! -f "$d-tableiii.json" ]; then
-      build/learn/evaluate_grid --model "$d" --table iii --samples 1000 --threads 2 --device cpu-fast \
+      build/learn/evaluate_grid --model "$d" --table iii --samples 1000 --threads "$threads" --device cpu-fast \
         --csv "$d-tableiii.csv" --json "$d-tableiii.json"
     elif [ ! -f "$d-tableiv-terms.json" ]; then
-      build/learn/evaluate_grid --model "$d" --table iv-terms --samples 1000 --threads 2 --device cpu-fast \
+      build/learn/evaluate_grid --model "$d" --table iv-terms --samples 1000 --threads "$threads" --device cpu-fast \
         --csv "$d-tableiv-terms.csv" --json "$d-tableiv-terms.json"
     elif [ ! -f "$d-beyond.json" ]; then
       build/learn/evaluate_grid --model "$d" --instance 2x20 --instance 2x30 --instance 11-20x1-10 --instance 21-40x1-10 \
-        --samples 1000 --threads 2 --device cpu-fast --csv "$d-beyond.csv" --json "$d-beyond.json"
+        --samples 1000 --threads "$threads" --device cpu-fast --csv "$d-beyond.csv" --json "$d-beyond.json"
     elif [ "${extra[*]-}" = "--groups 1" ] && [ ! -f "$d-tableiv-digits.json" ]; then
-      build/learn/evaluate_grid --model "$d" --table iv-digits --samples 100 --threads 2 --device cpu-fast \
+      build/learn/evaluate_grid --model "$d" --table iv-digits --samples 100 --threads "$threads" --device cpu-fast \
         --csv "$d-tableiv-digits.csv" --json "$d-tableiv-digits.json"
     elif [ -d "$d-step5100" ] && [ ! -f "$d-step5100-tableiii.json" ]; then  # Table VI's models
-      build/learn/evaluate_grid --model "$d-step5100" --table iii --samples 1000 --threads 2 --device cpu-fast \
+      build/learn/evaluate_grid --model "$d-step5100" --table iii --samples 1000 --threads "$threads" --device cpu-fast \
         --csv "$d-step5100-tableiii.csv" --json "$d-step5100-tableiii.json"
     else
       break  # this run is done
