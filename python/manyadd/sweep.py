@@ -88,8 +88,8 @@ FAMILIES = {"decoder": {"train": "train", "evaluate": "evaluate", "end": "train.
 EVAL_KEYS = ("samples", "seed", "threads", "args")
 # Flags the sweep sets itself (or that would leave a run unfinished for ever).
 TRAIN_OWN = ("--out", "--config", "--resume", "--stop-after", "--json", "-q", "--quiet")
-EVAL_OWN = ("--model", "--csv", "--png", "--json", "--samples", "--seed", "--threads", "--problem", "--problems-csv", "-q",
-            "--quiet")
+EVAL_OWN = ("--model", "--csv", "--png", "--json", "--samples", "--seed", "--threads", "--problem", "--problems-csv",
+            "-q", "--quiet")
 SEED_AXES = ("train.seed", "train.data_seed")
 FIELD = re.compile(r"^(model|train)\.[a-z][a-z0-9_]*$")
 AXIS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -722,7 +722,8 @@ def run_one(plan, out, index, t):
             if st == "partial":  # on to the next phase only when this call ran its configuration to the end
                 now, end, _ = progress(plan, p["run"])
                 if now < end or now == step:
-                    raise RunFailed("train exited 0 but the run is partial, at step %d of %d (%s)" % (now, end, p["log"]))
+                    raise RunFailed("train exited 0 but the run is partial, at step %d of %d (%s)"
+                                    % (now, end, p["log"]))
         if st == "new":
             raise RunFailed("given model %s has no model.safetensors" % r["given"])
         if st == "trained":
