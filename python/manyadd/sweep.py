@@ -81,10 +81,19 @@ __all__ = ["load", "runs_of", "ensure_plan", "status", "run_one", "main"]
 
 TOP_KEYS = ("name", "description", "base", "axes", "run_name", "train_args", "evaluate", "given", "median_over",
             "family", "phases")
-# A model family: its two tools (in --bin) and the train field that ends a run (its last step: the field,
-# or for grid-ut epochs x steps_per_epoch).
-FAMILIES = {"decoder": {"train": "train", "evaluate": "evaluate", "end": "train.steps"},
-            "grid-ut": {"train": "train_grid", "evaluate": "evaluate_grid", "end": "train.epochs"}}
+# A model family: its two tools (in --bin), the train field a phase sets to move a run's end, and the last
+# step of a run's train section (config.json's).
+FAMILIES = {"decoder": {"train": "train", "evaluate": "evaluate", "end": "train.steps",
+                        "last_step": lambda t: int(t["steps"])},
+            "grid-ut": {"train": "train_grid", "evaluate": "evaluate_grid", "end": "train.epochs",
+                        "last_step": lambda t: int(t["epochs"]) * int(t["steps_per_epoch"])}}
+
+
+def family(plan):
+    """The plan's model family (plans written before families existed are the decoder's)."""
+    return plan.get("family", "decoder")
+
+
 EVAL_KEYS = ("samples", "seed", "threads", "args")
 # Flags the sweep sets itself (or that would leave a run unfinished for ever).
 TRAIN_OWN = ("--out", "--config", "--resume", "--stop-after", "--json", "-q", "--quiet")
@@ -310,16 +319,16 @@ def load(path, sets=()):
     name = d.get("name")
     if name is not None and (not isinstance(name, str) or not RUN_NAME.match(name)):
         raise InputError("%s: name %r: letters, digits and . _ + = - only" % (where, name))
-    family = d.get("family", "decoder")
-    if family not in FAMILIES:
-        raise InputError("%s: family %s: one of %s" % (where, json.dumps(family), ", ".join(FAMILIES)))
-    if family == "grid-ut" and not any(a.split("=", 1)[0] in ("--table", "--instance") for a in ev["args"]):
+    fam = d.get("family", "decoder")
+    if fam not in FAMILIES:
+        raise InputError("%s: family %s: one of %s" % (where, json.dumps(fam), ", ".join(FAMILIES)))
+    if fam == "grid-ut" and not any(a.split("=", 1)[0] in ("--table", "--instance") for a in ev["args"]):
         raise InputError("%s: evaluate.args must name what evaluate_grid tests: --table T or --instance I "
                          "(e.g. [\"--table\", \"iii\"])" % where)
-    phases = _phases(where, d.get("phases", []), FAMILIES[family]["end"], base, setter)
+    phases = _phases(where, d.get("phases", []), FAMILIES[fam]["end"], base, setter)
     spec = {"name": name, "base": base, "axes": axes, "run_name": run_name, "train_args": train_args,
             "evaluate": ev, "given": {k: os.path.normpath(os.path.join(here, v)) for k, v in given.items()},
-            "median_over": median_over, "path": os.path.abspath(path), "base_file": base_src, "family": family,
+            "median_over": median_over, "path": os.path.abspath(path), "base_file": base_src, "family": fam,
             "phases": phases}
     return spec, digest
 
@@ -420,11 +429,11 @@ def default_bin():
                                                          "build", "learn")
 
 
-def tools(bin_dir, family="decoder"):
+def tools(bin_dir, fam="decoder"):
     """The family's train and evaluate executables in bin_dir: {"train": path, "evaluate": path}."""
     out = {}
     for t in ("train", "evaluate"):
-        p = os.path.abspath(os.path.join(bin_dir, FAMILIES[family][t]))
+        p = os.path.abspath(os.path.join(bin_dir, FAMILIES[fam][t]))
         if not (os.path.isfile(p) and os.access(p, os.X_OK)):
             raise InputError("no executable %s (build it: ./x build; or pass --bin DIR, or set MANYADD_BIN)" % p)
         out[t] = p
@@ -494,14 +503,10 @@ def snapshot_dir(out, name, step):
 def progress(plan, run_dir):
     """(step, the last step of the configuration the run has now, the index of the phase to continue with
     or None) of a started run, from its config.json."""
-    family = plan.get("family", "decoder")
+    fam = family(plan)
+    end_step = FAMILIES[fam]["last_step"]
     cpath = os.path.join(run_dir, "config.json")
     c = _read_file(cpath)
-
-    def end_step(train):
-        if family == "grid-ut":
-            return int(train["epochs"]) * int(train["steps_per_epoch"])
-        return int(train["steps"])
     try:
         step, end = int(c["step"]), end_step(c["train"])
         nxt = None
@@ -512,7 +517,7 @@ def progress(plan, run_dir):
                     nxt = k
                     break
     except (KeyError, TypeError, ValueError, AttributeError):
-        raise InputError("%s: no step / %s" % (cpath, "train.epochs, train.steps_per_epoch" if family == "grid-ut"
+        raise InputError("%s: no step / %s" % (cpath, "train.epochs, train.steps_per_epoch" if fam == "grid-ut"
                                                else "train.steps")) from None
     return step, end, nxt
 
@@ -731,7 +736,7 @@ def run_one(plan, out, index, t):
             threads = ev.get("threads") or r["config"]["train"]["threads"]
             cmd = [t["evaluate"], "--model", model_dir(out, r), "--samples", str(ev["samples"]), "--seed",
                    str(ev["seed"]), "--threads", str(threads)] + ev["args"] + [
-                   "-q", "--csv", p["csv"]] + (["--png", p["png"]] if plan.get("family", "decoder") == "decoder"
+                   "-q", "--csv", p["csv"]] + (["--png", p["png"]] if family(plan) == "decoder"
                                                else []) + ["--json", p["json"]]
             rc = _call(cmd, p["log"])
             if rc != 0 or not os.path.isfile(p["json"]):
@@ -771,7 +776,7 @@ def cmd_run_one(a):
     plan = ensure_plan(a.sweep, a.out, None, False, a.bin, write=False)
     if not 0 <= a.index < len(plan["runs"]):
         raise InputError("--index %d: the plan has runs 0..%d" % (a.index, len(plan["runs"]) - 1))
-    t = tools(a.bin, plan.get("family", "decoder"))
+    t = tools(a.bin, family(plan))
     r = plan["runs"][a.index]
     say("run %d %s: %s" % (a.index, r["name"], status(a.out, r, plan)))
     try:
@@ -788,7 +793,7 @@ def cmd_local(a):
     if a.jobs < 1:
         raise InputError("-j must be >= 1")
     plan = ensure_plan(a.sweep, a.out, a.sets, a.replan, a.bin)
-    t = tools(a.bin, plan.get("family", "decoder"))
+    t = tools(a.bin, family(plan))
     todo = [r for r in plan["runs"] if status(a.out, r, plan) != "evaluated"]
     say("%d runs, %d evaluated already, %d to run, %d at a time" % (len(plan["runs"]), len(plan["runs"]) - len(todo),
                                                                     len(todo), a.jobs))
@@ -876,7 +881,7 @@ def cmd_slurm(a):
     if not a.no_submit and shutil.which("sbatch") is None:
         raise InputError("sbatch is not on PATH (no Slurm client here): --no-submit writes the script only")
     plan = ensure_plan(a.sweep, a.out, a.sets, a.replan, a.bin)
-    tools(a.bin, plan.get("family", "decoder"))
+    tools(a.bin, family(plan))
     check_output_path(script_path)
     indices = [r["index"] for r in plan["runs"] if a.all or status(a.out, r, plan) != "evaluated"]
     if not indices:
@@ -931,7 +936,7 @@ def cmd_collect(a):
     if not done:
         say("no run of %s is evaluated yet (%d runs)" % (a.out, len(plan["runs"])))
         return 1
-    if plan.get("family", "decoder") == "grid-ut":
+    if family(plan) == "grid-ut":
         return _collect_instances(plan, a.out, dest, done, missing, axes, group_axes)
     os.makedirs(os.path.join(dest, "median"), exist_ok=True)
     long_rows, cols, table, groups = [], [], [], {}
