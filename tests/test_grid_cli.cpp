@@ -308,9 +308,9 @@ TEST(GridCli, CommittedModelAdds) {
   std::filesystem::remove_all(dir);
 }
 
-// Long operands (2 terms of 602 digits, 60 times the training length; 40 problems). The noGroups model
-// (models/cpu-grid-ut-nogroups-s1) scored seq 0.949, char 0.9999 there on 1000 problems; the base model
-// 0.000 / 0.860, and 0.98 / 1.0000 (100 problems) with Seq2Grid's actions hard (--hard-actions: the soft
+// Long operands (2 terms of 602 digits, 60 times the training length; 40 problems). The noGroups models
+// (models/cpu-grid-ut-nogroups-s1, -s3) scored seq 0.949 and 0.990, char 0.9999 there on 1000 problems; the
+// base model 0.000 / 0.860, and 0.98 / 1.0000 (100 problems) with Seq2Grid's actions hard (--hard-actions: the soft
 // mixture's leak is what fails it; bench/results/grid-ut/README.md). At p >= 0.949, fewer than 30 of 40 exact
 // has probability below 4e-6 (the problems are fixed by the seed; the bound is set as if they were not);
 // char 0.999 allows 10x the error rate. The base model's soft run must fail (seq <= 0.1): the intervention
@@ -320,6 +320,7 @@ TEST(GridCli, CommittedModelsAddLongOperands) {
   const std::string long_args = " --instance 2x602 --samples 40";
   for (const auto& [model, extra, good] :
        std::vector<std::tuple<std::string, std::string, bool>>{{"cpu-grid-ut-nogroups-s1", "", true},
+                                                               {"cpu-grid-ut-nogroups-s3", "", true},
                                                                {"cpu-grid-ut-base-s1", " --hard-actions", true},
                                                                {"cpu-grid-ut-base-s1", "", false}})
     for (const auto& [dev, rep] : eval_committed(model, long_args + extra, dir)) {

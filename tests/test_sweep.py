@@ -594,6 +594,30 @@ args = ["--n-max", "3", "--m-max", "4"]
         self.assertEqual(errors.longest_propagation("9995+5"), 3)    # the carry from 5+5 runs through three 9s
         self.assertEqual(errors.longest_propagation("1234+4321"), 0)  # no carry at all
         self.assertEqual(errors.columns("12+345"), [7, 5, 3])
+        # --update replaces the sections of the files it is given and keeps the others (the problems CSVs are
+        # not committed): two files, then the first again with another answer
+        with tempfile.TemporaryDirectory() as d:
+            head = "instance,steps,exact,problem,sum,prediction\n"
+            a, b, md = os.path.join(d, "a.csv"), os.path.join(d, "b.csv"), os.path.join(d, "errors.md")
+            for path, body in ((a, "2x2,7,1,15+85,100,100\n"), (b, "2x2,7,0,15+85,100,_90\n")):
+                with open(path, "w") as f:
+                    f.write(head + body)
+            run = [sys.executable, os.path.join(here, "errors.py")]
+            subprocess.run(run + ["--update", md, b], check=True)
+            subprocess.run(run + ["--update", md, a], check=True)
+            got = read(md)
+            self.assertEqual(got, subprocess.run(run + [a, b], capture_output=True, text=True, check=True).stdout)
+            with open(a, "w") as f:
+                f.write(head + "2x2,7,0,15+85,100,101\n")
+            subprocess.run(run + ["--update", md, a], check=True)
+            got = read(md)
+            self.assertEqual(got.count("## "), 2)
+            self.assertIn(a + ", 2x2: 1 problems, sequence accuracy 0.000", got)
+            self.assertIn(b + ", 2x2: 1 problems, sequence accuracy 0.000", got)
+            for args in (["--update"], ["--update", md, "-x"], [], ["--update", a]):  # a: not an errors.md
+                p = subprocess.run(run + args, capture_output=True, text=True)
+                self.assertEqual(p.returncode, 2, args)
+                self.assertIn("errors.py: ", p.stderr, args)
         # leak.py's Seq2Grid (numpy, float64) against evaluate_grid's argmax_weight (C++, fp32) on the
         # committed base model: 2 x 602 and 2 x 30, 4 problems each.
         leak = os.path.join(here, "leak.py")

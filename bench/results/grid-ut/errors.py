@@ -4,6 +4,11 @@ where in the answer the wrong digits lie, and (files that have the column) by th
 actions' grid in Seq2Grid's soft mixture.
 
     python3 bench/results/grid-ut/errors.py PROBLEMS_CSV [PROBLEMS_CSV ...]   (from the repository root)
+    python3 bench/results/grid-ut/errors.py --update ERRORS_MD [PROBLEMS_CSV ...]
+
+--update rewrites ERRORS_MD with the sections of the files given replaced or added and every other file's
+sections kept (the problems CSVs are not committed, so a fresh checkout has only those it ran since),
+ordered by file path.
 
 The longest carry propagation of a problem: the longest run of consecutive columns (units first) whose
 carry-out the incoming carry changed, i.e. floor((s + c) / 10) != floor(s / 10) with s the column's digit
@@ -14,6 +19,7 @@ steps cannot come out exact unless the model carries some other way. Wrong digit
 from the units digit (0), over the valid matches only (the authors' metric: PAD-PAD is not counted),
 reported as a fraction of the answer's length (0 = units end, 1 = most significant end)."""
 import csv
+import os
 import statistics
 import sys
 
@@ -47,20 +53,24 @@ def wrong_positions(row):
     return wrong, len(want)
 
 
-def main(paths):
+def sections(paths):
+    """[(path, text)]: one markdown section per (file, instance), in the files' order."""
+    out = []
     by = defaultdict(list)  # (file, instance) -> rows: files are not merged (other models, other steps)
     for p in paths:
         with open(p) as f:
             for r in csv.DictReader(f):
                 by[(p, r["instance"])].append(r)
     for (path, inst), rows in by.items():
+        lines = []
+        emit = lines.append
         n = len(rows)
         exact = sum(r["exact"] == "1" for r in rows)
         weight = ""
         if "argmax_weight" in rows[0]:
             w = [float(r["argmax_weight"]) for r in rows]
             weight = ", argmax weight median %.3f [%.3f, %.3f]" % (statistics.median(w), min(w), max(w))
-        print("## %s, %s: %d problems, sequence accuracy %.3f, mean steps %.2f%s" %
+        emit("## %s, %s: %d problems, sequence accuracy %.3f, mean steps %.2f%s" %
               (path, inst, n, exact / n, statistics.mean(int(r["steps"]) for r in rows), weight))
         groups = defaultdict(lambda: [0, 0, []])
         for r in rows:
@@ -68,19 +78,19 @@ def main(paths):
             g[0] += 1
             g[1] += r["exact"] == "1"
             g[2].append(int(r["steps"]))
-        print("\n| longest carry propagation | problems | exact | seq acc | steps (median) |")
-        print("|---|---|---|---|---|")
+        emit("\n| longest carry propagation | problems | exact | seq acc | steps (median) |")
+        emit("|---|---|---|---|---|")
         for k in sorted(groups):
             t, e, st = groups[k]
-            print("| %d | %d | %d | %.3f | %g |" % (k, t, e, e / t, statistics.median(st)))
+            emit("| %d | %d | %d | %.3f | %g |" % (k, t, e, e / t, statistics.median(st)))
         if "argmax_weight" in rows[0]:  # Seq2Grid: the weight of the argmax actions' grid in the soft mixture
             edges = [1.0, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5, 0.0]
-            print("\n| argmax actions' weight | problems | seq acc |")
-            print("|---|---|---|")
+            emit("\n| argmax actions' weight | problems | seq acc |")
+            emit("|---|---|---|")
             for hi, lo in zip(edges, edges[1:]):
                 sel = [r for r in rows if lo < float(r["argmax_weight"]) <= hi or (lo == 0.0 and float(r["argmax_weight"]) == 0)]
                 if sel:
-                    print("| (%.2f, %.2f] | %d | %.3f |" % (lo, hi, len(sel), sum(r["exact"] == "1" for r in sel) / len(sel)))
+                    emit("| (%.2f, %.2f] | %d | %.3f |" % (lo, hi, len(sel), sum(r["exact"] == "1" for r in sel) / len(sel)))
         wrong = [wrong_positions(r) for r in rows if r["exact"] != "1"]
         if wrong:
             counts = [len(w) for w, _ in wrong]
@@ -88,13 +98,56 @@ def main(paths):
             bins = [0] * 10
             for x in rel:
                 bins[min(9, int(x * 10))] += 1
-            print("\nwrong problems: %d; wrong digits per wrong problem: median %g, max %d; where the wrong digits"
+            emit("\nwrong problems: %d; wrong digits per wrong problem: median %g, max %d; where the wrong digits"
                   " lie (fraction of the answer's length from the units end, deciles): %s" %
                   (len(wrong), statistics.median(counts), max(counts), " ".join(str(b) for b in bins)))
-        print()
+        out.append((path, "\n".join(lines) + "\n\n"))
+    return out
+
+
+def read_sections(md):
+    """[(path, text)] of an errors.md this script wrote: a section starts at '## PATH, INSTANCE: ...'."""
+    out = []
+    for line in md.splitlines(keepends=True):
+        if line.startswith("## "):
+            out.append([line[3:].split(", ", 1)[0], line])
+        elif out:
+            out[-1][1] += line
+        elif line.strip():
+            fail("the file to update does not start with a section ('## PATH, INSTANCE: ...')")
+    return [tuple(x) for x in out]
+
+
+def main(argv):
+    if argv[:1] == ["--update"]:
+        if len(argv) < 2 or argv[1].startswith("-") or any(a.startswith("-") for a in argv[2:]):
+            usage()
+        target, paths = argv[1], argv[2:]
+        old = []
+        if os.path.exists(target):
+            with open(target) as f:
+                old = read_sections(f.read())
+        new = sections(paths)
+        fresh = {p for p, _ in new}
+        merged = sorted([x for x in old if x[0] not in fresh] + new, key=lambda x: x[0])  # stable: instances keep order
+        tmp = target + ".tmp"
+        with open(tmp, "w") as f:
+            f.write("".join(text for _, text in merged))
+        os.replace(tmp, target)
+        return
+    if not argv or any(a.startswith("-") for a in argv):
+        usage()
+    sys.stdout.write("".join(text for _, text in sections(argv)))
+
+
+def fail(msg):
+    print("errors.py: " + msg, file=sys.stderr)
+    sys.exit(2)
+
+
+def usage():
+    fail("usage: errors.py PROBLEMS_CSV [PROBLEMS_CSV ...] | errors.py --update ERRORS_MD [PROBLEMS_CSV ...]")
 
 
 if __name__ == "__main__":
-    if not sys.argv[1:] or any(a.startswith("-") for a in sys.argv[1:]):
-        sys.exit("usage: errors.py PROBLEMS_CSV [PROBLEMS_CSV ...]")
     main(sys.argv[1:])

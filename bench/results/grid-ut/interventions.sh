@@ -87,6 +87,8 @@ for spec in base1at6482:base-seed1:77112fc base2at6900:base-seed2:e3bd818 nogrou
 done
 # base seed 2 mid-phase solved 2 x 602: the whole of Table III, the paper's test (no intervention)
 ev base2at6900-tableiii "$mid/base2at6900" --table iii --samples 1000
-# errors.py over every run's problems
-python3 bench/results/grid-ut/errors.py "$out"/problems/*.csv > "$out/errors.md"
+# errors.py over the problems here (a fresh checkout has only the runs it made since: --update keeps the
+# other runs' sections of the committed errors.md)
+shopt -s nullglob
+python3 bench/results/grid-ut/errors.py --update "$out/errors.md" "$out"/problems/*.csv
 echo "interventions.sh: done ($out)"
