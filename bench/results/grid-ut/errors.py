@@ -71,7 +71,7 @@ def sections(paths):
             w = [float(r["argmax_weight"]) for r in rows]
             weight = ", argmax weight median %.3f [%.3f, %.3f]" % (statistics.median(w), min(w), max(w))
         emit("## %s, %s: %d problems, sequence accuracy %.3f, mean steps %.2f%s" %
-              (path, inst, n, exact / n, statistics.mean(int(r["steps"]) for r in rows), weight))
+             (path, inst, n, exact / n, statistics.mean(int(r["steps"]) for r in rows), weight))
         groups = defaultdict(lambda: [0, 0, []])
         for r in rows:
             g = groups[longest_propagation(r["problem"])]
@@ -99,8 +99,8 @@ def sections(paths):
             for x in rel:
                 bins[min(9, int(x * 10))] += 1
             emit("\nwrong problems: %d; wrong digits per wrong problem: median %g, max %d; where the wrong digits"
-                  " lie (fraction of the answer's length from the units end, deciles): %s" %
-                  (len(wrong), statistics.median(counts), max(counts), " ".join(str(b) for b in bins)))
+                 " lie (fraction of the answer's length from the units end, deciles): %s" %
+                 (len(wrong), statistics.median(counts), max(counts), " ".join(str(b) for b in bins)))
         out.append((path, "\n".join(lines) + "\n\n"))
     return out
 
