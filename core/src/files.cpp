@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -116,7 +117,23 @@ void atomic_write(const std::string& path, const std::string& bytes) {
   f.commit();
 }
 
+void check_output_dir_name(const std::string& dir) {
+  constexpr std::size_t kNameMax = 255, kPathMax = 4096;
+  if (dir.size() >= kPathMax)
+    throw InputError(fmt::format("cannot create the directory '{}...': {} bytes, a path has fewer than {}",
+                                 dir.substr(0, 60), dir.size(), kPathMax));
+  for (std::size_t b = 0; b <= dir.size();) {
+    const std::size_t e = std::min(dir.find('/', b), dir.size());
+    if (e - b > kNameMax)
+      throw InputError(fmt::format("cannot create the directory '{}': the name '{}...' has {} bytes, more than the {} "
+                                   "a file name may have", dir.size() > 120 ? dir.substr(0, 120) + "..." : dir,
+                                   dir.substr(b, 20), e - b, kNameMax));
+    b = e + 1;
+  }
+}
+
 void make_output_dir(const std::string& dir) {
+  check_output_dir_name(dir);  // before any parent is created (nothing left behind)
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec || !std::filesystem::is_directory(dir, ec))

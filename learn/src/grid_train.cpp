@@ -732,8 +732,8 @@ const char* const kWindow[] = {"loss", "task", "reg", "train_acc", "steps_train"
 nlohmann::json run_grid_training(const GridConfig& mc, const GridTrainConfig& tc, const std::string& dir, bool resume,
                                  std::int64_t stop_after, double max_seconds, const ProgressOptions& progress,
                                  bool fast) {
-  namespace fs = std::filesystem;
-  if (!resume && fs::exists(dir + "/checkpoint.safetensors"))
+  check_output_dir_name(dir);  // before the progress line starts and anything is read
+  if (!resume && path_exists(dir + "/checkpoint.safetensors"))
     throw InputError(
         fmt::format("'{}' already holds a run (checkpoint.safetensors); pass --resume or choose another --out", dir));
   if (fast) require_fast_products();

@@ -324,6 +324,7 @@ const char kEvalHeader[] = "step,mean_exact_match,min_exact_match,elapsed_s";
 nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const std::string& dir, bool resume,
                             std::int64_t stop_after, const ProgressOptions& progress,
                             std::shared_ptr<TrainDevice> device, double max_seconds, bool allow_precision_change) {
+  check_output_dir_name(dir);  // before the progress line starts and anything is read
   if (!resume && path_exists(dir + "/checkpoint.safetensors"))
     throw InputError(fmt::format("'{}' already holds a run (checkpoint.safetensors); pass --resume or choose another --out",
                                  dir));

@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
   app.footer(cli::exit_codes_footer(false));
   if (const int rc = cli::parse(app, argc, argv, std::cout, std::cerr); rc >= 0) return rc;
   return run_tool("train_grid", std::cerr, [&] {
+    check_output_dir_name(out);  // a name no directory here can have: before anything is read or built
     nlohmann::json cfg = {{"model", nlohmann::json::object()}, {"train", nlohmann::json::object()}};
     auto merge = [&](const nlohmann::json& src, const std::string& what) { merge_config_sections(cfg, src, what); };
     if (resume) merge(read_json_file(out + "/config.json"), out + "/config.json");

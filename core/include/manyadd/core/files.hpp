@@ -45,8 +45,13 @@ class AtomicFile {
 
 void atomic_write(const std::string& path, const std::string& bytes);
 
+// InputError when `dir` cannot name a directory here: a name in it over 255 bytes, or 4096 bytes or more
+// in all (a tool checks its --out with it before it starts).
+void check_output_dir_name(const std::string& dir);
+
 // Creates an output directory (and its parents); InputError with the OS message when it cannot be (a
-// file in the way, no permission): the user's to correct.
+// file in the way, no permission): the user's to correct. A name check_output_dir_name refuses is
+// refused before anything is created.
 void make_output_dir(const std::string& dir);
 
 // Whole file into memory; InputError when it cannot be read, is not a regular file (a FIFO would block
