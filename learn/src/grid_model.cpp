@@ -94,9 +94,11 @@ void check_config_fields(const nlohmann::json& j, const nlohmann::json& defaults
                                    : d.is_number_unsigned() ? "an integer >= 0"
                                    : d.is_number_integer()  ? "an integer"
                                                             : "a number"));
+    // an unsigned value above 2^63 would wrap to a negative int64: compare it as it was written
     if (!d.is_number_unsigned() && d.is_number_integer() &&
-        (v.get<std::int64_t>() < -1'000'000'000 || v.get<std::int64_t>() > 1'000'000'000))
-      throw InputError(fmt::format("{}.{} out of range", section, it.key()));
+        (v.is_number_unsigned() ? v.get<std::uint64_t>() > 1'000'000'000
+                                : v.get<std::int64_t>() < -1'000'000'000 || v.get<std::int64_t>() > 1'000'000'000))
+      throw InputError(fmt::format("{}.{} out of range (got {})", section, it.key(), v.dump()));
   }
 }
 

@@ -291,9 +291,12 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
   auto geti = [&](const char* k, int& v) {
     if (!j.contains(k)) return;
     if (!j[k].is_number_integer()) throw InputError(fmt::format("model.{} must be an integer", k));
-    const auto x = j[k].get<std::int64_t>();
-    if (x < -1'000'000'000 || x > 1'000'000'000) throw InputError(fmt::format("model.{} out of range", k));
-    v = int(x);
+    // an unsigned value above 2^63 would wrap to a negative int64: compare it as it was written
+    const bool in_range = j[k].is_number_unsigned()
+                              ? j[k].get<std::uint64_t>() <= 1'000'000'000
+                              : j[k].get<std::int64_t>() >= -1'000'000'000 && j[k].get<std::int64_t>() <= 1'000'000'000;
+    if (!in_range) throw InputError(fmt::format("model.{} out of range (got {})", k, j[k].dump()));
+    v = int(j[k].get<std::int64_t>());
   };
   auto getf = [&](const char* k, float& v) {
     if (!j.contains(k)) return;

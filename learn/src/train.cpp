@@ -66,11 +66,20 @@ void from_json(const nlohmann::json& j, TrainConfig& c) {
   auto geti = [&](const char* k, auto& v) {
     if (!j.contains(k)) return;
     if (!j[k].is_number_integer()) throw InputError(fmt::format("train.{} must be an integer", k));
-    const auto x = j[k].get<std::int64_t>();
     using T = std::decay_t<decltype(v)>;
+    if (j[k].is_number_unsigned()) {  // above 2^63 it would wrap to a negative int64: read it as written
+      const auto u = j[k].get<std::uint64_t>();
+      const std::uint64_t hi = std::is_same<T, int>::value ? 1'000'000'000
+                                                           : std::uint64_t(std::numeric_limits<std::int64_t>::max());
+      if (!std::is_unsigned<T>::value && u > hi)
+        throw InputError(fmt::format("train.{} out of range (got {})", k, u));
+      v = T(u);
+      return;
+    }
+    const auto x = j[k].get<std::int64_t>();
     if (std::is_same<T, int>::value && (x < -1'000'000'000 || x > 1'000'000'000))
-      throw InputError(fmt::format("train.{} out of range", k));
-    if (std::is_unsigned<T>::value && x < 0) throw InputError(fmt::format("train.{} must be >= 0", k));
+      throw InputError(fmt::format("train.{} out of range (got {})", k, x));
+    if (std::is_unsigned<T>::value && x < 0) throw InputError(fmt::format("train.{} must be >= 0 (got {})", k, x));
     v = T(x);
   };
   auto getd = [&](const char* k, double& v) {
