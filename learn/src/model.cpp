@@ -381,6 +381,15 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
     c.tie_readout = j["tie_readout"].get<bool>();
   }
   c.validate();
+  // model.vocabulary describes model.vocab (to_json writes it): one that disagrees is refused, as
+  // python/manyadd (strict.learned_model) refuses it
+  if (j.contains("vocabulary")) {
+    if (!j["vocabulary"].is_string()) throw InputError("model.vocabulary must be a string");
+    const std::string& given = j["vocabulary"].get_ref<const std::string&>();
+    if (given != vocabulary_string(c.vocab))
+      throw InputError(fmt::format("model.vocabulary '{}' is not the vocabulary of model.vocab = {} ('{}')",
+                                   given.substr(0, 40), c.vocab, vocabulary_string(c.vocab)));
+  }
 }
 
 nlohmann::json architecture_description(const ModelConfig& c) {

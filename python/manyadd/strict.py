@@ -80,7 +80,7 @@ MAX_LEXICODE_WORDS, MAX_CODE_BITS = 4096, 24  # model.cpp kMaxLexicodeWords, kMa
 # default is checked there all the same (as validate() does).
 LEARNED_FIELDS = {
     "vocab": ("int", 14, (14, 15), None),  # 14 or 15 exactly
-    "vocabulary": ("any", None, None, None),
+    "vocabulary": ("any", None, None, None),  # a string, the vocabulary of vocab: checked below
     "architecture": ("any", None, None, None),
     "n_layers": ("int", 1, (1, 64), None),
     "n_heads": ("int", 4, (1, 64), None),
@@ -206,6 +206,10 @@ def learned_model(model, what="config.json"):
         elif kind == "f32":
             lo, hi = rng
             need(lo < v[k] < hi, "model.%s must be in (%g, %g) (got %r as a float32)" % (k, lo, hi, v[k]))
+    if "vocabulary" in model:  # describes vocab (model.cpp's to_json writes it); from_json refuses another
+        need(isinstance(model["vocabulary"], str), "model.vocabulary must be a string")
+        need(model["vocabulary"] == fmt.vocabulary(v["vocab"]), "model.vocabulary '%s' is not the vocabulary of "
+             "model.vocab = %d ('%s')" % (model["vocabulary"][:40], v["vocab"], fmt.vocabulary(v["vocab"])))
     need(mode != "abacus" or 1 <= v["abacus_k"] < v["max_pos1"],
          "model.abacus_k must be in [1, max_pos1 - 1 = %d] (got %d)" % (v["max_pos1"] - 1, v["abacus_k"]))
     levels, tables = POS_MODES[mode]
