@@ -97,7 +97,9 @@ std::string problem_sum(const Problem& p) {
 
 Problem parse_grid_problem(const std::string& s) {
   Problem p;
-  std::string body = s;
+  std::string body;  // spaces ignored, as the decoder's tasks read a problem (learn/src/task.cpp)
+  for (char c : s)
+    if (c != ' ') body += c;
   if (!body.empty() && body.back() == '=') body.pop_back();
   std::string cur;
   for (std::size_t i = 0; i <= body.size(); ++i) {

@@ -286,21 +286,21 @@ int main(int argc, char** argv) {
                               1'000'000, false);
   auto* o_mmax = cli::add_int(app, "--m-max", a.m_max, "largest column value m (default: the task's grid)", -1'000'000,
                               1'000'000, false);
-  cli::add_int(app, "--samples", a.samples, "samples per cell (the paper: 1000)", 1);
-  cli::add_seed(app, a.seed, "seed of the test samples (each cell seeded from (seed, n, m))");
+  auto* o_samples = cli::add_int(app, "--samples", a.samples, "samples per cell (the paper: 1000)", 1);
+  auto* o_seed = cli::add_seed(app, a.seed, "seed of the test samples (each cell seeded from (seed, n, m))");
   cli::add_threads(app, a.threads);
-  cli::add_string(app, "--mode", a.mode_s,
-                  "teacher (one forward per instance) | greedy (KV-cache decoding) | both (teacher verdicts, greedy "
-                  "checked to agree) (default teacher)");
-  cli::add_output(app, "--csv", a.csv,
-                  "CSV output (default grid.csv in the current directory; never into --model): "
-                  "n,m,samples,exact,accuracy (addition); other tasks add answer_exact,answer_accuracy, and parity has "
-                  "no m column");
-  cli::add_output(app, "--png", a.png, "PNG heatmap output (default grid.png in the current directory)");
-  cli::add_real(app, "--require", a.require,
-                "fail (exit 1) if any evaluated cell inside the training region has accuracy (a fraction) below "
-                "this; -1 = off",
-                -1, 1);
+  auto* o_mode = cli::add_string(app, "--mode", a.mode_s,
+                                 "teacher (one forward per instance) | greedy (KV-cache decoding) | both (teacher "
+                                 "verdicts, greedy checked to agree) (default teacher)");
+  auto* o_csv = cli::add_output(app, "--csv", a.csv,
+                                "CSV output (default grid.csv in the current directory; never into --model): "
+                                "n,m,samples,exact,accuracy (addition); other tasks add answer_exact,answer_accuracy, "
+                                "and parity has no m column");
+  auto* o_png = cli::add_output(app, "--png", a.png, "PNG heatmap output (default grid.png in the current directory)");
+  auto* o_require = cli::add_real(app, "--require", a.require,
+                                  "fail (exit 1) if any evaluated cell inside the training region has accuracy (a "
+                                  "fraction) below this; -1 = off",
+                                  -1, 1);
   cli::add_json(app, a.json_path, "JSON report");
   cli::add_device(app, a.device,
                   "cpu | cpu-fast (grid, teacher-forced only: packed batches on the fast CPU device, --threads; "
@@ -309,15 +309,19 @@ int main(int argc, char** argv) {
   cli::add_string(app, "--precision", a.precision_s,
                   "fp32 | bf16: the forward's arithmetic (bf16: the rounding points of bf16 training, as the authors "
                   "evaluate under autocast) (default fp32)");
-  cli::add_string(app, "--problem", a.problem,
-                  "instead of the grid: one problem in the task's notation (57+48+96, 0101, 37*925); prints the "
-                  "expected response, the teacher-forced predictions and the greedy output (JSON adds tokens, "
-                  "position IDs and response logits); exit 1 if the greedy answer is wrong");
+  auto* o_problem = cli::add_string(app, "--problem", a.problem,
+                  "instead of the grid: one problem in the task's notation (57+48+96, 0101, 37*925; spaces "
+                  "ignored); prints the expected response, the teacher-forced predictions and the greedy output "
+                  "(JSON adds tokens, position IDs and response logits); exit 1 if the greedy answer is wrong. Takes "
+                  "none of the grid's options (--csv, --png, --n-*, --m-*, --samples, --seed, --mode, --require)");
   const std::int64_t kMaxOffset = std::numeric_limits<std::int64_t>::max();
-  cli::add_int(app, "--s1", a.s1, "with --problem: level-1 position offset (at most what max_pos1 allows)", 1, kMaxOffset);
-  cli::add_int(app, "--s2", a.s2, "with --problem: level-2 position offset (at most what max_pos2 allows)", 1, kMaxOffset);
-  cli::add_int(app, "--s3", a.s3, "with --problem: level-3 position offset (coupled3; at most what max_pos3 allows)", 1,
-               kMaxOffset);
+  auto* o_s1 = cli::add_int(app, "--s1", a.s1, "with --problem: level-1 position offset (at most what max_pos1 allows)",
+                            1, kMaxOffset);
+  auto* o_s2 = cli::add_int(app, "--s2", a.s2, "with --problem: level-2 position offset (at most what max_pos2 allows)",
+                            1, kMaxOffset);
+  auto* o_s3 = cli::add_int(app, "--s3", a.s3,
+                            "with --problem: level-3 position offset (coupled3; at most what max_pos3 allows)", 1,
+                            kMaxOffset);
   std::string table_s;
   app.add_option("--instance", a.instances,
                  "instead of the grid: the grid universal transformer's problem instance TERMSxDIGITS (each N or LO-HI; "
@@ -341,6 +345,19 @@ int main(int argc, char** argv) {
                                    "the CPU", a.device));
     if (a.device != "cpu" && !a.problem.empty())
       throw InputError(fmt::format("--problem runs on the CPU only (drop --device {})", a.device));
+    if (o_problem->count() && a.problem.find_first_not_of(' ') == std::string::npos)  // not the grid by mistake
+      throw InputError("--problem is empty: give a problem in the task's notation (e.g. 57+48+96)");
+    if (!a.problem.empty())  // what a grid reads would be silently ignored: refused instead
+      for (const CLI::Option* o : {o_csv, o_png, o_nmin, o_nmax, o_nstep, o_mmin, o_mmax, o_samples, o_seed, o_mode,
+                                   o_require})
+        if (o->count())
+          throw InputError(fmt::format("--problem evaluates one problem and writes no grid: {} applies to the grid "
+                                       "(drop it)", o->get_name()));
+    if (a.problem.empty())  // and the offsets of --problem without one
+      for (const CLI::Option* o : {o_s1, o_s2, o_s3})
+        if (o->count())
+          throw InputError(fmt::format("{} is an offset of --problem (the grid is evaluated at offsets 1): give "
+                                       "--problem or drop it", o->get_name()));
     if (!table_s.empty())
       for (const auto& t : grid::paper_table(table_s)) a.instances.push_back(t);
     std::vector<grid::Instance> insts;  // InputError before the model is read

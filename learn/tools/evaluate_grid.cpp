@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   cli::add_string(app, "--table", table_s,
                   "iii (Table III: 2x15 2x100 2x602 1-4x1-10 1-5x1-5 5-6x1-10 7-10x1-10) | iv-digits (2x1-1000 ... "
                   "2x4000) | iv-terms (5x5 ... 10x5) | terms (1x5 ... 10x5)");
-  cli::add_int(app, "--samples", samples, "problems per instance (at least 1000 for a table row)", 1, 100'000'000);
+  auto* o_samples = cli::add_int(app, "--samples", samples, "problems per instance (at least 1000 for a table row)", 1, 100'000'000);
   cli::add_seed(app, seed, "seed of the problems, grids and halting draws");
   cli::add_threads(app, threads);
   std::string device = "cpu";
@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
                   "cpu (Eigen products: the reference) | cpu-fast (the linear layers' products on oneDNN, AVX-512 "
                   "where the CPU has it; the same numbers up to fp32 rounding)",
                   /*cuda=*/false);
-  cli::add_int(app, "--batch", batch, "problems per grid (their test batches: 128)", 1, 1'000'000);
+  auto* o_batch = cli::add_int(app, "--batch", batch, "problems per grid (their test batches: 128)", 1, 1'000'000);
   cli::add_int(app, "--max-steps", max_steps, "most recurrent steps (-1: the model's max_steps_eval)", -1, 10000);
   app.add_flag("--greedy-halt", greedy, "halt when lambda_n >= 1/2 instead of sampling");
   cli::add_int(app, "--fixed-steps", fixed_steps,
@@ -64,10 +64,13 @@ int main(int argc, char** argv) {
   app.add_flag("--hard-actions", hard_actions,
                "Seq2Grid's actions one-hot at their argmax instead of the soft mixture (an experiment: what the "
                "mixture's leak costs on long inputs; not the paper's test)");
-  cli::add_string(app, "--problem", problem, "one problem, e.g. 57+48+96: prints the prediction and the steps");
-  cli::add_int(app, "--rows", rows, "--problem: grid rows H (0: terms + 1)", 0, 100000);
-  cli::add_int(app, "--cols", cols, "--problem: grid columns W (0: longest operand + 3)", 0, 1000000);
-  cli::add_output(app, "--csv", csv, "CSV: instance,samples,char_acc,seq_acc,mean_steps,seconds,steps_hist");
+  auto* o_problem = cli::add_string(app, "--problem", problem,
+                                    "one problem, e.g. 57+48+96 (spaces ignored, as evaluate reads one): prints the "
+                                    "prediction and the steps; takes none of --csv, --problems-csv, --samples, "
+                                    "--batch");
+  auto* o_rows = cli::add_int(app, "--rows", rows, "--problem: grid rows H (0: terms + 1)", 0, 100000);
+  auto* o_cols = cli::add_int(app, "--cols", cols, "--problem: grid columns W (0: longest operand + 3)", 0, 1000000);
+  auto* o_csv = cli::add_output(app, "--csv", csv, "CSV: instance,samples,char_acc,seq_acc,mean_steps,seconds,steps_hist");
   cli::add_output(app, "--problems-csv", problems_csv,
                   "CSV, one row per problem: instance,index,H,W,steps,correct,valid,exact,argmax_weight,problem,sum,"
                   "prediction (correct / valid: the character matches; argmax_weight: the weight of the argmax "
@@ -83,8 +86,20 @@ int main(int argc, char** argv) {
     if (!problem.empty() && !instances.empty()) throw InputError("--problem and --instance/--table exclude each other");
     if (fixed_steps >= 0 && (max_steps >= 0 || greedy))
       throw InputError("--fixed-steps sets the steps: it excludes --max-steps and --greedy-halt");
+    if (o_problem->count() && problem.find_first_not_of(' ') == std::string::npos)
+      throw InputError("--problem is empty: give a problem, e.g. 57+48+96");
     if (!problem.empty() && !problems_csv.empty())
       throw InputError("--problems-csv lists the problems of --instance/--table (--problem prints its own)");
+    if (!problem.empty())  // what the instances read would be silently ignored: refused instead
+      for (const CLI::Option* o : {o_csv, o_samples, o_batch})
+        if (o->count())
+          throw InputError(fmt::format("--problem evaluates one problem and writes no table: {} applies to "
+                                       "--instance/--table (drop it)", o->get_name()));
+    if (problem.empty())
+      for (const CLI::Option* o : {o_rows, o_cols})
+        if (o->count())
+          throw InputError(fmt::format("{} sets the grid of --problem (an instance's grids follow the model's "
+                                       "rule): give --problem or drop it", o->get_name()));
     std::vector<Instance> insts;
     for (const auto& s : instances) insts.push_back(Instance::parse(s));
     Problem prob;

@@ -54,7 +54,8 @@ std::vector<std::string> paper_table(const std::string& t);
 Problem sample_problem(Rng& rng, const Instance& inst);
 std::vector<std::uint8_t> problem_tokens(const Problem& p);  // 'a+b+...=' as grid tokens
 std::string problem_sum(const Problem& p);                   // the sum in decimal, no leading zeros
-// A problem typed by a user: "57+48+96" (digits and '+', leading zeros allowed, an optional final '=').
+// A problem typed by a user: "57+48+96" (digits and '+', leading zeros allowed, an optional final '=',
+// spaces ignored).
 Problem parse_grid_problem(const std::string& s);  // throws InputError
 
 // The grid of a batch of Pi([.., N], [.., D]): H = N + extra_rows + U[0, rand_rows], W = D + extra_cols +
