@@ -17,11 +17,13 @@ training separates them, and at test time a query attends to the wrong operand. 
                                         algorithm reads (Theorem 4.1's heads 1-2: level 1 = the query's + 1,
                                         level 2 = the query's - 1)
 
-    python3 -m manyadd.codes MODEL [--level 2] [--cell N M | --problem P] [--seed 12345] [-o codes.png]
+    python3 -m manyadd.codes MODEL [--cell N M | --problem P] [--seed 12345] [--s1 1] [--s2 1]
+                                   [-o MODEL/codes.png] [--no-figure] [--dpi 120]
 
-prints the similarity by distance for every level, the keys for the instance (default TA(10, 14) at
-offsets 1, evaluate's first sample of the cell), and draws the figure (cosine matrices, similarity by
-distance, the position scores of each head, the attended keys). Exit codes: 0 done, 2 bad input.
+prints the similarity by distance for every level (a level is chosen only through the functions
+above), the keys for the instance (default TA(10, 14) at offsets --s1, --s2 = 1, evaluate's first
+sample of the cell), and draws the figure (cosine matrices, similarity by distance, the position
+scores of each head, the attended keys; --no-figure prints only). Exit codes: 0 done, 2 bad input.
 """
 import argparse
 import os
