@@ -6,23 +6,61 @@ bench/results/*/table.py and `python3 -m manyadd.sweep collect` import them from
     table_row(grid, 0.9, train=(10, 10))            # the controls tables' seven columns
 """
 
-__all__ = ["read_grid", "median", "metrics", "TABLE_COLUMNS", "table_row", "table_header", "format_row"]
+import math
+import re
+
+from .files import InputError, _show, read_regular
+
+__all__ = ["read_rows", "read_grid", "median", "metrics", "TABLE_COLUMNS", "table_row", "table_header", "format_row"]
+
+MAX_GRID = 16 << 20  # bytes of a grid CSV (evaluate's 30 x 30 grid: 25 KB)
+_INT = re.compile(r"-?[0-9]{1,9}")
+_REAL = re.compile(r"-?[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?")
+
+
+def read_rows(path, max_bytes=MAX_GRID):
+    """(header, rows) of a CSV as evaluate writes it (a regular file of at most max_bytes, UTF-8, comma-
+    separated, no quoting, every row as many fields as the header); InputError otherwise."""
+    try:
+        text = read_regular(path, max_bytes).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError("'%s' is not a grid CSV: %s" % (_show(path), e)) from None
+    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    if not lines:
+        raise InputError("'%s' is empty: not a grid CSV" % _show(path))
+    head = lines[0].split(",")
+    rows = [l.split(",") for l in lines[1:]]
+    for k, f in enumerate(rows, 2):
+        if len(f) != len(head):
+            raise InputError("'%s' line %d has %d fields, its header %d: not a grid CSV" % (_show(path), k, len(f),
+                                                                                         len(head)))
+    return head, rows
 
 
 def read_grid(path, column="accuracy"):
     """{(n, m): value or None} of one column of a grid CSV with columns n, [m,] column (no m column: a
-    one-axis task's grid, m = 1); None when the file has no such column."""
-    with open(path) as f:
-        lines = [l.strip() for l in f.read().splitlines() if l.strip()]
-    head = lines[0].split(",")
+    one-axis task's grid, m = 1); None when the file has no such column. InputError when the file is not
+    such a CSV (read_rows; n and m integers, each cell once, a value a finite number or NA)."""
+    head, rows = read_rows(path)
     if column not in head:
         return None
+    if "n" not in head:
+        raise InputError("'%s' has no n column: not a grid CSV" % _show(path))
     i_n, i_a = head.index("n"), head.index(column)
     i_m = head.index("m") if "m" in head else None
     grid = {}
-    for l in lines[1:]:
-        f = l.split(",")
-        grid[(int(f[i_n]), 1 if i_m is None else int(f[i_m]))] = None if f[i_a] == "NA" else float(f[i_a])
+    for k, f in enumerate(rows, 2):
+        if not (_INT.fullmatch(f[i_n]) and (i_m is None or _INT.fullmatch(f[i_m]))):
+            raise InputError("'%s' line %d: n and m must be integers" % (_show(path), k))
+        cell = (int(f[i_n]), 1 if i_m is None else int(f[i_m]))
+        if cell in grid:
+            raise InputError("'%s' line %d: cell %s appears twice" % (_show(path), k, cell))
+        if f[i_a] == "NA":
+            grid[cell] = None
+        elif _REAL.fullmatch(f[i_a]) and math.isfinite(float(f[i_a])):
+            grid[cell] = float(f[i_a])
+        else:
+            raise InputError("'%s' line %d: %s %r is not a finite number or NA" % (_show(path), k, column, f[i_a][:40]))
     return grid
 
 

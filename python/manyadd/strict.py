@@ -12,13 +12,14 @@ defaults filled in. Every refusal is an InputError naming the file and the field
 import json
 import math
 import os
+import re
 import struct
 
 from . import format as fmt
 from . import safetensors
-from .files import InputError, open_regular
+from .files import InputError, _show, open_regular, read_regular
 
-__all__ = ["LEARNED_FIELDS", "POS_MODES", "read_json", "open_regular", "learned_model", "learned_shapes", "train_section",
+__all__ = ["LEARNED_FIELDS", "POS_MODES", "read_json", "read_toml", "check_document", "open_regular", "learned_model", "learned_shapes", "train_section",
            "read_learned_dir", "constructed_config", "constructed_shapes", "read_constructed_dir"]
 
 MAX_JSON = 64 << 20  # core/src/files.cpp read_json_file
@@ -44,23 +45,119 @@ def _bounded_int(text):
     return v
 
 
-def read_json(path, max_bytes=MAX_JSON):
-    """The JSON document in the regular file `path`, parsed as strictly as core's parse_json_unique."""
+def read_json(path, max_bytes=MAX_JSON, max_depth=None):
+    """The JSON document in the regular file `path`, parsed as strictly as core's parse_json_unique; with
+    max_depth, a document nested deeper (arrays and objects) is refused too."""
     path = os.fspath(path)
-    with open_regular(path) as f:
-        try:
-            raw = f.read(max_bytes + 1)
-        except OSError as e:
-            raise InputError("cannot read '%s': %s" % (path, e.strerror or e)) from None
-    if len(raw) > max_bytes:
-        raise InputError("'%s' is longer than the %d bytes this reader accepts" % (path, max_bytes))
+    raw = read_regular(path, max_bytes)
     if raw.startswith(b"\xef\xbb\xbf"):  # a byte-order mark, which nlohmann's parser skips
         raw = raw[3:]
     try:
-        return json.loads(raw.decode("utf-8"), object_pairs_hook=_unique, parse_constant=_no_constant,
-                          parse_float=_finite_float, parse_int=_bounded_int)
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise InputError("'%s' is not valid JSON: %s" % (path, e)) from None
+        doc = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique, parse_constant=_no_constant,
+                         parse_float=_finite_float, parse_int=_bounded_int)
+    except RecursionError:  # the parser's own bound (Python's recursion limit, ~1000 levels)
+        raise InputError("'%s' is not valid JSON: nested more than %s levels deep"
+                         % (_show(path), max_depth or "a thousand")) from None
+    except (UnicodeDecodeError, ValueError) as e:
+        raise InputError("'%s' is not valid JSON: %s" % (_show(path), e)) from None
+    if max_depth is not None:
+        check_document(doc, path, max_depth)
+    return doc
+
+
+# The TOML spellings a scan counts before tomllib sees the text: strings and comments (skipped), the
+# brackets that nest, the dots of a dotted key and what ends a key (tomllib keeps every prefix of a
+# dotted key: a key of k parts costs k^2, so 100,000 parts would take tens of GB).
+_TOML_TOKEN = re.compile("|".join((
+    r'"""(?:[^\\]|\\.)*?""""{0,2}',  # a multi-line basic string (up to two quotes before its end)
+    r"'''.*?''''{0,2}",  # a multi-line literal string
+    r'"(?:[^"\\\n]|\\.)*"',  # a basic string
+    r"'[^'\n]*'",  # a literal string
+    r"#[^\n]*",  # a comment
+    r"[\[\]{}.,=\n]")), re.S)  # what the scan counts
+
+
+def read_toml(path, max_bytes, max_depth):
+    """The TOML document in the regular file `path` (tomllib), refused with InputError when it is not
+    UTF-8 TOML, when its tables and arrays nest (or a dotted key has parts) beyond max_depth, or when it
+    holds a value JSON has not (a date or time, nan, inf): check_document."""
+    path = os.fspath(path)
+    raw = read_regular(path, max_bytes)
+    try:
+        import tomllib
+    except ImportError:
+        raise InputError("'%s': TOML needs Python 3.11 (tomllib); write it as JSON" % _show(path)) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError("'%s' is not valid TOML: %s" % (_show(path), e)) from None
+    depth = parts = 0
+    for m in _TOML_TOKEN.finditer(text):
+        t = m.group()
+        if t in "[{":
+            depth, parts = depth + 1, 0
+            if depth > max_depth:
+                raise InputError("'%s' is nested more than %d levels deep (line %d)"
+                                 % (_show(path), max_depth, text.count("\n", 0, m.start()) + 1))
+        elif t in "]}":
+            depth, parts = max(0, depth - 1), 0
+        elif t == ".":
+            parts += 1
+            if parts >= max_depth:
+                raise InputError("'%s' has a dotted key of more than %d parts (line %d)"
+                                 % (_show(path), max_depth, text.count("\n", 0, m.start()) + 1))
+        elif t in "\n,=":
+            parts = 0
+    try:
+        doc = tomllib.loads(text)
+    except RecursionError:
+        raise InputError("'%s' is not valid TOML: nested more than %d levels deep" % (_show(path), max_depth)) from None
+    except ValueError as e:  # tomllib.TOMLDecodeError
+        raise InputError("'%s' is not valid TOML: %s" % (_show(path), e)) from None
+    check_document(doc, path, max_depth)
+    return doc
+
+
+def _type_name(v):
+    import datetime
+    if isinstance(v, datetime.datetime):
+        return "a TOML date-time"
+    if isinstance(v, datetime.date):
+        return "a TOML date"
+    if isinstance(v, datetime.time):
+        return "a TOML time"
+    if isinstance(v, float):
+        return "%r (not a JSON number)" % v
+    return "a %s" % type(v).__name__
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def check_document(doc, path, max_depth):
+    """InputError unless `doc` nests at most max_depth arrays and objects and holds JSON values only
+    (objects with string keys, arrays, strings, finite numbers, booleans, null), naming the key of the
+    first one that is not (a TOML date, time or date-time; nan or inf). Iterative: no recursion to
+    exhaust, however deep the document."""
+    stack = [(doc, "", 0)]
+    while stack:
+        v, where, depth = stack.pop()
+        if isinstance(v, (dict, list)):
+            if depth >= max_depth:
+                raise InputError("'%s' is nested more than %d levels deep (at %s)" % (_show(path), max_depth,
+                                                                                     _show(where or "the top", 80)))
+            items = v.items() if isinstance(v, dict) else enumerate(v)
+            for k, x in items:
+                if not isinstance(k, (str, int)):
+                    raise InputError("'%s': %s has a key that is not a string" % (_show(path), _show(where or "the top")))
+                if isinstance(v, list):
+                    at = "%s[%d]" % (where, k)
+                else:
+                    at = (where + "." if where else "") + (k if _BARE_KEY.fullmatch(k) else json.dumps(k))
+                stack.append((x, at, depth + 1))
+        elif not (v is None or isinstance(v, (str, bool, int)) or (isinstance(v, float) and math.isfinite(v))):
+            raise InputError("'%s': %s is %s: only JSON values are read here (strings, numbers, booleans, arrays, "
+                             "tables)" % (_show(path), _show(where or "the document", 80), _type_name(v)))
 
 
 # ---- the learned model: config.json "model", as learn/src/model.cpp reads it -----------------------
