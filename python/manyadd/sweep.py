@@ -51,6 +51,16 @@ that plan stands: --replan writes a new plan (indices may move; a run directory 
 configuration is still refused). --set KEY=VALUE changes the description for this OUT (train.steps=20,
 evaluate.samples=1, 'evaluate.args=["--n-max", "3"]': a study at toy size); the plan remembers it.
 
+Limits, checked before anything is built or written: the axes may give at most --max-runs runs (default
+10000; the count is their sizes' product, computed before any run is built; pass the same --max-runs to
+every command on that OUT). Every file read (the description, its base file, plan.json, a run's
+config.json, the grids) must be a regular file (a FIFO or a device is refused, never waited on) of at most
+1 MiB (a description, a base file), 16 MiB (a grid CSV) or 64 MiB (plan.json, config.json), nested at most
+32 levels, of JSON values only (a TOML date or time, nan or inf is refused naming its key). plan.json must
+be the plan its description gives (one edited by hand is refused until --replan). --out (and collect's
+--to) must be a directory this process can write in, or a new name in one; a run's name is at most 200
+characters.
+
 Exit codes: 0 done; 1 some run failed or is not done (listed), or sbatch failed; 2 bad usage or input
 (nothing started, nothing written).
 """
@@ -68,14 +78,16 @@ import re
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-from . import grids
-from .files import InputError, atomic_write, check_output_path
+from . import grids, strict
+from .files import (InputError, _show, atomic_write, check_output_dir, check_output_path, check_path_length,
+                    open_regular)
 
 __all__ = ["load", "runs_of", "ensure_plan", "status", "run_one", "main"]
 
@@ -83,10 +95,17 @@ TOP_KEYS = ("name", "description", "base", "axes", "run_name", "train_args", "ev
             "family", "phases")
 # A model family: its two tools (in --bin), the train field a phase sets to move a run's end, and the last
 # step of a run's train section (config.json's).
+def _req_int(v):
+    """v when it is a JSON integer; TypeError otherwise (a config.json not written by train)."""
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise TypeError("not an integer")
+    return v
+
+
 FAMILIES = {"decoder": {"train": "train", "evaluate": "evaluate", "end": "train.steps",
-                        "last_step": lambda t: int(t["steps"])},
+                        "last_step": lambda t: _req_int(t["steps"])},
             "grid-ut": {"train": "train_grid", "evaluate": "evaluate_grid", "end": "train.epochs",
-                        "last_step": lambda t: int(t["epochs"]) * int(t["steps_per_epoch"])}}
+                        "last_step": lambda t: _req_int(t["epochs"]) * _req_int(t["steps_per_epoch"])}}
 
 
 def family(plan):
@@ -103,7 +122,18 @@ SEED_AXES = ("train.seed", "train.data_seed")
 FIELD = re.compile(r"^(model|train)\.[a-z][a-z0-9_]*$")
 AXIS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
+FLAG = re.compile(r"^--[a-z0-9][a-z0-9-]*$")
 PLAN_FORMAT = "manyadd.sweep plan 1"
+# What the reader accepts: a description or its base file (written by hand) of at most 1 MiB, the files
+# the sweep and the tools write (plan.json, config.json, the grids) of at most 64 MiB, nested at most
+# 32 levels (a description nests 4, plan.json 5).
+MAX_DESCRIPTION, MAX_STATE, MAX_DEPTH = 1 << 20, 64 << 20, 32
+# Runs a description may give (the product of its axes' sizes, computed before any run is built);
+# --max-runs raises it.
+MAX_RUNS = 10000
+# A run's name is a file name under OUT (NAME.json, NAME-stepS/): at most 200 bytes; OUT's absolute path
+# leaves 512 bytes for the paths under it.
+MAX_NAME, OUT_ROOM = 200, 512
 STATUSES = ("new", "partial", "trained", "evaluated")
 _print_lock = threading.Lock()
 
@@ -126,34 +156,26 @@ def label(v):
     return v if isinstance(v, str) else json.dumps(v)
 
 
-def _read_file(path):
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise InputError("cannot read %s: %s" % (path, e.strerror or e)) from None
-    try:
-        if path.endswith(".toml"):
-            import tomllib
-            return tomllib.loads(raw.decode("utf-8"))
-        return json.loads(raw.decode("utf-8"), object_pairs_hook=_no_twice(path))
-    except InputError:
-        raise
-    except (ValueError, UnicodeDecodeError) as e:  # json.JSONDecodeError and tomllib.TOMLDecodeError
-        raise InputError("%s is not valid %s: %s" % (path, "TOML" if path.endswith(".toml") else "JSON", e)) from None
-    except ImportError:
-        raise InputError("%s: TOML needs Python 3.11 (tomllib); write the description as JSON" % path) from None
+def _read_file(path, max_bytes=MAX_DESCRIPTION):
+    """The one reader of every file the sweep reads (a description, its base file, plan.json, a run's
+    config.json): a regular file of at most max_bytes (a FIFO, a device, a directory or a longer file is
+    refused before anything is read), JSON as strictly as the C++ reads it (no key twice, no NaN) or TOML
+    for a .toml file, nested at most MAX_DEPTH levels, JSON values only (a TOML date is refused by name)."""
+    if path.endswith(".toml"):
+        return strict.read_toml(path, max_bytes, MAX_DEPTH)
+    return strict.read_json(path, max_bytes, MAX_DEPTH)
 
 
-def _no_twice(path):
-    def hook(pairs):
-        seen = {}
-        for k, v in pairs:
-            if k in seen:
-                raise InputError("%s: key %r appears twice" % (path, k))
-            seen[k] = v
-        return seen
-    return hook
+def _object(v, what):
+    """v when it is a JSON object, else InputError naming what it should have been."""
+    if not isinstance(v, dict):
+        raise InputError("%s must be a JSON object" % what)
+    return v
+
+
+def _int(v):
+    """v when it is a JSON integer (not a boolean), else None."""
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def _config_section(where, sec, d):
@@ -163,7 +185,8 @@ def _config_section(where, sec, d):
         if not FIELD.match("%s.%s" % (sec, k)):
             raise InputError("%s: '%s.%s' is not a configuration field name" % (where, sec, k))
         if not _scalar(v):
-            raise InputError("%s: %s.%s must be a string, number or boolean (got %s)" % (where, sec, k, json.dumps(v)))
+            raise InputError("%s: %s.%s must be a string, number or boolean (got %s)" % (where, sec, k,
+                                                                                        json.dumps(v)[:60]))
     return dict(d)
 
 
@@ -186,14 +209,15 @@ def _parse_set(text):
     key, value = text.split("=", 1)
     try:
         v = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested past Python's limit, read as a string
         v = value  # a bare word: a string
     return key.strip(), v
 
 
-def load(path, sets=()):
+def load(path, sets=(), max_runs=MAX_RUNS):
     """The validated description (a dict: base, axes, run_name, train_args, evaluate, given, median_over,
-    name) and its hash. Raises InputError naming what is wrong."""
+    name) and its hash. Raises InputError naming what is wrong, and when the axes give more than max_runs
+    runs (counted before any run is built)."""
     d = _read_file(path)
     where = path
     if not isinstance(d, dict):
@@ -252,7 +276,7 @@ def load(path, sets=()):
         v = ev.get(k)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < (0 if k == "seed" else 1)):
             raise InputError("%s: evaluate.%s must be an integer >= %d (got %s)" % (where, k, 0 if k == "seed" else 1,
-                                                                                 json.dumps(v)))
+                                                                                 json.dumps(v)[:60]))
     if ev.get("samples") is None:
         raise InputError("%s: evaluate.samples is required (samples per grid cell; the paper: 1000)" % where)
     ev.setdefault("seed", 12345)
@@ -271,7 +295,7 @@ def load(path, sets=()):
                 raise InputError("%s: a non-empty list of values expected" % aw)
             for v in vals:
                 if not _scalar(v):
-                    raise InputError("%s: value %s is not a string, number or boolean" % (aw, json.dumps(v)))
+                    raise InputError("%s: value %s is not a string, number or boolean" % (aw, json.dumps(v)[:60]))
             points = [(label(v), {name: v}) for v in vals]
         elif AXIS_NAME.match(name):
             if not isinstance(vals, dict) or not vals:
@@ -303,11 +327,18 @@ def load(path, sets=()):
                 if k in [key for key, _ in sets]:
                     raise InputError("--set %s: the field is an axis (%r)" % (k, name))
         axes.append((name, points))
+    n_runs = math.prod(len(pts) for _, pts in axes)
+    if n_runs > max_runs:
+        raise InputError("%s: the axes give %d runs (%s), more than the %d this tool plans unless told: --max-runs "
+                         "%d if that many is meant" % (where, n_runs, " x ".join(str(len(p)) for _, p in axes),
+                                                       max_runs, n_runs))
     names = [a for a, _ in axes]
     run_name = d.get("run_name", "-".join(("%s{%s}" % (a.split(".", 1)[1], a)) if FIELD.match(a) else "{%s}" % a
                                           for a in names) or "run")
     if not isinstance(run_name, str) or not run_name:
         raise InputError("%s: run_name must be a non-empty string" % where)
+    if len(run_name) > MAX_DESCRIPTION // 8:
+        raise InputError("%s: run_name is %d characters long" % (where, len(run_name)))
     median_over = d.get("median_over", [a for a in names if a in SEED_AXES])
     median_over = _str_list(where + ": median_over", median_over) if median_over else []
     for a in median_over:
@@ -372,7 +403,10 @@ def _render_name(template, axis_labels, config):
     name = re.sub(r"\{([^{}]*)\}", sub, template)
     if not RUN_NAME.match(name) or name in (".", ".."):
         raise InputError("run_name %r gives %r: letters, digits and . _ + = - only, not first . _ + = -"
-                         % (template, name))
+                         % (_show(template), _show(name)))
+    if len(name) > MAX_NAME:
+        raise InputError("run_name %r gives a name of %d characters (%r): a run's name is a file name, at most %d"
+                         % (_show(template), len(name), _show(name), MAX_NAME))
     return name
 
 
@@ -506,9 +540,9 @@ def progress(plan, run_dir):
     fam = family(plan)
     end_step = FAMILIES[fam]["last_step"]
     cpath = os.path.join(run_dir, "config.json")
-    c = _read_file(cpath)
+    c = _read_file(cpath, MAX_STATE)
     try:
-        step, end = int(c["step"]), end_step(c["train"])
+        step, end = _req_int(c["step"]), end_step(_object(c["train"], "train"))
         nxt = None
         if step >= end:
             for k, ph in enumerate(plan.get("phases", [])):
@@ -516,9 +550,9 @@ def progress(plan, run_dir):
                 if end_step(t) > step:
                     nxt = k
                     break
-    except (KeyError, TypeError, ValueError, AttributeError):
-        raise InputError("%s: no step / %s" % (cpath, "train.epochs, train.steps_per_epoch" if fam == "grid-ut"
-                                               else "train.steps")) from None
+    except (KeyError, TypeError, ValueError, AttributeError, InputError):
+        raise InputError("%s: no step / %s (integers)" % (cpath, "train.epochs, train.steps_per_epoch"
+                                                          if fam == "grid-ut" else "train.steps")) from None
     return step, end, nxt
 
 
@@ -537,18 +571,33 @@ def status(out, run, plan):
     return "evaluated" if os.path.isfile(p["json"]) and os.path.isfile(p["csv"]) else "trained"
 
 
-def _check_out(out):
-    if os.path.lexists(out) and not os.path.isdir(out):
-        raise InputError("--out %s exists and is not a directory" % out)
-    parent = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(parent):
-        raise InputError("--out %s: directory %s does not exist" % (out, parent))
+OUT_DIRS = ("runs", "configs", "grids", "logs", "snapshots")
+
+
+def _check_out(out, write=True):
+    """--out up front: a directory this process may write in (or a new name in one), or with write=False
+    an existing directory (collect reads it)."""
+    if write:
+        check_output_dir(out, "--out", OUT_ROOM)
+    else:
+        if not out:
+            raise InputError("--out is empty: give the sweep's directory")
+        check_path_length(out, "--out")
+        if os.path.lexists(out) and not os.path.isdir(out):
+            raise InputError("--out '%s' exists and is not a directory" % _show(out))
+        if not os.path.isdir(out):
+            raise InputError("%s has no plan.json: nothing was planned or run there" % _show(out))
 
 
 def _check_runs_against(out, runs):
     """Every run directory that exists belongs to its planned run: started with the planned
     configuration (configs/NAME.json), and no path the run writes is something else."""
     bad = []
+    for d in OUT_DIRS:
+        if os.path.lexists(os.path.join(out, d)) and not os.path.isdir(os.path.join(out, d)):
+            bad.append("%s exists and is not a directory" % os.path.join(out, d))
+    if bad:
+        raise InputError("\n".join(bad))
     for r in runs:
         p = paths(out, r["name"])
         for what in ("run",):
@@ -560,15 +609,16 @@ def _check_runs_against(out, runs):
         if r["given"]:
             for f in ("config.json", "model.safetensors"):
                 if not os.path.isfile(os.path.join(r["given"], f)):
-                    bad.append("run %s: given model %s has no %s" % (r["name"], r["given"], f))
+                    bad.append("run %s: given model %s has no %s" % (r["name"], _show(r["given"]), f))
         elif os.path.isfile(os.path.join(p["run"], "checkpoint.safetensors")) and os.path.isfile(p["config"]):
-            was = _read_file(p["config"])
+            was = _read_file(p["config"], MAX_STATE)
             if was != r["config"]:
-                diff = ["%s.%s %s -> %s" % (s, k, json.dumps(was.get(s, {}).get(k)), json.dumps(r["config"][s].get(k)))
-                        for s in ("model", "train") for k in sorted(set(was.get(s, {})) | set(r["config"][s]))
-                        if was.get(s, {}).get(k) != r["config"][s].get(k)]
+                w = was if isinstance(was, dict) else {}
+                diff = ["%s.%s %s -> %s" % (s, k, json.dumps(sec.get(k))[:60], json.dumps(r["config"][s].get(k))[:60])
+                        for s in ("model", "train") for sec in [w.get(s) if isinstance(w.get(s), dict) else {}]
+                        for k in sorted(set(sec) | set(r["config"][s])) if sec.get(k) != r["config"][s].get(k)]
                 bad.append("run %s was started with another configuration (%s): remove %s (and %s) to run it anew"
-                           % (r["name"], "; ".join(diff) or "other sections", p["run"], p["config"]))
+                           % (r["name"], "; ".join(diff[:8]) or "other sections", p["run"], p["config"]))
     if bad:
         raise InputError("\n".join(bad))
 
@@ -578,27 +628,89 @@ def _started(out, runs):
             os.path.isfile(paths(out, r["name"])["json"])]
 
 
-def ensure_plan(sweep, out, sets=None, replan=False, bin_dir=None, write=True):
+def _read_plan(plan_path):
+    """plan.json when there is one, its form checked as far as the commands read it before comparing it
+    with the description (the rest is compared whole: _plan_matches); None when there is none."""
+    if not os.path.lexists(plan_path):
+        return None
+    old = _read_file(plan_path, MAX_STATE)
+    if not isinstance(old, dict) or old.get("format") != PLAN_FORMAT:
+        raise InputError("%s is not a plan of this tool (format %s)" % (
+            plan_path, json.dumps(old.get("format") if isinstance(old, dict) else None)[:60]))
+    sets, runs = old.get("set"), old.get("runs")
+    if not (isinstance(old.get("sweep_sha256"), str) and isinstance(sets, list) and isinstance(runs, list)
+            and all(isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) for x in sets)
+            and all(isinstance(r, dict) and isinstance(r.get("name"), str) and RUN_NAME.match(r["name"])
+                    and len(r["name"]) <= MAX_NAME for r in runs)):
+        raise InputError("%s is not a plan of this tool (sweep_sha256, set or runs malformed): --replan writes it "
+                         "anew" % plan_path)
+    return old
+
+
+def _plan_doc(spec, digest, sets, runs, phases):
+    return {"format": PLAN_FORMAT, "sweep": spec["path"], "base_file": spec["base_file"], "sweep_sha256": digest,
+            "set": [list(s) for s in sets], "name": spec["name"],
+            "axes": [{"name": a, "values": [l for l, _ in pts]} for a, pts in spec["axes"]],
+            "median_over": spec["median_over"], "train_args": spec["train_args"], "evaluate": spec["evaluate"],
+            "family": spec["family"], "phases": phases, "runs": runs}
+
+
+def _plan_matches(old, spec, digest, sets, runs):
+    """Whether plan.json is the plan this description gives, field by field: so what the commands take
+    from it (run names, configurations, the tools' flags) is what the description says. Not compared:
+    the paths of the description, of its base file and of given models (absolute where it was planned:
+    a plan read from another checkout keeps them), the phases' flags (from train --help: checked for
+    form and values)."""
+    want = _plan_doc(spec, digest, sets, runs, None)
+    if set(old) != set(want):
+        return False
+    for k, v in want.items():
+        if k not in ("sweep", "base_file", "phases", "runs") and old[k] != v:
+            return False
+    if len(old["runs"]) != len(runs):
+        return False
+    for got, r in zip(old["runs"], runs):
+        g = got.get("given")
+        if (set(got) != set(r) or any(got[k] != r[k] for k in r if k != "given")
+                or (g is None) != (r["given"] is None) or not (g is None or isinstance(g, str) and g)):
+            return False
+    ph = old["phases"]
+    if not isinstance(ph, list) or len(ph) != len(spec["phases"]):
+        return False
+    for got, want_set in zip(ph, spec["phases"]):
+        if not isinstance(got, dict) or set(got) != {"set", "args"} or got["set"] != want_set:
+            return False
+        args = got["args"]
+        if not isinstance(args, list) or len(args) != 2 * len(want_set):
+            return False
+        for v, flag, value in zip(want_set.values(), args[0::2], args[1::2]):
+            if not (isinstance(flag, str) and FLAG.match(flag) and flag not in TRAIN_OWN and value == label(v)):
+                return False
+    return True
+
+
+def ensure_plan(sweep, out, sets=None, replan=False, bin_dir=None, write=True, max_runs=MAX_RUNS):
     """OUT/plan.json for this description: read when it matches, else (first time, or --replan) validated
     and written. Returns the plan."""
-    _check_out(out)
+    _check_out(out, write)
     plan_path = os.path.join(out, "plan.json")
-    old = _read_file(plan_path) if os.path.isfile(plan_path) else None
-    if old is not None and old.get("format") != PLAN_FORMAT:
-        raise InputError("%s is not a plan of this tool (format %r)" % (plan_path, old.get("format")))
+    old = _read_plan(plan_path)
     if sets is None:
         sets = [tuple(s) for s in old["set"]] if old else []
-    spec, digest = load(sweep, sets)
+    spec, digest = load(sweep, sets, max_runs)
     runs = runs_of(spec)
-    if old is not None and old["sweep_sha256"] == digest and [tuple(s) for s in old["set"]] == list(sets):
+    same = old is not None and old["sweep_sha256"] == digest and [tuple(s) for s in old["set"]] == list(sets)
+    if same and _plan_matches(old, spec, digest, sets, runs):
         _check_runs_against(out, old["runs"])
         return old
     if old is not None and not replan:
         started = _started(out, old["runs"])
-        why = "its --set differs" if old["sweep_sha256"] == digest else "the description (or its base file) changed"
-        raise InputError("%s does not match %s: %s since the plan was written (%d of its %d runs started). Run "
-                         "with --replan to write a new plan (run indices may move; a submitted array must not be "
-                         "running), or use another --out" % (sweep, plan_path, why, len(started), len(old["runs"])))
+        why = ("it was changed since it was written (its fields are not those the description gives)" if same else
+               "its --set differs since the plan was written" if old["sweep_sha256"] == digest else
+               "the description (or its base file) changed since the plan was written")
+        raise InputError("%s does not match %s: %s (%d of its %d runs started). Run with --replan to write a new "
+                         "plan (run indices may move; a submitted array must not be running), or use another --out"
+                         % (sweep, plan_path, why, len(started), len(old["runs"])))
     if not write:
         raise InputError("%s has no plan.json: nothing was planned or run there" % out)
     t = tools(bin_dir or default_bin(), spec["family"])
@@ -620,12 +732,8 @@ def ensure_plan(sweep, out, sets=None, replan=False, bin_dir=None, write=True):
         phases.append({"set": ph, "args": args})
     check_configs(t["train"], runs, spec["phases"])
     _check_runs_against(out, runs)
-    plan = {"format": PLAN_FORMAT, "sweep": spec["path"], "base_file": spec["base_file"], "sweep_sha256": digest,
-            "set": [list(s) for s in sets], "name": spec["name"],
-            "axes": [{"name": a, "values": [l for l, _ in pts]} for a, pts in spec["axes"]],
-            "median_over": spec["median_over"], "train_args": spec["train_args"], "evaluate": spec["evaluate"],
-            "family": spec["family"], "phases": phases, "runs": runs}
-    os.makedirs(out, exist_ok=True)
+    plan = _plan_doc(spec, digest, sets, runs, phases)
+    _make_dir(out)
     atomic_write(plan_path, json.dumps(plan, indent=1) + "\n")
     if old is not None:
         say("sweep: wrote a new plan (--replan): %s" % plan_path)
@@ -652,8 +760,22 @@ def _stop(signum, frame):
             p.terminate()
 
 
+def _open_log(path):
+    """The run's log opened for appending: a regular file only (a FIFO put there is refused, not waited
+    on); RunFailed when it cannot be opened."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise RunFailed("cannot open its log %s: %s" % (path, e.strerror or e)) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RunFailed("its log %s is not a regular file" % path)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "a")
+
+
 def _call(cmd, log):
-    with open(log, "a") as f:
+    with _open_log(log) as f:
         f.write("# %s $ %s\n" % (time.strftime("%Y-%m-%d %H:%M:%S"), " ".join(shlex.quote(c) for c in cmd)))
         f.flush()
         with _run_lock:
@@ -672,12 +794,16 @@ def _call(cmd, log):
     return rc
 
 
-def _tail(path, n=6):
+def _tail(path, n=6, max_bytes=1 << 16):
+    """The last n lines of a log (of its last max_bytes: a log may be long), [] when it cannot be read."""
     try:
-        with open(path, errors="replace") as f:
-            return [l.rstrip("\n") for l in f.readlines()[-n:]]
-    except OSError:
+        with open_regular(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(max(0, size - max_bytes))
+            text = f.read(max_bytes).decode("utf-8", "replace")
+    except (OSError, InputError):
         return []
+    return text.splitlines()[-n:]
 
 
 def run_one(plan, out, index, t):
@@ -685,10 +811,13 @@ def run_one(plan, out, index, t):
     RunFailed with the reason."""
     r = plan["runs"][index]
     p = paths(out, r["name"])
-    for d in ("runs", "configs", "grids", "logs"):
-        os.makedirs(os.path.join(out, d), exist_ok=True)
+    try:
+        for d in ("runs", "configs", "grids", "logs"):
+            os.makedirs(os.path.join(out, d), exist_ok=True)
+    except OSError as e:
+        raise RunFailed("cannot create %s: %s" % (os.path.join(out, d), e.strerror or e)) from None
     t0 = time.monotonic()
-    with open(p["log"], "a") as lock:  # one process at a time per run: the log is its lock
+    with _open_log(p["log"]) as lock:  # one process at a time per run: the log is its lock
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -710,11 +839,16 @@ def run_one(plan, out, index, t):
                     keep = snapshot_dir(out, r["name"], step)
                     if not os.path.isdir(keep):
                         tmp = keep + ".tmp"
-                        shutil.rmtree(tmp, ignore_errors=True)
-                        os.makedirs(tmp)
-                        for f in ("config.json", "model.safetensors"):
-                            shutil.copy2(os.path.join(p["run"], f), tmp)
-                        os.replace(tmp, keep)
+                        try:
+                            shutil.rmtree(tmp, ignore_errors=True)
+                            os.makedirs(tmp)
+                            for f in ("config.json", "model.safetensors"):
+                                shutil.copy2(os.path.join(p["run"], f), tmp)
+                            os.replace(tmp, keep)
+                        except OSError as e:  # shutil.SpecialFileError (a FIFO) among them
+                            shutil.rmtree(tmp, ignore_errors=True)
+                            raise RunFailed("cannot keep the model before phase %d in %s: %s"
+                                            % (nxt + 1, keep, e.strerror or e)) from None
                     cmd += plan["phases"][nxt]["args"]
                     done.append("phase %d (%s) from step %d, trained" % (nxt + 1, " ".join(plan["phases"][nxt]["args"]),
                                                                          step))
@@ -753,7 +887,7 @@ def _rel(path):
 
 
 def cmd_plan(a):
-    plan = ensure_plan(a.sweep, a.out, a.sets, a.replan, a.bin)
+    plan = ensure_plan(a.sweep, a.out, a.sets, a.replan, a.bin, max_runs=a.max_runs)
     counts = dict.fromkeys(STATUSES, 0)
     rows = []
     for r in plan["runs"]:
@@ -773,7 +907,7 @@ def cmd_plan(a):
 
 
 def cmd_run_one(a):
-    plan = ensure_plan(a.sweep, a.out, None, False, a.bin, write=False)
+    plan = ensure_plan(a.sweep, a.out, None, False, a.bin, write=False, max_runs=a.max_runs)
     if not 0 <= a.index < len(plan["runs"]):
         raise InputError("--index %d: the plan has runs 0..%d" % (a.index, len(plan["runs"]) - 1))
     t = tools(a.bin, family(plan))
@@ -792,7 +926,7 @@ def cmd_run_one(a):
 def cmd_local(a):
     if a.jobs < 1:
         raise InputError("-j must be >= 1")
-    plan = ensure_plan(a.sweep, a.out, a.sets, a.replan, a.bin)
+    plan = ensure_plan(a.sweep, a.out, a.sets, a.replan, a.bin, max_runs=a.max_runs)
     t = tools(a.bin, family(plan))
     todo = [r for r in plan["runs"] if status(a.out, r, plan) != "evaluated"]
     say("%d runs, %d evaluated already, %d to run, %d at a time" % (len(plan["runs"]), len(plan["runs"]) - len(todo),
@@ -860,9 +994,9 @@ def sbatch_script(a, plan, indices):
     py_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     lines += ["set -eu",
               'export PYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH}' % shlex.quote(py_dir),
-              "exec %s -m manyadd.sweep run-one %s --out %s --index \"$SLURM_ARRAY_TASK_ID\" --bin %s" % (
+              "exec %s -m manyadd.sweep run-one %s --out %s --index \"$SLURM_ARRAY_TASK_ID\" --bin %s%s" % (
                   shlex.quote(a.python), shlex.quote(plan["sweep"]), shlex.quote(out),
-                  shlex.quote(os.path.abspath(a.bin)))]
+                  shlex.quote(os.path.abspath(a.bin)), "" if a.max_runs == MAX_RUNS else " --max-runs %d" % a.max_runs)]
     return "\n".join(lines) + "\n"
 
 
@@ -880,7 +1014,7 @@ def cmd_slurm(a):
     script_path = os.path.join(a.out, "sweep.sbatch")
     if not a.no_submit and shutil.which("sbatch") is None:
         raise InputError("sbatch is not on PATH (no Slurm client here): --no-submit writes the script only")
-    plan = ensure_plan(a.sweep, a.out, a.sets, a.replan, a.bin)
+    plan = ensure_plan(a.sweep, a.out, a.sets, a.replan, a.bin, max_runs=a.max_runs)
     tools(a.bin, family(plan))
     check_output_path(script_path)
     indices = [r["index"] for r in plan["runs"] if a.all or status(a.out, r, plan) != "evaluated"]
@@ -888,7 +1022,7 @@ def cmd_slurm(a):
         say("every run is evaluated: nothing to submit (--all submits every run anyway)")
         return 0
     for d in ("runs", "configs", "grids", "logs"):
-        os.makedirs(os.path.join(a.out, d), exist_ok=True)
+        _make_dir(os.path.join(a.out, d))
     atomic_write(script_path, sbatch_script(a, plan, indices))
     os.chmod(script_path, 0o755)
     say("wrote %s: %d array tasks (indices %s of plan.json)" % (script_path, len(indices), _ranges(indices)))
@@ -920,13 +1054,25 @@ def _fmt(v):
     return str(v)
 
 
+def _make_dir(d):
+    try:
+        os.makedirs(d, exist_ok=True)
+    except OSError as e:
+        raise InputError("cannot create the directory %s: %s" % (d, e.strerror or e)) from None
+
+
+def _collect_dest(a):
+    """Where collect writes (--to, default OUT/collect), checked up front: a directory it may write in."""
+    dest = os.path.join(a.out, "collect") if a.to is None else a.to
+    check_output_dir(dest, "--to" if a.to is not None else "OUT/collect")
+    return dest
+
+
 def cmd_collect(a):
     if not 0 < a.threshold <= 1:
         raise InputError("--threshold must be in (0, 1]")
-    plan = ensure_plan(a.sweep, a.out, a.sets, False, a.bin, write=False)
-    dest = a.to or os.path.join(a.out, "collect")
-    if os.path.lexists(dest) and not os.path.isdir(dest):
-        raise InputError("--to %s exists and is not a directory" % dest)
+    plan = ensure_plan(a.sweep, a.out, a.sets, False, a.bin, write=False, max_runs=a.max_runs)
+    dest = _collect_dest(a)
     axes = [x["name"] for x in plan["axes"]]
     group_axes = [x for x in axes if x not in plan["median_over"]]
     done, missing = [], []
@@ -938,23 +1084,26 @@ def cmd_collect(a):
         return 1
     if family(plan) == "grid-ut":
         return _collect_instances(plan, a.out, dest, done, missing, axes, group_axes)
-    os.makedirs(os.path.join(dest, "median"), exist_ok=True)
     long_rows, cols, table, groups = [], [], [], {}
     for r, _ in done:
         p = paths(a.out, r["name"])
-        with open(p["csv"]) as f:
-            lines = [l.strip().split(",") for l in f.read().splitlines() if l.strip()]
-        for c in lines[0]:
+        head, rows = grids.read_rows(p["csv"])
+        for c in head:
             if c not in cols:
                 cols.append(c)
-        long_rows += [(r, dict(zip(lines[0], l))) for l in lines[1:]]
-        cfg = _read_file(os.path.join(model_dir(a.out, r), "config.json"))
-        tc = cfg.get("train", {})
+        long_rows += [(r, dict(zip(head, l))) for l in rows]
+        cpath = os.path.join(model_dir(a.out, r), "config.json")
+        tc = _object(_read_file(cpath, MAX_STATE), cpath).get("train", {})
+        tc = tc if isinstance(tc, dict) else {}
+        train_n, train_m, task = _int(tc.get("train_n")), _int(tc.get("train_m")), tc.get("task", "addition")
         g = grids.read_grid(p["csv"])
-        row = grids.table_row(g, a.threshold, (tc.get("train_n", 10), tc.get("train_m", 10)))
+        if not g or all(v is None for v in g.values()):
+            raise InputError("%s has no evaluated cell (an accuracy column with a number)" % p["csv"])
+        row = grids.table_row(g, a.threshold, (10 if train_n is None else train_n, 10 if train_m is None else train_m))
         table.append((r, row))
         key = tuple(r["axes"][x] for x in group_axes)
-        groups.setdefault(key, []).append((r, g, (tc.get("train_n"), tc.get("train_m")), tc.get("task", "addition")))
+        groups.setdefault(key, []).append((r, g, (train_n, train_m), task if isinstance(task, str) else None))
+    _make_dir(os.path.join(dest, "median"))  # every file read: now the writing
     head = ["index", "run"] + axes
     atomic_write(os.path.join(dest, "grids.csv"), _csv(
         [head + cols] + [[r["index"], r["name"]] + [r["axes"][x] for x in axes] + [c.get(k, "") for k in cols]
@@ -1013,18 +1162,21 @@ def _collect_instances(plan, out, dest, done, missing, axes, group_axes):
     insts, acc, long_rows, cols = [], {}, [], []
     for r, _ in done:
         path = paths(out, r["name"])["csv"]
-        with open(path, newline="") as f:
-            recs = list(csv.DictReader(f))
+        head, rows = grids.read_rows(path)
+        recs = [dict(zip(head, l)) for l in rows]
         for rec in recs:
             try:
-                acc.setdefault(r["name"], {})[rec["instance"]] = (float(rec["seq_acc"]), float(rec["char_acc"]))
+                sa, ca = float(rec["seq_acc"]), float(rec["char_acc"])
+                if not (0 <= sa <= 1 and 0 <= ca <= 1) or not rec["instance"]:
+                    raise ValueError
+                acc.setdefault(r["name"], {})[rec["instance"]] = (sa, ca)
             except (KeyError, TypeError, ValueError):
                 raise InputError("%s is not evaluate_grid's CSV (instance, seq_acc, char_acc per row)" % path) from None
             if rec["instance"] not in insts:
                 insts.append(rec["instance"])
             cols += [c for c in rec if c not in cols]
             long_rows.append((r, rec))
-    os.makedirs(dest, exist_ok=True)
+    _make_dir(dest)
     head = ["index", "run"] + axes
     atomic_write(os.path.join(dest, "instances.csv"), _csv(
         [head + cols] + [[r["index"], r["name"]] + [r["axes"][x] for x in axes] + [c.get(k, "") for k in cols]
@@ -1068,6 +1220,25 @@ def _collect_instances(plan, out, dest, done, missing, axes, group_axes):
     return 0
 
 
+def check_options(a):
+    """The options every command takes, checked before anything is read or run: the paths (not empty,
+    within the file system's limits; --out writable, or for collect readable with --to writable) and
+    --max-runs."""
+    if a.max_runs < 1:
+        raise InputError("--max-runs must be >= 1")
+    if not a.sweep:
+        raise InputError("the description's path is empty")
+    check_path_length(a.sweep, "the description")
+    if not a.bin:
+        raise InputError("--bin is empty: give the directory of the tools")
+    check_path_length(a.bin, "--bin")
+    if a.cmd == "collect":
+        _check_out(a.out, write=False)
+        _collect_dest(a)
+    else:
+        _check_out(a.out)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python3 -m manyadd.sweep", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -1085,6 +1256,9 @@ def main(argv=None):
                                 "VALUE is JSON or a bare string); the plan remembers it")
         if replan:
             p.add_argument("--replan", action="store_true", help="write a new plan for a changed description")
+        p.add_argument("--max-runs", type=int, default=MAX_RUNS, metavar="N",
+                       help="refuse a description whose axes give more runs than this, counted before any run is "
+                            "built (default %d; the same N for every command on that OUT)" % MAX_RUNS)
     common(sub.add_parser("plan", help="write or read OUT/plan.json; list the runs and their status"))
     lo = sub.add_parser("local", help="run every run not evaluated yet here, -j at a time")
     common(lo)
@@ -1119,10 +1293,14 @@ def main(argv=None):
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
     try:
+        check_options(a)
         return {"plan": cmd_plan, "local": cmd_local, "slurm": cmd_slurm, "collect": cmd_collect,
                 "run-one": cmd_run_one}[a.cmd](a)
     except InputError as e:
         print("sweep: %s" % e, file=sys.stderr)
+        return 2
+    except MemoryError:  # a --max-runs raised beyond what this machine holds: nothing was written yet
+        print("sweep: out of memory: the input asks for more memory than this machine can give", file=sys.stderr)
         return 2
 
 
