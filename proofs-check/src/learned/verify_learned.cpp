@@ -1,0 +1,324 @@
+// verify_learned: options, the three stages, the printed summary, the JSON report and the exit code.
+#include "manyadd/learned/verify_learned.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <ostream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "manyadd/core/cli.hpp"
+#include "manyadd/core/error.hpp"
+#include "manyadd/core/parallel.hpp"
+#include "manyadd/core/progress.hpp"
+#include "manyadd/core/report.hpp"
+#include "manyadd/learned/certify.hpp"
+
+namespace manyadd::learned {
+
+namespace {
+
+using json = nlohmann::json;
+using clock_type = std::chrono::steady_clock;
+
+struct Options {
+  std::string model, json_path;
+  std::int64_t n = 0, m = 0, s1 = 1, s2 = 1, samples = 1000, max_nodes = 1'000'000;
+  std::uint64_t seed = 12345;
+  double attack_seconds = 10, cert_seconds = 600, bound_radius = 0.1;
+  bool certificate = false, require_proof = false, quiet = false;
+  int threads = 2;
+};
+
+constexpr std::int64_t kMaxSide = 1000;
+constexpr std::int64_t kMaxSamples = 10'000'000;
+
+std::string tokens(const std::vector<std::uint8_t>& t) { return tokens_to_string(t); }
+
+json problem_json(const Instance& inst, const Problem& p) {
+  const auto g = inst.greedy(p);
+  json j = {{"problem", p.to_string()}, {"sum", reference_sum(p).str()}, {"expected", tokens(g.expected)},
+            {"greedy", tokens(g.got)}, {"exact", g.exact}};
+  if (g.first_wrong >= 0) {
+    j["first_wrong"] = {{"response_index", g.first_wrong},
+                        {"expected", std::string(1, token_char(g.expected[std::size_t(g.first_wrong)]))},
+                        {"got", std::size_t(g.first_wrong) < g.got.size()
+                                    ? std::string(1, token_char(g.got[std::size_t(g.first_wrong)]))
+                                    : std::string("(ended)")}};
+  }
+  return j;
+}
+
+// The lines that show one wrong input.
+void print_wrong(std::ostream& out, const Instance& inst, const Problem& p, const std::string& model) {
+  const auto g = inst.greedy(p);
+  out << fmt::format("                input    {}\n", p.to_string());
+  out << fmt::format("                sum      {}\n", reference_sum(p).str());
+  out << fmt::format("                expected {}\n", tokens(g.expected));
+  out << fmt::format("                greedy   {}\n", tokens(g.got));
+  if (g.first_wrong >= 0)
+    out << fmt::format("                first wrong token: response index {} (expected '{}', got '{}')\n",
+                       g.first_wrong, token_char(g.expected[std::size_t(g.first_wrong)]),
+                       std::size_t(g.first_wrong) < g.got.size() ? token_char(g.got[std::size_t(g.first_wrong)]) : '-');
+  out << fmt::format("                reproduce: evaluate --model {} --problem {}\n", model, p.to_string());
+}
+
+struct SamplesOutcome {
+  bool run = false;
+  std::int64_t count = 0, exact = 0;
+  double min_margin = std::numeric_limits<double>::infinity();
+  std::int64_t row = 0;
+  std::vector<Problem> worst;   // the smallest margins, attack starts
+  bool wrong = false;
+  Problem first_wrong;          // the first wrong sample in draw order
+};
+
+SamplesOutcome run_samples(const Instance& inst, const Options& o) {
+  SamplesOutcome s;
+  if (o.samples <= 0) return s;
+  s.run = true, s.count = o.samples;
+  Rng rng(evaluate_cell_seed(o.seed, int(o.n), int(o.m)));
+  std::vector<Problem> probs;
+  probs.reserve(std::size_t(o.samples));
+  for (std::int64_t k = 0; k < o.samples; ++k) probs.push_back(sample_TA(rng, int(o.n), int(o.m)));
+  std::vector<double> margin(probs.size());
+  std::vector<std::int64_t> row(probs.size());
+  std::vector<char> exact(probs.size());
+  ProgressOptions po;
+  po.quiet = o.quiet, po.final_after_s = 2;
+  Progress prog("samples", o.samples, "instances", po);
+  parallel_for(
+      o.threads, o.samples,
+      [&](int, std::int64_t k) {
+        const Problem p = padded_problem(inst.shape(), probs[std::size_t(k)].operands);
+        const auto pr = inst.probe(p);
+        margin[std::size_t(k)] = pr.min_margin, row[std::size_t(k)] = pr.row;
+        exact[std::size_t(k)] = inst.greedy(p).exact;
+        prog.add();
+      },
+      Schedule::dynamic);
+  prog.finish();
+  std::vector<std::size_t> order(probs.size());
+  for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return margin[a] < margin[b]; });
+  for (std::size_t k = 0; k < order.size() && k < 8; ++k)
+    s.worst.push_back(padded_problem(inst.shape(), probs[order[k]].operands));
+  for (std::size_t k = 0; k < probs.size(); ++k) {
+    s.exact += exact[k];
+    if (margin[k] < s.min_margin) s.min_margin = margin[k], s.row = row[k];
+    if (!exact[k] && !s.wrong) s.wrong = true, s.first_wrong = padded_problem(inst.shape(), probs[k].operands);
+  }
+  return s;
+}
+
+std::string pow10_words(std::int64_t e) { return fmt::format("10^{}", e); }
+
+int run(const Options& o, std::ostream& out, std::ostream& err) {
+  // Validate before anything large: the shape, the model, the offsets.
+  if (o.n < 1 || o.n > kMaxSide || o.m < 1 || o.m > kMaxSide)
+    throw InputError(fmt::format("--n and --m must be in [1, {}] (got {} and {})", kMaxSide, o.n, o.m));
+  if (o.samples < 0 || o.samples > kMaxSamples)
+    throw InputError(fmt::format("--samples must be in [0, {}] (got {})", kMaxSamples, o.samples));
+  const Net net = Net::load(o.model);
+  const Shape shape = Shape::make(o.n, o.m, Padding::minimal);
+  OneLayer w;
+  if (o.certificate) w = net.one_layer();  // refuses what the certificate does not cover, before any work
+  // the forward's attention holds T x T scores per head
+  cli::check_fits_memory(double(shape.N()) * double(shape.N()) * 4.0 * 8 * double(o.threads),
+                         "the forward of TA(--n, --m) on --threads threads");
+  const Instance inst(net, shape, o.s1, o.s2);
+  const auto t0 = clock_type::now();
+  out << fmt::format("verify_learned  {}  ({})\n", o.model, net.describe());
+  out << fmt::format("  shape       TA({}, {}): l={} N={}, offsets s1={} s2={}, {} inputs (operands of at most {} digits)\n",
+                     o.n, o.m, shape.l, shape.N(), o.s1, o.s2, pow10_words(o.n * o.m), o.n);
+  json report = {{"model", o.model},
+                 {"architecture", net.describe()},
+                 {"shape", {{"n", o.n}, {"m", o.m}, {"l", shape.l}, {"N", shape.N()}, {"padding", "minimal"}}},
+                 {"offsets", {{"s1", o.s1}, {"s2", o.s2}}},
+                 {"forward", "learn's fp32 reference (--device cpu)"}};
+  bool counterexample = false;
+  json cex_json = nullptr;
+  // 1. samples
+  const SamplesOutcome smp = run_samples(inst, o);
+  if (smp.run) {
+    out << fmt::format("  samples     {} random (evaluate's cell, seed {}): {} exact under greedy decoding ({:.4f}), "
+                       "smallest teacher-forced margin {:.4f} (row {})\n",
+                       smp.count, o.seed, smp.exact, double(smp.exact) / double(smp.count), smp.min_margin, smp.row);
+    report["samples"] = {{"count", smp.count}, {"seed", o.seed}, {"exact", smp.exact},
+                         {"accuracy", double(smp.exact) / double(smp.count)}, {"min_margin", smp.min_margin},
+                         {"row", smp.row}};
+    if (smp.wrong) {
+      counterexample = true;
+      const Problem sh = shrink(inst, smp.first_wrong);
+      out << "              a sample is wrong; shrunk:\n";
+      print_wrong(out, inst, sh, o.model);
+      cex_json = problem_json(inst, sh);
+      cex_json["source"] = "samples";
+      cex_json["found"] = smp.first_wrong.to_string();
+      report["samples"]["wrong"] = cex_json;
+    }
+  } else {
+    out << "  samples     not run (--samples 0)\n";
+    report["samples"] = {{"count", 0}};
+  }
+  // 2. attack
+  if (o.attack_seconds > 0) {
+    AttackOptions ao;
+    ao.seconds = o.attack_seconds, ao.seed = o.seed, ao.threads = o.threads, ao.starts = smp.worst;
+    const AttackResult ar = attack(inst, ao);
+    json aj = {{"seconds", ar.seconds}, {"budget_seconds", o.attack_seconds}, {"evaluations", ar.evaluations},
+               {"min_margin", ar.best_margin}, {"row", ar.best_row}, {"worst_input", ar.best.to_string()},
+               {"structured_starts", structured_starts(shape).size()}, {"found", ar.found}};
+    if (ar.found) {
+      counterexample = true;
+      out << fmt::format("  attack      COUNTEREXAMPLE after {:.1f} s, {} forwards (teacher-forced margin {:.4f} at row "
+                         "{}; shrunk from {})\n",
+                         ar.seconds, ar.evaluations, ar.cex.margin, ar.cex.row, ar.cex.found.to_string());
+      print_wrong(out, inst, ar.cex.problem, o.model);
+      json cj = problem_json(inst, ar.cex.problem);
+      cj["source"] = "attack", cj["found"] = ar.cex.found.to_string(), cj["margin"] = ar.cex.margin,
+      cj["row"] = ar.cex.row;
+      aj["counterexample"] = cj;
+      if (cex_json.is_null()) cex_json = cj;
+    } else {
+      out << fmt::format("  attack      {:.1f} s, {} forwards: no wrong input; smallest teacher-forced margin {:.4f} "
+                         "at row {} ({})\n",
+                         ar.seconds, ar.evaluations, ar.best_margin, ar.best_row, ar.best.to_string());
+    }
+    report["attack"] = aj;
+  } else {
+    out << "  attack      not run (--attack-seconds 0)\n";
+    report["attack"] = {{"seconds", 0}};
+  }
+  // 3. certificate
+  bool proven = false;
+  if (o.certificate) {
+    const DigitVars dv(shape);
+    CertOptions co;
+    co.max_nodes = o.max_nodes, co.seconds = o.cert_seconds, co.threads = o.threads, co.bound_radius = o.bound_radius;
+    ProgressOptions po;
+    po.quiet = o.quiet, po.final_after_s = 2;
+    const CertResult cr = certify_shape(w, dv, inst.positions(), co, po);
+    std::int64_t proven_rows = 0, leaves = 0, bounded = 0, pruned = 0;
+    double min_bound = std::numeric_limits<double>::infinity();
+    json rows = json::array();
+    const RowResult* first_bad = nullptr;
+    for (const auto& r : cr.rows) {
+      proven_rows += r.status == RowStatus::proven;
+      leaves += r.leaves, bounded += r.bounded, pruned += r.pruned;
+      if (r.status == RowStatus::proven) min_bound = std::min(min_bound, r.min_bound);
+      if (r.status != RowStatus::proven && !first_bad) first_bad = &r;
+      json rj = {{"row", r.row}, {"status", row_status_name(r.status)}, {"nodes", r.nodes}, {"leaves", r.leaves},
+                 {"bounded", r.bounded}, {"pruned", r.pruned}};
+      if (r.status == RowStatus::proven) rj["min_bound"] = r.min_bound;
+      if (std::isfinite(r.min_exact)) rj["min_exact"] = r.min_exact;
+      if (!r.why.empty()) rj["why"] = r.why;
+      if (r.status == RowStatus::failing) rj["witness"] = r.witness.to_string(), rj["exact_margin"] = r.witness_margin;
+      rows.push_back(rj);
+    }
+    json cj = {{"rows", rows},
+               {"nodes", cr.nodes},
+               {"seconds", cr.seconds},
+               {"fp32", {{"score_error", cr.fp32.score_error},
+                         {"softmax_relative", cr.fp32.softmax_rel},
+                         {"attention_error", cr.fp32.attn_error}}},
+               {"slack", kSlack},
+               {"budget", {{"max_nodes_per_row", o.max_nodes}, {"seconds", o.cert_seconds},
+                           {"bound_radius", o.bound_radius}}}};
+    std::string status;
+    if (cr.status == RowStatus::proven) {
+      proven = true, status = "proven";
+      out << fmt::format("  certificate PROVEN for every input: {} rows, {} nodes ({} inputs evaluated, {} sets bounded, "
+                         "{} pruned), smallest certified margin {:.4f}, fp32 allowance on the attention {:.2e} "
+                         "({:.1f} s)\n",
+                         cr.rows.size(), cr.nodes, leaves, bounded, pruned, min_bound, cr.fp32.attn_error, cr.seconds);
+      cj["min_bound"] = min_bound;
+    } else if (cr.status == RowStatus::failing) {
+      const RowResult* f = nullptr;
+      for (const auto& r : cr.rows)
+        if (r.status == RowStatus::failing && !f) f = &r;
+      const auto g = inst.greedy(f->witness);
+      if (!g.exact) {
+        status = "counterexample", counterexample = true;
+        const Problem sh = shrink(inst, f->witness);
+        out << fmt::format("  certificate COUNTEREXAMPLE at row {} (exact margin {:.4f}); {} of {} rows proven ({:.1f} s); "
+                           "shrunk:\n",
+                           f->row, f->witness_margin, proven_rows, cr.rows.size(), cr.seconds);
+        print_wrong(out, inst, sh, o.model);
+        json wj = problem_json(inst, sh);
+        wj["source"] = "certificate", wj["found"] = f->witness.to_string(), wj["row"] = f->row;
+        cj["counterexample"] = wj;
+        if (cex_json.is_null()) cex_json = wj;
+      } else {
+        status = "unknown";
+        out << fmt::format("  certificate UNKNOWN: row {}'s input {} has exact margin {:.3g}, within the fp32 allowance "
+                           "(greedy decoding is right on it); {} of {} rows proven ({:.1f} s)\n",
+                           f->row, f->witness.to_string(), f->witness_margin, proven_rows, cr.rows.size(), cr.seconds);
+      }
+    } else {
+      status = "unknown";
+      out << fmt::format("  certificate UNKNOWN: {} of {} rows proven, first open row {} ({}; {} nodes) ({:.1f} s)\n",
+                         proven_rows, cr.rows.size(), first_bad->row, first_bad->why, first_bad->nodes, cr.seconds);
+    }
+    cj["status"] = status, cj["rows_proven"] = proven_rows;
+    report["certificate"] = cj;
+  } else {
+    out << "  certificate not run (--certificate to run it; one-layer models)\n";
+    report["certificate"] = {{"status", "not_run"}};
+  }
+  const double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
+  std::string verdict;
+  int code = 0;
+  if (counterexample) verdict = "COUNTEREXAMPLE", code = 1;
+  else if (proven) verdict = "PROVEN";
+  else verdict = "NO COUNTEREXAMPLE FOUND (not proven)", code = o.require_proof ? 1 : 0;
+  out << fmt::format("  result      {}  ({:.1f} s)\n", verdict, secs);
+  report["result"] = counterexample ? "counterexample" : proven ? "proven" : "not_proven";
+  report["counterexample"] = cex_json;
+  report["seconds"] = secs;
+  if (!o.json_path.empty()) report::write_json_report(o.json_path, "verify_learned", code == 0 ? "pass" : "fail", report);
+  (void)err;
+  return code;
+}
+
+}  // namespace
+
+int verify_learned_main(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  Options o;
+  CLI::App app{
+      "verify_learned: a trained decoder's worst case on TA(n, m) at fixed offsets -- random samples (evaluate's\n"
+      "cell), an adversarial search for the input with the smallest teacher-forced margin, and for one-layer\n"
+      "models a certificate over every one of the 10^(n m) inputs (PROVEN, a counterexample, or UNKNOWN).\n"
+      "Every forward is learn's fp32 reference; a wrong input is confirmed by greedy decoding and shrunk."};
+  app.set_version_flag("--version", report::version());
+  cli::add_string(app, "--model", o.model, "model directory (config.json + model.safetensors) of an addition decoder")
+      ->required();
+  cli::add_int(app, "--n", o.n, fmt::format("digits per operand, in [1, {}]", kMaxSide), 0, kMaxSide + 1, false)->required();
+  cli::add_int(app, "--m", o.m, fmt::format("number of operands, in [1, {}]", kMaxSide), 0, kMaxSide + 1, false)->required();
+  cli::add_int(app, "--s1", o.s1, "level-1 position offset (evaluation: 1)", 1, 1'000'000);
+  cli::add_int(app, "--s2", o.s2, "level-2 position offset (evaluation: 1)", 1, 1'000'000);
+  cli::add_int(app, "--samples", o.samples, "random instances (evaluate's draw of the cell); 0 skips", 0, kMaxSamples);
+  cli::add_seed(app, o.seed, "seed of the samples (evaluate's --seed) and of the attack");
+  cli::add_real(app, "--attack-seconds", o.attack_seconds, "the attack's time budget; 0 skips it", 0, 86400);
+  app.add_flag("--certificate", o.certificate, "run the certificate (one-layer models)");
+  cli::add_real(app, "--cert-seconds", o.cert_seconds, "the certificate's time budget (0: none)", 0, 7 * 86400);
+  cli::add_int(app, "--max-nodes", o.max_nodes, "the certificate's node budget per row", 1, std::int64_t(1) << 40);
+  cli::add_real(app, "--bound-radius", o.bound_radius,
+                "bound a node only when its estimated attention box radius (L2) is below this", 0, 1e6);
+  app.add_flag("--require-proof", o.require_proof, "exit 1 unless the certificate proves the shape");
+  cli::add_threads(app, o.threads);
+  cli::add_json(app, o.json_path);
+  cli::add_quiet(app, o.quiet);
+  app.footer(cli::exit_codes_footer(true) +
+             "\nExit 1: a confirmed counterexample (samples, attack or certificate), or --require-proof without a proof.");
+  const int rc = cli::parse(app, argc, argv, out, err);
+  if (rc >= 0) return rc;
+  return run(o, out, err);
+}
+
+}  // namespace manyadd::learned
