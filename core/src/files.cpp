@@ -125,8 +125,8 @@ void check_output_dir_name(const std::string& dir) {
   for (std::size_t b = 0; b <= dir.size();) {
     const std::size_t e = std::min(dir.find('/', b), dir.size());
     if (e - b > kNameMax)
-      throw InputError(fmt::format("cannot create the directory '{}': the name '{}...' has {} bytes, more than the {} "
-                                   "a file name may have", dir.size() > 120 ? dir.substr(0, 120) + "..." : dir,
+      throw InputError(fmt::format("cannot create the directory '{}': file name too long ('{}...' has {} bytes, more "
+                                   "than the {} a name may have)", dir.size() > 120 ? dir.substr(0, 120) + "..." : dir,
                                    dir.substr(b, 20), e - b, kNameMax));
     b = e + 1;
   }
