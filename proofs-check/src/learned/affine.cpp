@@ -15,28 +15,28 @@ double gelu_prime(double x) {
 
 // fp32: u = fl(c fl(x + fl(a fl(fl(x x) x)))) errs by gamma(5) c (|x| + a |x|^3); tanhf by 4 ulp (8 units)
 // plus |tanh'| <= 1 times u's error; fl(1 + th) by one unit of 2; the two products by gamma(2) of |x|.
-double gelu_fp32_error(double X) {
-  const double du = gamma_fp32(5) * kGeluC * (X + kGeluA * X * X * X);
-  return 0.5 * X * (std::min(du, 2.0) + 8 * kFp32Unit + 2 * kFp32Unit) + gamma_fp32(2) * X;
+double gelu_fp32_error(double X, const Rounding& R) {
+  const double du = R.gamma(5) * kGeluC * (X + kGeluA * X * X * X);
+  return 0.5 * X * (std::min(du, 2.0) + 8 * R.u + 2 * R.u) + R.gamma(2) * X;
 }
 
-Aff aff_linear(const Aff& x, const Eigen::MatrixXd& W, const Eigen::MatrixXd& absW) {
+Aff aff_linear(const Aff& x, const Eigen::MatrixXd& W, const Eigen::MatrixXd& absW, const Rounding& R) {
   Aff y;
   y.c = W * x.c;
   if (x.K() > 0) y.G = W * x.G;
   else y.G.resize(W.rows(), 0);
-  y.e = absW * (x.e + gamma_fp32(double(W.cols())) * x.mag());
+  y.e = absW * (x.e + R.gamma(double(W.cols())) * x.mag());
   return y;
 }
 
-Aff aff_add(const Aff& x, const Aff& y) {
+Aff aff_add(const Aff& x, const Aff& y, const Rounding& R) {
   Aff z;
   z.c = x.c + y.c;
   const int K = std::max(x.K(), y.K());
   z.G = Eigen::MatrixXd::Zero(x.n(), K);
   z.G.leftCols(x.K()) += x.G;
   z.G.leftCols(y.K()) += y.G;
-  z.e = x.e + y.e + kFp32Unit * (x.mag() + y.mag());
+  z.e = x.e + y.e + R.u * (x.mag() + y.mag());
   return z;
 }
 
@@ -47,7 +47,7 @@ Aff aff_add(const Aff& x, const Aff& y) {
 // with |rho(x) - rho| <= qmin^(-3/2) |dq| / 2. J delta is carried exactly for the symbols and through |J|
 // for the error box. fp32: the norm's own rounding is gamma(d + 6) |y| (sum of d squares, /d, +eps, sqrt,
 // 1/, two products; every term positive).
-bool aff_rmsnorm(const Aff& x, const Eigen::VectorXd& w, double eps, Aff& out) {
+bool aff_rmsnorm(const Aff& x, const Eigen::VectorXd& w, double eps, const Rounding& R, Aff& out) {
   const int n = x.n();
   const double d = double(n);
   const Eigen::VectorXd& c = x.c;
@@ -72,7 +72,7 @@ bool aff_rmsnorm(const Aff& x, const Eigen::VectorXd& w, double eps, Aff& out) {
   out.e = aw.cwiseProduct(x.e) * rho + aw.cwiseProduct(ac) * (rho3d * ac.dot(x.e)) +
           aw.cwiseProduct(ac * r_rho + rad * drho);
   const double rho_max = 1.0 / std::sqrt(qmin);
-  out.e += gamma_fp32(d + 6) * aw.cwiseProduct(x.mag()) * rho_max;
+  out.e += R.gamma(d + 6) * aw.cwiseProduct(x.mag()) * rho_max;
   return true;
 }
 
@@ -81,7 +81,7 @@ bool aff_rmsnorm(const Aff& x, const Eigen::VectorXd& w, double eps, Aff& out) {
 // kGeluArgmin), whichever is narrower;
 // plus its fp32 rounding. Then p = s v = c_s c_v + c_s dv + c_v ds + ds dv with |ds dv| <= rad_s rad_v;
 // the product's rounding one unit of |p|. Every unit's error becomes a symbol of its own.
-Aff aff_geglu(const Aff& h, bool fresh) {
+Aff aff_geglu(const Aff& h, const Rounding& R, bool fresh) {
   const int F = h.n() / 2, K = h.K();
   const Eigen::VectorXd rad = h.rad();
   Aff s;
@@ -96,7 +96,7 @@ Aff aff_geglu(const Aff& h, bool fresh) {
     double glo = std::min(gelu(lo), gelu(hi)), ghi = std::max(gelu(lo), gelu(hi));
     if (lo <= kGeluArgmin && hi >= kGeluArgmin) glo = gmin;
     glo -= 1e-12 * (1 + std::abs(glo)), ghi += 1e-12 * (1 + std::abs(ghi));
-    const double fp = gelu_fp32_error(std::max(std::abs(lo), std::abs(hi)));
+    const double fp = gelu_fp32_error(std::max(std::abs(lo), std::abs(hi)), R);
     const double gc = gelu(cg);  // the center stays gelu(c): at a single input the form's center is exact
     const double int_rad = std::max(ghi - gc, gc - glo);
     if (int_rad < lin_rad) {
@@ -114,7 +114,7 @@ Aff aff_geglu(const Aff& h, bool fresh) {
   p.c = s.c.cwiseProduct(vc);
   Eigen::MatrixXd G = s.c.asDiagonal() * h.G.bottomRows(F) + vc.asDiagonal() * s.G;
   Eigen::VectorXd e = s.c.cwiseAbs().cwiseProduct(ve) + vc.cwiseAbs().cwiseProduct(s.e) + srad.cwiseProduct(vrad);
-  e += kFp32Unit * (s.c.cwiseAbs() + srad).cwiseProduct(vc.cwiseAbs() + vrad);
+  e += R.u * (s.c.cwiseAbs() + srad).cwiseProduct(vc.cwiseAbs() + vrad);
   if (!fresh) {
     p.G = std::move(G);
     p.e = std::move(e);

@@ -12,7 +12,11 @@
 namespace manyadd::learned {
 
 inline constexpr double kFp32Unit = 0x1p-24 * (1.0 + 0x1p-10);
-inline double gamma_fp32(double k) { return k * kFp32Unit / (1.0 - k * kFp32Unit); }
+// The rounding the enclosures cover: fp32 (u = kFp32Unit) or none (u = 0: the model in real arithmetic).
+struct Rounding {
+  double u = kFp32Unit;
+  double gamma(double k) const { return k * u / (1.0 - k * u); }
+};
 
 // gelu_tanh as the model defines it, in exact arithmetic on its fp32 constants.
 inline constexpr double kGeluC = 0.79788458347320556640625;     // float(sqrt(2/pi))
@@ -25,7 +29,7 @@ inline constexpr double kGeluArgmin = -0.7517915246935725;
 double gelu(double x);
 double gelu_prime(double x);
 // |fl32(gelu(x)) - gelu(x)| for |x| <= X: the fp32 formula's rounding (tanhf within 4 ulp).
-double gelu_fp32_error(double X);
+double gelu_fp32_error(double X, const Rounding& R);
 
 struct Aff {
   Eigen::VectorXd c, e;
@@ -37,12 +41,12 @@ struct Aff {
 };
 
 // W x: the exact image and the fp32 product's rounding gamma(in) |W| |x| (absW = |W|, computed once by the caller).
-Aff aff_linear(const Aff& x, const Eigen::MatrixXd& W, const Eigen::MatrixXd& absW);
+Aff aff_linear(const Aff& x, const Eigen::MatrixXd& W, const Eigen::MatrixXd& absW, const Rounding& R);
 // RMSNorm with weight w (eps): false when the enclosure reaches the origin's neighbourhood (no bound).
-bool aff_rmsnorm(const Aff& x, const Eigen::VectorXd& w, double eps, Aff& out);
+bool aff_rmsnorm(const Aff& x, const Eigen::VectorXd& w, double eps, const Rounding& R, Aff& out);
 // [gate | up] -> gelu(gate) * up, the remainders as fresh symbols (fresh = false: kept in the error box).
-Aff aff_geglu(const Aff& h, bool fresh = true);
+Aff aff_geglu(const Aff& h, const Rounding& R, bool fresh = true);
 // x + y (y may have fewer symbols: the missing ones are zero), with the fp32 add's rounding.
-Aff aff_add(const Aff& x, const Aff& y);
+Aff aff_add(const Aff& x, const Aff& y, const Rounding& R);
 
 }  // namespace manyadd::learned

@@ -46,6 +46,7 @@ struct ShapeTables {
   const OneLayer& w;
   const DigitVars& dv;
   const Positions& pos;
+  const Rounding R;
   int V, C, H, dh, D, F;
   std::int64_t N;
   int ncls;
@@ -54,15 +55,14 @@ struct ShapeTables {
   std::vector<double> x0;    // (ncls, V, C)
   std::vector<double> x0err; // (ncls, V, C): |fl(x0) - x0|
   std::vector<double> v;     // (ncls, V, D)
-  // fp32 per token (maxima over the classes): |fl(v) - v| (V, D), and per head and token pair the bound of
-  // |fl(score) - score| without the bias terms: epair (H, V, V)
-  std::vector<double> dv_tok, epair;
+  // fp32 per class and token: |fl(q) - q|, |fl(k) - k|, |fl(v) - v| (ncls, V, D)
+  std::vector<double> err_q, err_k, err_v;
   std::vector<double> bias_max;  // (H): the largest |bias| a key can get
   Fp32Allowance allowance;   // the shape's worst case over every token pair (reported)
   MatrixXd Wi, Wf, readout, Wo, absWo, absWi, absWf;
   VectorXd n2, n3, n4, nf;
 
-  ShapeTables(const OneLayer& w_, const DigitVars& dv_, const Positions& pos_);
+  ShapeTables(const OneLayer& w_, const DigitVars& dv_, const Positions& pos_, const Rounding& r);
   int cls(std::int64_t j) const { return w.tables ? int(j) : 0; }
   double bias(int h, std::int64_t i, std::int64_t j) const {
     if (w.rel_levels == 0) return 0;
@@ -84,6 +84,7 @@ struct ShapeTables {
   }
   const double* U(int c, int t, int h) const { return &u[((std::size_t(c) * V + t) * H + h) * C]; }
   const double* Vv(int c, int t) const { return &v[(std::size_t(c) * V + t) * D]; }
+  const double* dVv(int c, int t) const { return &err_v[(std::size_t(c) * V + t) * D]; }
 };
 
 void rms(const double* x, const double* w, int C, double eps, double* out, double* rho_out = nullptr) {
@@ -94,8 +95,8 @@ void rms(const double* x, const double* w, int C, double eps, double* out, doubl
   if (rho_out) *rho_out = rho;
 }
 
-ShapeTables::ShapeTables(const OneLayer& w_, const DigitVars& dv_, const Positions& pos_)
-    : w(w_), dv(dv_), pos(pos_), V(w_.V), C(w_.C), H(w_.H), dh(w_.dh), D(w_.H * w_.dh), F(w_.F), N(dv_.N()) {
+ShapeTables::ShapeTables(const OneLayer& w_, const DigitVars& dv_, const Positions& pos_, const Rounding& r)
+    : w(w_), dv(dv_), pos(pos_), R(r), V(w_.V), C(w_.C), H(w_.H), dh(w_.dh), D(w_.H * w_.dh), F(w_.F), N(dv_.N()) {
   ncls = w.tables ? int(N) : 1;
   q.assign(std::size_t(ncls) * V * D, 0), k = q, v = q;
   u.assign(std::size_t(ncls) * V * H * C, 0);
@@ -103,8 +104,7 @@ ShapeTables::ShapeTables(const OneLayer& w_, const DigitVars& dv_, const Positio
   const auto Wq = mat(w.wq, D, C), Wk = mat(w.wk, D, C), Wv = mat(w.wv, D, C), Wo_ = mat(w.wo, C, D);
   // fp32 magnitudes and errors of q, k, v per dimension (maxima over classes and tokens)
   VectorXd Qm = VectorXd::Zero(D), dQ = Qm, Km = Qm, dK = Qm, Vm = Qm, dVv = Qm;
-  // per token: maxima over the classes of |q|, |fl(q) - q|, |k|, |fl(k) - k|, |fl(v) - v|
-  MatrixXd tq_abs = MatrixXd::Zero(V, D), tdq = tq_abs, tk_abs = tq_abs, tdk = tq_abs, tdv = tq_abs;
+  err_q.assign(std::size_t(ncls) * V * D, 0), err_k = err_q, err_v = err_q;
   std::vector<double> n1(static_cast<std::size_t>(C)), dn1(static_cast<std::size_t>(C));
   for (int c = 0; c < ncls; ++c)
     for (int t = 0; t < V; ++t) {
@@ -117,7 +117,7 @@ ShapeTables::ShapeTables(const OneLayer& w_, const DigitVars& dv_, const Positio
           s += p, a += std::abs(p);
         }
         x[e] = s;
-        xe[e] = w.tables > 0 ? gamma_fp32(w.tables) * a : 0.0;
+        xe[e] = w.tables > 0 ? R.gamma(w.tables) * a : 0.0;
       }
       double rho = 0;
       rms(x, w.norm1.data(), C, w.eps, n1.data(), &rho);
@@ -131,7 +131,7 @@ ShapeTables::ShapeTables(const OneLayer& w_, const DigitVars& dv_, const Positio
       for (int e = 0; e < C; ++e) {
         const double prop = std::abs(w.norm1[std::size_t(e)]) * rp *
                             (xe[e] + (std::abs(x[e]) + xe[e]) * rp * den / std::sqrt(double(C)));
-        dn1[std::size_t(e)] = prop + gamma_fp32(C + 6) * (std::abs(n1[std::size_t(e)]) + prop);
+        dn1[std::size_t(e)] = prop + R.gamma(C + 6) * (std::abs(n1[std::size_t(e)]) + prop);
       }
       const Eigen::Map<const VectorXd> nv(n1.data(), C), dnv(dn1.data(), C);
       Eigen::Map<VectorXd> qv(&q[(std::size_t(c) * V + t) * D], D), kv(&k[(std::size_t(c) * V + t) * D], D);
@@ -140,15 +140,14 @@ ShapeTables::ShapeTables(const OneLayer& w_, const DigitVars& dv_, const Positio
       vv = Wv * nv;
       auto err = [&](const Eigen::Map<const RowMat>& W) {
         const VectorXd a = W.cwiseAbs() * dnv;
-        return VectorXd(a + gamma_fp32(C) * (W.cwiseAbs() * (nv.cwiseAbs() + dnv)));
+        return VectorXd(a + R.gamma(C) * (W.cwiseAbs() * (nv.cwiseAbs() + dnv)));
       };
       Qm = Qm.cwiseMax(qv.cwiseAbs()), Km = Km.cwiseMax(kv.cwiseAbs()), Vm = Vm.cwiseMax(vv.cwiseAbs());
       const VectorXd eq_ = err(Wq), ek_ = err(Wk), ev_ = err(Wv);
       dQ = dQ.cwiseMax(eq_), dK = dK.cwiseMax(ek_), dVv = dVv.cwiseMax(ev_);
-      tq_abs.row(t) = tq_abs.row(t).cwiseMax(qv.cwiseAbs().transpose());
-      tk_abs.row(t) = tk_abs.row(t).cwiseMax(kv.cwiseAbs().transpose());
-      tdq.row(t) = tdq.row(t).cwiseMax(eq_.transpose()), tdk.row(t) = tdk.row(t).cwiseMax(ek_.transpose());
-      tdv.row(t) = tdv.row(t).cwiseMax(ev_.transpose());
+      const std::size_t at = (std::size_t(c) * V + t) * D;
+      Eigen::Map<VectorXd>(&err_q[at], D) = eq_, Eigen::Map<VectorXd>(&err_k[at], D) = ek_;
+      Eigen::Map<VectorXd>(&err_v[at], D) = ev_;
       for (int h = 0; h < H; ++h) {
         Eigen::Map<VectorXd> uh(&u[((std::size_t(c) * V + t) * H + h) * C], C);
         uh = Wo_.middleCols(h * dh, dh) * vv.segment(h * dh, dh);
@@ -166,7 +165,7 @@ ShapeTables::ShapeTables(const OneLayer& w_, const DigitVars& dv_, const Positio
       e1 += Qm(d) * dK(d) + Km(d) * dQ(d) + dQ(d) * dK(d);
       qk_tilde += (Qm(d) + dQ(d)) * (Km(d) + dK(d));
     }
-    e1 += gamma_fp32(dh) * qk_tilde;
+    e1 += R.gamma(dh) * qk_tilde;
     const double sc = w.score_scale, smax = sc * qk;
     double bmax = 0;
     if (w.rel_levels > 0) {
@@ -177,44 +176,27 @@ ShapeTables::ShapeTables(const OneLayer& w_, const DigitVars& dv_, const Positio
         bmax += m;
       }
     }
-    const double e2 = sc * e1 + kFp32Unit * sc * qk_tilde;
-    const double es = e2 + kFp32Unit * bmax + kFp32Unit * (smax + e2 + bmax * (1 + kFp32Unit));
-    const double eps_j = es + kFp32Unit * 2 * (smax + bmax + es);
-    const double uu = kFp32Unit;
-    const double up = std::exp(2 * eps_j) * (1 + 4 * uu) * (1 + uu) * (1 + uu) / ((1 - 4 * uu) * (1 - gamma_fp32(T)));
-    const double dn = std::exp(-2 * eps_j) * (1 - 4 * uu) * (1 - uu) * (1 - uu) / ((1 + 4 * uu) * (1 + gamma_fp32(T)));
+    const double e2 = sc * e1 + R.u * sc * qk_tilde;
+    const double es = e2 + R.u * bmax + R.u * (smax + e2 + bmax * (1 + R.u));
+    const double eps_j = es + R.u * 2 * (smax + bmax + es);
+    const double uu = R.u;
+    const double up = std::exp(2 * eps_j) * (1 + 4 * uu) * (1 + uu) * (1 + uu) / ((1 - 4 * uu) * (1 - R.gamma(T)));
+    const double dn = std::exp(-2 * eps_j) * (1 - 4 * uu) * (1 - uu) * (1 - uu) / ((1 + 4 * uu) * (1 + R.gamma(T)));
     const double kappa = std::max(up - 1, 1 - dn);
     kappa_max = std::max(kappa_max, kappa), es_max = std::max(es_max, es);
     for (int d = h * dh; d < (h + 1) * dh; ++d)
-      dO(d) = kappa * Vm(d) + (1 + kappa) * dVv(d) + gamma_fp32(T) * (1 + kappa) * (Vm(d) + dVv(d));
+      dO(d) = kappa * Vm(d) + (1 + kappa) * dVv(d) + R.gamma(T) * (1 + kappa) * (Vm(d) + dVv(d));
   }
-  const VectorXd attn_err = Wo_.cwiseAbs() * (dO + gamma_fp32(D) * (Vm + dO));
+  const VectorXd attn_err = Wo_.cwiseAbs() * (dO + R.gamma(D) * (Vm + dO));
   allowance.score_error = es_max, allowance.softmax_rel = kappa_max, allowance.attn_error = attn_err.maxCoeff();
-  // The per-pair score error (the nodes' own allowance): fl(fl(q.k) scale) against scale q.k
-  dv_tok.assign(std::size_t(V) * D, 0);
-  for (int t = 0; t < V; ++t)
-    for (int d = 0; d < D; ++d) dv_tok[std::size_t(t) * D + d] = tdv(t, d);
-  epair.assign(std::size_t(H) * V * V, 0);
   bias_max.assign(std::size_t(H), 0);
-  for (int h = 0; h < H; ++h) {
-    if (w.rel_levels > 0) {
-      const int nb = 2 * w.rel_window + 1 + (w.rel_far ? 1 : 0);
-      for (int lv = 0; lv < w.rel_levels; ++lv) {
-        double mx = 0;
-        for (int b = 0; b < nb; ++b) mx = std::max(mx, std::abs(w.rel[std::size_t((h * w.rel_levels + lv) * nb + b)]));
-        bias_max[std::size_t(h)] += mx;
-      }
+  for (int h = 0; h < H && w.rel_levels > 0; ++h) {
+    const int nb = 2 * w.rel_window + 1 + (w.rel_far ? 1 : 0);
+    for (int lv = 0; lv < w.rel_levels; ++lv) {
+      double mx = 0;
+      for (int b = 0; b < nb; ++b) mx = std::max(mx, std::abs(w.rel[std::size_t((h * w.rel_levels + lv) * nb + b)]));
+      bias_max[std::size_t(h)] += mx;
     }
-    for (int a = 0; a < V; ++a)
-      for (int b = 0; b < V; ++b) {
-        double e1 = 0, qk_tilde = 0;
-        for (int d = h * dh; d < (h + 1) * dh; ++d) {
-          e1 += tq_abs(a, d) * tdk(b, d) + tk_abs(b, d) * tdq(a, d) + tdq(a, d) * tdk(b, d);
-          qk_tilde += (tq_abs(a, d) + tdq(a, d)) * (tk_abs(b, d) + tdk(b, d));
-        }
-        epair[(std::size_t(h) * V + a) * V + b] =
-            w.score_scale * (e1 + gamma_fp32(dh) * qk_tilde) + kFp32Unit * w.score_scale * qk_tilde;
-      }
   }
   this->Wo = mat(w.wo, C, D);
   absWo = this->Wo.cwiseAbs();
@@ -246,7 +228,7 @@ bool tail_forms(const ShapeTables& S, int cq, int tq, const VectorXd& ac, const 
   const Eigen::Map<const VectorXd> x0(&S.x0[(std::size_t(cq) * S.V + tq) * C], C);
   const Eigen::Map<const VectorXd> x0e(&S.x0err[(std::size_t(cq) * S.V + tq) * C], C);
   x.c = x0 + ac;
-  const VectorXd err0 = attn_err + x0e + kFp32Unit * (x0.cwiseAbs() + x0e + ac.cwiseAbs() + ar + attn_err);
+  const VectorXd err0 = attn_err + x0e + S.R.u * (x0.cwiseAbs() + x0e + ac.cwiseAbs() + ar + attn_err);
   // error_symbols: coordinate c's symbol carries its box and its error together (radius ar + err0: the
   // fp32 value lies in that interval); out.sym_radius says how much of it is the box.
   if (error_symbols) {
@@ -262,14 +244,14 @@ bool tail_forms(const ShapeTables& S, int cq, int tq, const VectorXd& ac, const 
   }
   x.e = error_symbols ? VectorXd::Zero(C) : err0;
   Aff x1, n3, x2, xf;
-  if (!aff_rmsnorm(x, S.n2, S.w.eps, x1)) return false;
-  if (!aff_rmsnorm(x1, S.n3, S.w.eps, n3)) return false;
-  const Aff h = aff_linear(n3, S.Wi, S.absWi);
-  const Aff g = aff_geglu(h, fresh && (error_symbols || Ks > 0));
-  const Aff fo = aff_linear(g, S.Wf, S.absWf);
-  const Aff r2 = aff_add(x1, fo);
-  if (!aff_rmsnorm(r2, S.n4, S.w.eps, x2)) return false;
-  if (!aff_rmsnorm(x2, S.nf, S.w.eps, xf)) return false;
+  if (!aff_rmsnorm(x, S.n2, S.w.eps, S.R, x1)) return false;
+  if (!aff_rmsnorm(x1, S.n3, S.w.eps, S.R, n3)) return false;
+  const Aff h = aff_linear(n3, S.Wi, S.absWi, S.R);
+  const Aff g = aff_geglu(h, S.R, fresh && (error_symbols || Ks > 0));
+  const Aff fo = aff_linear(g, S.Wf, S.absWf, S.R);
+  const Aff r2 = aff_add(x1, fo, S.R);
+  if (!aff_rmsnorm(r2, S.n4, S.w.eps, S.R, x2)) return false;
+  if (!aff_rmsnorm(x2, S.nf, S.w.eps, S.R, xf)) return false;
   const int V = S.V;
   if (std::getenv("MANYADD_CERT_DEBUG")) {
     auto pr = [](const char* nm, const Aff& a) {
@@ -283,14 +265,14 @@ bool tail_forms(const ShapeTables& S, int cq, int tq, const VectorXd& ac, const 
   const int K = Ks;
   out.c0.resize(V), out.G.resize(V, K), out.e.resize(V);
   const Eigen::RowVectorXd ry = S.readout.row(target);
-  const double ey = gamma_fp32(C) * ry.cwiseAbs().dot(mag);
+  const double ey = S.R.gamma(C) * ry.cwiseAbs().dot(mag);
   for (int o = 0; o < V; ++o) {
     const Eigen::RowVectorXd r = ry - S.readout.row(o);
     out.c0(o) = r.dot(xf.c);
     const Eigen::RowVectorXd g_all = r * xf.G;
     out.G.row(o) = g_all.head(K);
     out.e(o) = g_all.tail(xf.K() - K).cwiseAbs().sum() + r.cwiseAbs().dot(xf.e) + ey +
-               gamma_fp32(C) * S.readout.row(o).cwiseAbs().dot(mag);
+               S.R.gamma(C) * S.readout.row(o).cwiseAbs().dot(mag);
   }
   out.sym_coord = coords;
   out.sym_radius.resize(K);
@@ -364,26 +346,38 @@ struct RowWorker {
     if (i + 1 < dv.N()) target_var = dv.var_at(i + 1), target_sym = dv.symbol_at(i + 1);
     else target_var = -1, target_sym = kDollar;
     for (std::int64_t j = 0; j <= i; ++j) ctx_var.push_back(dv.var_at(j));
-    sc_cache.resize(std::size_t(S.V));
+    sc_cache.resize(std::size_t(S.V)), err_cache.resize(std::size_t(S.V));
   }
 
+  // Per head, key and token: the exact score and the bound of |fl(fl(q.k) scale) - scale q.k| (the pair's
+  // product error gamma(dh) sum |q~||k~| plus the q and k errors, and the scaling's rounding).
+  std::vector<std::vector<double>> err_cache;
   const std::vector<double>& scores(int tq) {
     auto& t = sc_cache[std::size_t(tq)];
     if (!t.empty()) return t;
+    auto& et = err_cache[std::size_t(tq)];
     const int V = S.V, H = S.H, dh = S.dh, D = S.D;
     const std::int64_t K = i + 1;
-    t.resize(std::size_t(H) * K * V);
+    t.resize(std::size_t(H) * K * V), et.resize(t.size());
     const int cq = S.cls(i);
     const double* qv = &S.q[(std::size_t(cq) * V + tq) * D];
+    const double* qe = &S.err_q[(std::size_t(cq) * V + tq) * D];
+    const double sc = S.w.score_scale;
     for (int h = 0; h < H; ++h)
       for (std::int64_t j = 0; j < K; ++j) {
         const double b = S.bias(h, i, j);
         const int cj = S.cls(j);
         for (int tk = 0; tk < V; ++tk) {
           const double* kv = &S.k[(std::size_t(cj) * V + tk) * D];
-          double s = 0;
-          for (int d = h * dh; d < (h + 1) * dh; ++d) s += qv[d] * kv[d];
-          t[(std::size_t(h) * K + j) * V + tk] = S.w.score_scale * s + b;
+          const double* ke = &S.err_k[(std::size_t(cj) * V + tk) * D];
+          double s = 0, e1 = 0, qk = 0;
+          for (int d = h * dh; d < (h + 1) * dh; ++d) {
+            s += qv[d] * kv[d];
+            e1 += std::abs(qv[d]) * ke[d] + std::abs(kv[d]) * qe[d] + qe[d] * ke[d];
+            qk += (std::abs(qv[d]) + qe[d]) * (std::abs(kv[d]) + ke[d]);
+          }
+          t[(std::size_t(h) * K + j) * V + tk] = sc * s + b;
+          et[(std::size_t(h) * K + j) * V + tk] = sc * (e1 + S.R.gamma(dh) * qk) + S.R.u * sc * qk;
         }
       }
     return t;
@@ -452,21 +446,21 @@ struct RowWorker {
           for (int t = 0; t < V; ++t)
             if (m >> t & 1) {
               const double sj = sh[j * V + t];
-              eps = std::max(eps, S.epair[(std::size_t(h) * V + tq) * V + t]);
+              eps = std::max(eps, err_cache[std::size_t(tq)][(std::size_t(h) * K + j) * V + t]);
               smin = std::min(smin, sj), smax = std::max(smax, std::abs(sj));
               const Eigen::Map<const VectorXd> vv(S.Vv(S.cls(j), t) + h * dh, dh);
               vmax = vmax.cwiseMax(vv), vmin = vmin.cwiseMin(vv);
-              dvm = dvm.cwiseMax(Eigen::Map<const VectorXd>(&S.dv_tok[std::size_t(t) * S.D + h * dh], dh));
+              dvm = dvm.cwiseMax(Eigen::Map<const VectorXd>(S.dVv(S.cls(j), t) + h * dh, dh));
             }
         }
-        const double uu = kFp32Unit, bm = S.bias_max[std::size_t(h)];
+        const double uu = S.R.u, bm = S.bias_max[std::size_t(h)];
         eps += uu * (2 * smax + 3 * bm) + uu * (shift - smin + eps);
         const double rho = std::exp(2 * eps) * (1 + 4 * uu) / (1 - 4 * uu);
-        const double beta = gamma_fp32(double(K)) + 3 * uu;
+        const double beta = S.R.gamma(double(K)) + 3 * uu;
         const VectorXd vabs = vmax.cwiseAbs().cwiseMax(vmin.cwiseAbs());
-        const VectorXd dO = (1 - 1 / rho) * (vmax - vmin) + (beta + gamma_fp32(double(K)) * (1 + beta)) * (vabs + dvm) +
+        const VectorXd dO = (1 - 1 / rho) * (vmax - vmin) + (beta + S.R.gamma(double(K)) * (1 + beta)) * (vabs + dvm) +
                             (1 + beta) * dvm;
-        const VectorXd contrib = S.absWo.middleCols(h * dh, dh) * (dO + gamma_fp32(S.D) * (vabs + dO));
+        const VectorXd contrib = S.absWo.middleCols(h * dh, dh) * (dO + S.R.gamma(S.D) * (vabs + dO));
         if (h == 0) attn_err = contrib;
         else attn_err += contrib;
       }
@@ -680,7 +674,7 @@ CertResult certify_shape(const OneLayer& w, const DigitVars& dv, const Positions
   const auto t0 = clock_type::now();
   const bool has_deadline = opt.seconds > 0;
   const auto deadline = t0 + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(opt.seconds));
-  const ShapeTables S(w, dv, pos);
+  const ShapeTables S(w, dv, pos, opt.fp32 ? Rounding{} : Rounding{0.0});
   const std::int64_t eq = dv.eq(), N = dv.N();
   CertResult res;
   res.fp32 = S.allowance;
@@ -707,9 +701,10 @@ CertResult certify_shape(const OneLayer& w, const DigitVars& dv, const Positions
   return res;
 }
 
-LeafEval evaluate_leaf(const OneLayer& w, const DigitVars& dv, const Positions& pos, const Problem& p, std::int64_t row) {
+LeafEval evaluate_leaf(const OneLayer& w, const DigitVars& dv, const Positions& pos, const Problem& p, std::int64_t row,
+                       bool fp32) {
   if (row < dv.eq() || row >= dv.N()) throw InputError(fmt::format("row {} is not a response row", row));
-  const ShapeTables S(w, dv, pos);
+  const ShapeTables S(w, dv, pos, fp32 ? Rounding{} : Rounding{0.0});
   CertOptions opt;
   RowWorker wk(S, opt, row, clock_type::now(), false);
   const Domains d = dv.of_problem(p);

@@ -7,6 +7,7 @@
 #include <limits>
 #include <mutex>
 #include <ostream>
+#include <streambuf>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -14,6 +15,7 @@
 
 #include "manyadd/core/cli.hpp"
 #include "manyadd/core/error.hpp"
+#include "manyadd/core/files.hpp"
 #include "manyadd/core/parallel.hpp"
 #include "manyadd/core/progress.hpp"
 #include "manyadd/core/report.hpp"
@@ -27,7 +29,7 @@ using json = nlohmann::json;
 using clock_type = std::chrono::steady_clock;
 
 struct Options {
-  std::string model, json_path;
+  std::string model, json_path, arithmetic = "fp32", n_range, m_range, csv_path;
   std::int64_t n = 0, m = 0, s1 = 1, s2 = 1, samples = 1000, max_nodes = 1'000'000;
   std::uint64_t seed = 12345;
   double attack_seconds = 10, cert_seconds = 600, bound_radius = 0.1;
@@ -78,14 +80,14 @@ struct SamplesOutcome {
   Problem first_wrong;          // the first wrong sample in draw order
 };
 
-SamplesOutcome run_samples(const Instance& inst, const Options& o) {
+SamplesOutcome run_samples(const Instance& inst, const Options& o, int n, int m) {
   SamplesOutcome s;
   if (o.samples <= 0) return s;
   s.run = true, s.count = o.samples;
-  Rng rng(evaluate_cell_seed(o.seed, int(o.n), int(o.m)));
+  Rng rng(evaluate_cell_seed(o.seed, n, m));
   std::vector<Problem> probs;
   probs.reserve(std::size_t(o.samples));
-  for (std::int64_t k = 0; k < o.samples; ++k) probs.push_back(sample_TA(rng, int(o.n), int(o.m)));
+  for (std::int64_t k = 0; k < o.samples; ++k) probs.push_back(sample_TA(rng, n, m));
   std::vector<double> margin(probs.size());
   std::vector<std::int64_t> row(probs.size());
   std::vector<char> exact(probs.size());
@@ -118,14 +120,10 @@ SamplesOutcome run_samples(const Instance& inst, const Options& o) {
 
 std::string pow10_words(std::int64_t e) { return fmt::format("10^{}", e); }
 
-int run(const Options& o, std::ostream& out, std::ostream& err) {
-  // Validate before anything large: the shape, the model, the offsets.
-  if (o.n < 1 || o.n > kMaxSide || o.m < 1 || o.m > kMaxSide)
-    throw InputError(fmt::format("--n and --m must be in [1, {}] (got {} and {})", kMaxSide, o.n, o.m));
-  if (o.samples < 0 || o.samples > kMaxSamples)
-    throw InputError(fmt::format("--samples must be in [0, {}] (got {})", kMaxSamples, o.samples));
-  const Net net = Net::load(o.model);
-  const Shape shape = Shape::make(o.n, o.m, Padding::minimal);
+// One cell: the three stages, printed to `out` (a discarding stream in grid mode); the report's body with
+// "exit" (0 or 1) for the caller.
+json run_cell(const Net& net, const Options& o, std::int64_t n, std::int64_t m, std::ostream& out) {
+  const Shape shape = Shape::make(n, m, Padding::minimal);
   OneLayer w;
   if (o.certificate) w = net.one_layer();  // refuses what the certificate does not cover, before any work
   // the forward's attention holds T x T scores per head
@@ -135,16 +133,16 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
   const auto t0 = clock_type::now();
   out << fmt::format("verify_learned  {}  ({})\n", o.model, net.describe());
   out << fmt::format("  shape       TA({}, {}): l={} N={}, offsets s1={} s2={}, {} inputs (operands of at most {} digits)\n",
-                     o.n, o.m, shape.l, shape.N(), o.s1, o.s2, pow10_words(o.n * o.m), o.n);
+                     n, m, shape.l, shape.N(), o.s1, o.s2, pow10_words(n * m), n);
   json report = {{"model", o.model},
                  {"architecture", net.describe()},
-                 {"shape", {{"n", o.n}, {"m", o.m}, {"l", shape.l}, {"N", shape.N()}, {"padding", "minimal"}}},
+                 {"shape", {{"n", n}, {"m", m}, {"l", shape.l}, {"N", shape.N()}, {"padding", "minimal"}}},
                  {"offsets", {{"s1", o.s1}, {"s2", o.s2}}},
                  {"forward", "learn's fp32 reference (--device cpu)"}};
   bool counterexample = false;
   json cex_json = nullptr;
   // 1. samples
-  const SamplesOutcome smp = run_samples(inst, o);
+  const SamplesOutcome smp = run_samples(inst, o, int(n), int(m));
   if (smp.run) {
     out << fmt::format("  samples     {} random (evaluate's cell, seed {}): {} exact under greedy decoding ({:.4f}), "
                        "smallest teacher-forced margin {:.4f} (row {})\n",
@@ -201,6 +199,7 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
     const DigitVars dv(shape);
     CertOptions co;
     co.max_nodes = o.max_nodes, co.seconds = o.cert_seconds, co.threads = o.threads, co.bound_radius = o.bound_radius;
+    co.fp32 = o.arithmetic == "fp32";
     ProgressOptions po;
     po.quiet = o.quiet, po.final_after_s = 2;
     const CertResult cr = certify_shape(w, dv, inst.positions(), co, po);
@@ -222,6 +221,7 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
       rows.push_back(rj);
     }
     json cj = {{"rows", rows},
+               {"arithmetic", o.arithmetic},
                {"nodes", cr.nodes},
                {"seconds", cr.seconds},
                {"fp32", {{"score_error", cr.fp32.score_error},
@@ -233,11 +233,15 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
     std::string status;
     if (cr.status == RowStatus::proven) {
       proven = true, status = "proven";
-      out << fmt::format("  certificate PROVEN for every input: {} rows, {} nodes ({} inputs evaluated, {} sets bounded, "
-                         "{} pruned), smallest certified margin {:.4f}, fp32 allowance on the attention {:.2e} "
-                         "({:.1f} s)\n",
-                         cr.rows.size(), cr.nodes, leaves, bounded, pruned, min_bound, cr.fp32.attn_error, cr.seconds);
+      double min_exact = std::numeric_limits<double>::infinity();
+      for (const auto& r : cr.rows) min_exact = std::min(min_exact, r.min_exact);
+      out << fmt::format("  certificate PROVEN for every input{}: {} rows, {} nodes ({} inputs evaluated one by one, {} "
+                         "sets bounded, {} pruned), smallest margin of an input evaluated {:.4f}, smallest certified "
+                         "lower bound {:.4f} ({:.1f} s)\n",
+                         o.arithmetic == "fp32" ? " (fp32 forward, rounding bounded)" : " IN REAL ARITHMETIC (not fp32)",
+                         cr.rows.size(), cr.nodes, leaves, bounded, pruned, min_exact, min_bound, cr.seconds);
       cj["min_bound"] = min_bound;
+      if (std::isfinite(min_exact)) cj["min_exact"] = min_exact;
     } else if (cr.status == RowStatus::failing) {
       const RowResult* f = nullptr;
       for (const auto& r : cr.rows)
@@ -256,8 +260,9 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
         if (cex_json.is_null()) cex_json = wj;
       } else {
         status = "unknown";
-        out << fmt::format("  certificate UNKNOWN: row {}'s input {} has exact margin {:.3g}, within the fp32 allowance "
-                           "(greedy decoding is right on it); {} of {} rows proven ({:.1f} s)\n",
+        out << fmt::format("  certificate UNKNOWN: row {}'s input {} has exact margin {:.3g}, not above its fp32 rounding "
+                           "bound (greedy decoding is right on it; --arithmetic real proves the real-number model); {} of {} "
+                           "rows proven ({:.1f} s)\n",
                            f->row, f->witness.to_string(), f->witness_margin, proven_rows, cr.rows.size(), cr.seconds);
       }
     } else {
@@ -281,8 +286,133 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
   report["result"] = counterexample ? "counterexample" : proven ? "proven" : "not_proven";
   report["counterexample"] = cex_json;
   report["seconds"] = secs;
-  if (!o.json_path.empty()) report::write_json_report(o.json_path, "verify_learned", code == 0 ? "pass" : "fail", report);
-  (void)err;
+  report["exit"] = code;
+  return report;
+}
+
+// "A-B" or "A" -> [lo, hi] within [1, kMaxSide].
+void parse_range(const std::string& text, const char* option, std::int64_t& lo, std::int64_t& hi) {
+  const auto dash = text.find('-');
+  lo = cli::parse_int(text.substr(0, dash), option, 1, kMaxSide);
+  hi = dash == std::string::npos ? lo : cli::parse_int(text.substr(dash + 1), option, 1, kMaxSide);
+  if (hi < lo) throw InputError(fmt::format("{} '{}': the range is empty", option, text));
+}
+
+// A null stream: the cells' own lines in grid mode.
+struct NullBuf : std::streambuf {
+  int overflow(int c) override { return c; }
+};
+
+// --n-range / --m-range: every cell of the rectangle that fits the model, one line and one CSV row each;
+// the largest shapes proven and the smallest refuted (no proven cell dominated by a refuted one is implied:
+// each cell is its own claim).
+int run_grid(const Net& net, const Options& o, std::ostream& out) {
+  std::int64_t n0, n1, m0, m1;
+  parse_range(o.n_range, "--n-range", n0, n1);
+  parse_range(o.m_range, "--m-range", m0, m1);
+  if ((n1 - n0 + 1) * (m1 - m0 + 1) > 10000) throw InputError("--n-range x --m-range: at most 10000 cells");
+  if (o.certificate) (void)net.one_layer();
+  out << fmt::format("verify_learned  {}  ({})  grid TA([{}, {}], [{}, {}]): samples {}, attack {} s, certificate {}\n",
+                     o.model, net.describe(), n0, n1, m0, m1, o.samples, o.attack_seconds,
+                     o.certificate ? fmt::format("{} s ({})", o.cert_seconds, o.arithmetic) : std::string("off"));
+  std::string csv = "n,m,fits,samples,exact,accuracy,sample_min_margin,attack_evaluations,attack_min_margin,"
+                    "counterexample_source,counterexample,certificate,rows_proven,rows,seconds\n";
+  json cells = json::array();
+  NullBuf nb;
+  std::ostream quiet(&nb);
+  Options co = o;
+  co.quiet = true;
+  std::int64_t refuted = 0, proven = 0, ran = 0;
+  std::vector<std::pair<std::int64_t, std::int64_t>> proven_cells, refuted_cells;
+  for (std::int64_t n = n0; n <= n1; ++n)
+    for (std::int64_t m = m0; m <= m1; ++m) {
+      const Shape shape = Shape::make(n, m, Padding::minimal);
+      if (net.max_offset1(shape) < o.s1 || net.max_offset2(shape) < o.s2) {
+        csv += fmt::format("{},{},0,,,,,,,,,,,,\n", n, m);
+        continue;
+      }
+      const json r = run_cell(net, co, n, m, quiet);
+      ++ran;
+      const json& s = r["samples"];
+      const json& a = r["attack"];
+      const json& c = r["certificate"];
+      const std::string cert = c.value("status", std::string("not_run"));
+      std::string src, cex;
+      if (!r["counterexample"].is_null()) src = r["counterexample"]["source"], cex = r["counterexample"]["problem"];
+      const bool is_proven = r["result"] == "proven", is_refuted = r["result"] == "counterexample";
+      refuted += is_refuted, proven += is_proven;
+      if (is_proven) proven_cells.push_back({n, m});
+      if (is_refuted) refuted_cells.push_back({n, m});
+      const std::int64_t cnt = s.value("count", std::int64_t(0));
+      csv += fmt::format("{},{},1,{},{},{},{},{},{},{},{},{},{},{},{:.2f}\n", n, m, cnt,
+                         cnt ? fmt::format("{}", s["exact"].get<std::int64_t>()) : std::string(),
+                         cnt ? fmt::format("{:.4f}", s["accuracy"].get<double>()) : std::string(),
+                         cnt ? fmt::format("{:.4f}", s["min_margin"].get<double>()) : std::string(),
+                         a.value("evaluations", std::int64_t(0)),
+                         a.contains("min_margin") ? fmt::format("{:.4f}", a["min_margin"].get<double>()) : std::string(),
+                         src, cex, cert, c.value("rows_proven", std::int64_t(0)),
+                         c.contains("rows") ? c["rows"].size() : 0, r["seconds"].get<double>());
+      out << fmt::format("  TA({:2}, {:2})  samples {:>9}  attack {:>10}  certificate {:<14}  {}\n", n, m,
+                         cnt ? fmt::format("{:.3f}", s["accuracy"].get<double>()) : std::string("-"),
+                         a.contains("min_margin") ? fmt::format("{:.2f}", a["min_margin"].get<double>()) : std::string("-"),
+                         cert, r["result"].get<std::string>());
+      json cell = {{"n", n}, {"m", m}, {"result", r["result"]}, {"certificate", cert}};
+      if (cnt) cell["accuracy"] = s["accuracy"];
+      if (!cex.empty()) cell["counterexample"] = cex, cell["source"] = src;
+      cells.push_back(cell);
+    }
+  // Pareto fronts: proven cells no other proven cell dominates (n' >= n, m' >= m), refuted cells that dominate
+  // no other refuted cell.
+  auto front = [](const std::vector<std::pair<std::int64_t, std::int64_t>>& v, bool largest) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> f;
+    for (const auto& a : v) {
+      bool dominated = false;
+      for (const auto& b : v)
+        if (a != b && (largest ? (b.first >= a.first && b.second >= a.second) : (b.first <= a.first && b.second <= a.second)))
+          dominated = true;
+      if (!dominated) f.push_back(a);
+    }
+    return f;
+  };
+  auto words = [](const std::vector<std::pair<std::int64_t, std::int64_t>>& f) {
+    std::string s;
+    for (const auto& c : f) s += fmt::format("{}TA({}, {})", s.empty() ? "" : ", ", c.first, c.second);
+    return s.empty() ? std::string("none") : s;
+  };
+  const auto pf = front(proven_cells, true), rf = front(refuted_cells, false);
+  out << fmt::format("  cells       {} run: {} proven, {} with a confirmed counterexample, {} open\n", ran, proven, refuted,
+                     ran - proven - refuted);
+  out << fmt::format("  largest proven   {}\n  smallest refuted {}\n", words(pf), words(rf));
+  if (!o.csv_path.empty()) atomic_write(o.csv_path, csv);
+  if (!o.json_path.empty()) {
+    json j = {{"model", o.model}, {"architecture", net.describe()}, {"cells", cells},
+              {"n_range", {n0, n1}}, {"m_range", {m0, m1}},
+              {"budget", {{"samples", o.samples}, {"attack_seconds", o.attack_seconds},
+                          {"certificate_seconds", o.certificate ? o.cert_seconds : 0.0}}}};
+    json jp = json::array(), jr = json::array();
+    for (const auto& c : pf) jp.push_back({c.first, c.second});
+    for (const auto& c : rf) jr.push_back({c.first, c.second});
+    j["largest_proven"] = jp, j["smallest_refuted"] = jr;
+    report::write_json_report(o.json_path, "verify_learned", refuted ? "fail" : "pass", j);
+  }
+  return refuted ? 1 : (o.require_proof && proven < ran ? 1 : 0);
+}
+
+int run(const Options& o, std::ostream& out) {
+  // Validate before anything large: the shape, the model, the offsets.
+  const bool grid = !o.n_range.empty() || !o.m_range.empty();
+  if (grid && (o.n_range.empty() || o.m_range.empty() || o.n != 0 || o.m != 0))
+    throw InputError("give either --n and --m (one shape) or --n-range and --m-range (a rectangle of shapes)");
+  if (!grid && (o.n < 1 || o.n > kMaxSide || o.m < 1 || o.m > kMaxSide))
+    throw InputError(fmt::format("--n and --m must be in [1, {}] (got {} and {})", kMaxSide, o.n, o.m));
+  if (o.samples < 0 || o.samples > kMaxSamples)
+    throw InputError(fmt::format("--samples must be in [0, {}] (got {})", kMaxSamples, o.samples));
+  if (!grid && !o.csv_path.empty()) throw InputError("--csv writes the grid's table: it needs --n-range and --m-range");
+  const Net net = Net::load(o.model);
+  if (grid) return run_grid(net, o, out);
+  const json r = run_cell(net, o, o.n, o.m, out);
+  const int code = r["exit"].get<int>();
+  if (!o.json_path.empty()) report::write_json_report(o.json_path, "verify_learned", code == 0 ? "pass" : "fail", r);
   return code;
 }
 
@@ -298,8 +428,12 @@ int verify_learned_main(int argc, const char* const* argv, std::ostream& out, st
   app.set_version_flag("--version", report::version());
   cli::add_string(app, "--model", o.model, "model directory (config.json + model.safetensors) of an addition decoder")
       ->required();
-  cli::add_int(app, "--n", o.n, fmt::format("digits per operand, in [1, {}]", kMaxSide), 0, kMaxSide + 1, false)->required();
-  cli::add_int(app, "--m", o.m, fmt::format("number of operands, in [1, {}]", kMaxSide), 0, kMaxSide + 1, false)->required();
+  cli::add_int(app, "--n", o.n, fmt::format("digits per operand, in [1, {}]", kMaxSide), 0, kMaxSide + 1, false);
+  cli::add_int(app, "--m", o.m, fmt::format("number of operands, in [1, {}]", kMaxSide), 0, kMaxSide + 1, false);
+  cli::add_string(app, "--n-range", o.n_range, "instead of --n/--m: a rectangle of shapes, digits LO-HI (every cell that fits "
+                                                "the model; one line and one CSV row each)");
+  cli::add_string(app, "--m-range", o.m_range, "with --n-range: operands LO-HI");
+  cli::add_output(app, "--csv", o.csv_path, "with the ranges: the grid's table (one row per cell)");
   cli::add_int(app, "--s1", o.s1, "level-1 position offset (evaluation: 1)", 1, 1'000'000);
   cli::add_int(app, "--s2", o.s2, "level-2 position offset (evaluation: 1)", 1, 1'000'000);
   cli::add_int(app, "--samples", o.samples, "random instances (evaluate's draw of the cell); 0 skips", 0, kMaxSamples);
@@ -310,6 +444,10 @@ int verify_learned_main(int argc, const char* const* argv, std::ostream& out, st
   cli::add_int(app, "--max-nodes", o.max_nodes, "the certificate's node budget per row", 1, std::int64_t(1) << 40);
   cli::add_real(app, "--bound-radius", o.bound_radius,
                 "bound a node only when its estimated attention box radius (L2) is below this", 0, 1e6);
+  cli::add_string(app, "--arithmetic", o.arithmetic,
+                  "what the certificate proves: fp32 (the model's fp32 forward, every rounding bounded) or real (the "
+                  "model's function in exact arithmetic; a weaker claim, printed as such) (default fp32)")
+      ->check(CLI::IsMember({"fp32", "real"}));
   app.add_flag("--require-proof", o.require_proof, "exit 1 unless the certificate proves the shape");
   cli::add_threads(app, o.threads);
   cli::add_json(app, o.json_path);
@@ -318,7 +456,7 @@ int verify_learned_main(int argc, const char* const* argv, std::ostream& out, st
              "\nExit 1: a confirmed counterexample (samples, attack or certificate), or --require-proof without a proof.");
   const int rc = cli::parse(app, argc, argv, out, err);
   if (rc >= 0) return rc;
-  return run(o, out, err);
+  return run(o, out);
 }
 
 }  // namespace manyadd::learned

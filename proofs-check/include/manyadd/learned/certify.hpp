@@ -44,6 +44,7 @@ struct CertOptions {
   double seconds = 0;                  // wall-clock budget of the whole certificate (0: none)
   int threads = 2;
   double bound_radius = 0.1;           // bound a node only when its estimated box radius (L2) is below this
+  bool fp32 = true;                    // cover the fp32 forward's rounding; false: the model in real arithmetic
 };
 
 enum class RowStatus { proven, failing, unknown };
@@ -87,6 +88,7 @@ struct LeafEval {
   std::vector<double> margin;   // V: logit(target) - logit(o) in exact arithmetic (0 at the target)
   std::vector<double> error;    // V: |fp32 margin - exact margin| at most
 };
-LeafEval evaluate_leaf(const OneLayer& w, const DigitVars& dv, const Positions& pos, const Problem& p, std::int64_t row);
+LeafEval evaluate_leaf(const OneLayer& w, const DigitVars& dv, const Positions& pos, const Problem& p, std::int64_t row,
+                       bool fp32 = true);
 
 }  // namespace manyadd::learned
