@@ -162,6 +162,9 @@ TEST(Format, DecimalSumIsReferenceSum) {
   }
   for (const Problem& p : {nines, zeros, one}) ps.push_back(p);
   for (const Problem& p : ps) ASSERT_EQ(decimal_sum(p), reference_sum(p).str()) << p.to_string();
+  // operands with leading zeros (the padded problems verify_learned prints) are decimal, never octal
+  EXPECT_EQ(reference_sum(Problem{{"010", "09", "000", "0"}}).str(), "19");
+  EXPECT_EQ(decimal_sum(Problem{{"010", "09", "000", "0"}}), "19");
   Problem bad;
   bad.operands = {"12", "3x"};
   EXPECT_THROW(decimal_sum(bad), InputError);

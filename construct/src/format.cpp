@@ -148,7 +148,12 @@ Problem parse_problem(const std::string& s) {
 
 boost::multiprecision::cpp_int reference_sum(const Problem& p) {
   boost::multiprecision::cpp_int sum = 0;
-  for (auto& o : p.operands) sum += boost::multiprecision::cpp_int(o);
+  for (auto& o : p.operands) {
+    // Boost reads a leading 0 as an octal prefix ("010" = 8, "09" refused): the decimal digits after the
+    // leading zeros, "0" when there are none.
+    const std::size_t first = std::min(o.find_first_not_of('0'), o.size());
+    sum += boost::multiprecision::cpp_int(first == o.size() ? std::string("0") : o.substr(first));
+  }
   return sum;
 }
 
