@@ -701,6 +701,26 @@ CertResult certify_shape(const OneLayer& w, const DigitVars& dv, const Positions
   return res;
 }
 
+double bound_inputs(const OneLayer& w, const DigitVars& dv, const Positions& pos, const Domains& d, std::int64_t row) {
+  if (row < dv.eq() || row >= dv.N()) throw InputError(fmt::format("row {} is not a response row", row));
+  const ShapeTables S(w, dv, pos, Rounding{});
+  CertOptions opt;
+  RowWorker wk(S, opt, row, clock_type::now(), false);
+  for (int v : {wk.query_var, wk.target_var})
+    if (v >= 0 && popcount16(d[std::size_t(v)]) != 1) throw InputError("bound_inputs: the query and target must be single values");
+  const int tq = wk.query_var >= 0 ? lowest_bit(d[std::size_t(wk.query_var)]) : wk.query_sym;
+  const int target = wk.target_var >= 0 ? lowest_bit(d[std::size_t(wk.target_var)]) : wk.target_sym;
+  std::vector<HeadSet> hs;
+  std::vector<std::int64_t> free_keys;
+  wk.build(d, tq, hs, free_keys);
+  if (free_keys.empty()) {
+    double exact = 0, lb = 0;
+    wk.leaf(hs, S.cls(row), tq, target, exact, lb);
+    return lb;
+  }
+  return wk.bound(hs, S.cls(row), tq, target);
+}
+
 LeafEval evaluate_leaf(const OneLayer& w, const DigitVars& dv, const Positions& pos, const Problem& p, std::int64_t row,
                        bool fp32) {
   if (row < dv.eq() || row >= dv.N()) throw InputError(fmt::format("row {} is not a response row", row));
@@ -715,14 +735,32 @@ LeafEval evaluate_leaf(const OneLayer& w, const DigitVars& dv, const Positions& 
   wk.build(d, tq, hs, free_keys);
   VectorXd a = VectorXd::Zero(S.C);
   for (const HeadSet& s : hs) a += s.N0 / s.D0;
-  MarginForms mf;
   LeafEval out;
-  if (!tail_forms(S, S.cls(row), tq, a, VectorXd::Zero(S.C), wk.attn_err, target, true, mf))
-    throw InvariantError("evaluate_leaf: the norms' enclosure failed at a single point");
   out.target = target;
-  out.margin.assign(std::size_t(S.V), 0), out.error.assign(std::size_t(S.V), 0);
-  for (int o = 0; o < S.V; ++o)
-    if (o != target) out.margin[std::size_t(o)] = mf.c0(o), out.error[std::size_t(o)] = mf.e(o);
+  out.margin.assign(std::size_t(S.V), 0);
+  out.error.assign(std::size_t(S.V), std::numeric_limits<double>::infinity());
+  // the margins (the forms' centers: exact at a single input), the error the best of the leaf's three forms
+  // (the certificate's leaf takes the first that proves; each is a bound)
+  bool any = false;
+  for (int mode = 0; mode < 3; ++mode) {
+    MarginForms mf;
+    if (!tail_forms(S, S.cls(row), tq, a, VectorXd::Zero(S.C), wk.attn_err, target, mode > 0, mf, mode == 2)) continue;
+    for (int o = 0; o < S.V; ++o)
+      if (o != target) {
+        out.margin[std::size_t(o)] = mf.c0(o);
+        out.error[std::size_t(o)] = std::min(out.error[std::size_t(o)], mf.e(o));
+      }
+    any = true;
+  }
+  if (!any) {  // the enclosures failed: the exact margins from the real-arithmetic forms, no bound
+    const ShapeTables Sr(w, dv, pos, Rounding{0.0});
+    MarginForms mf;
+    if (!tail_forms(Sr, Sr.cls(row), tq, a, VectorXd::Zero(S.C), VectorXd::Zero(S.C), target, false, mf))
+      throw InvariantError("evaluate_leaf: the real-arithmetic forms failed at a single input");
+    for (int o = 0; o < S.V; ++o)
+      if (o != target) out.margin[std::size_t(o)] = mf.c0(o);
+  }
+  out.error[std::size_t(target)] = 0;
   return out;
 }
 

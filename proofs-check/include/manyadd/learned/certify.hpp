@@ -91,4 +91,10 @@ struct LeafEval {
 LeafEval evaluate_leaf(const OneLayer& w, const DigitVars& dv, const Positions& pos, const Problem& p, std::int64_t row,
                        bool fp32 = true);
 
+// The certificate's lower bound of the margin at `row` over the inputs of the domains `d` (propagated; its
+// query and target tokens single values): the set bound of the branch and bound, or the leaf's when every key
+// is a single value. -inf when no bound (the enclosure too wide). Exposed for tests: it must never exceed the
+// fp32 margin of an input of the set.
+double bound_inputs(const OneLayer& w, const DigitVars& dv, const Positions& pos, const Domains& d, std::int64_t row);
+
 }  // namespace manyadd::learned

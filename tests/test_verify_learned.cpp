@@ -1,0 +1,434 @@
+// verify_learned (proofs-check/include/manyadd/learned/): the digit constraints against the sequence
+// builder, the certificate's leaf evaluation against learn's fp32 forward (its twin), the certificate
+// against brute force over every input of small shapes on committed and deliberately damaged models, a
+// margin below the fp32 rounding bound never proven, the attack's confirmed counterexamples, and the
+// command's refusals and reports.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.hpp"
+#include "manyadd/core/files.hpp"
+#include "manyadd/core/safetensors.hpp"
+#include "manyadd/learn/io.hpp"
+#include "manyadd/learned/certify.hpp"
+#include "manyadd/learned/verify_learned.hpp"
+
+namespace fs = std::filesystem;
+using namespace manyadd;
+using namespace manyadd::learned;
+
+namespace {
+
+const char* kRelModel = "models/cpu-sa1010-1l4h-d64-coupled-rel-far";
+const char* kTableModel = "models/cpu-sa1010-1l4h-d64";
+
+std::string model_path(const char* rel) { return manyadd::testing::source_path(rel); }
+
+// Every input of a shape (operands of n digits, leading zeros kept), in order.
+std::vector<Problem> all_inputs(const Shape& s) {
+  std::vector<Problem> out;
+  const std::int64_t total = std::int64_t(std::pow(10.0, double(s.n * s.m)) + 0.5);
+  for (std::int64_t k = 0; k < total; ++k) {
+    Problem p;
+    std::int64_t rest = k;
+    for (int i = 0; i < s.m; ++i) {
+      std::string op(std::size_t(s.n), '0');
+      for (int t = s.n - 1; t >= 0; --t) op[std::size_t(t)] = char('0' + rest % 10), rest /= 10;
+      p.operands.push_back(op);
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+// The committed model with its parameters changed by f, written to a fresh directory.
+template <class F>
+std::string damaged_model(const char* rel, const std::string& name, F f) {
+  learn::LoadedModel lm = learn::load_model_dir(model_path(rel));
+  f(lm);
+  const std::string dir = manyadd::testing::temp_dir(name);
+  atomic_write(dir + "/config.json", lm.config_json.dump(2));
+  write_safetensors(dir + "/model.safetensors", learn::params_to_tensors(lm.lay, lm.params), {{"format", "pt"}});
+  return dir;
+}
+
+// Per response row: the smallest teacher-forced fp32 margin over every input, and whether some input's
+// prediction there is wrong (brute force through learn's reference forward).
+struct Brute {
+  std::vector<double> min_margin;
+  std::vector<char> wrong;
+  std::int64_t wrong_inputs = 0;
+};
+Brute brute_force(const Instance& inst) {
+  const Shape& s = inst.shape();
+  Brute b;
+  const std::int64_t rows = s.N() - s.eq_index();
+  b.min_margin.assign(std::size_t(rows), std::numeric_limits<double>::infinity());
+  b.wrong.assign(std::size_t(rows), 0);
+  for (const Problem& p : all_inputs(s)) {
+    const auto pr = inst.probe(p);
+    bool any = false;
+    for (std::size_t r = 0; r < pr.margins.size(); ++r) {
+      b.min_margin[r] = std::min(b.min_margin[r], pr.margins[r]);
+      if (pr.margins[r] <= 0) b.wrong[r] = 1, any = true;
+    }
+    b.wrong_inputs += any;
+  }
+  return b;
+}
+
+CertOptions quick_options() {
+  CertOptions o;
+  o.threads = 2;
+  o.seconds = 120;
+  return o;
+}
+
+}  // namespace
+
+// ---- the digits --------------------------------------------------------------------------------------
+
+TEST(LearnedDigits, VariablesAndSymbolsAreTheSequence) {
+  std::mt19937_64 g(7);
+  for (auto [n, m] : std::vector<std::pair<int, int>>{{1, 2}, {2, 2}, {3, 4}, {10, 10}, {4, 12}}) {
+    const Shape s = Shape::make(n, m, Padding::minimal);
+    const DigitVars dv(s);
+    ASSERT_EQ(dv.N(), s.N());
+    for (int trial = 0; trial < 20; ++trial) {
+      Problem p;
+      for (int i = 0; i < m; ++i) {
+        std::string op;
+        for (int t = 0; t < n; ++t) op.push_back(char('0' + g() % 10));
+        p.operands.push_back(op);
+      }
+      const auto toks = build_sequence(p, s);
+      const Domains d = dv.of_problem(p);
+      for (std::int64_t k = 0; k < s.N(); ++k) {
+        const int v = dv.var_at(k);
+        if (v < 0) {
+          EXPECT_EQ(dv.symbol_at(k), toks[std::size_t(k)]) << "position " << k;
+        } else {
+          ASSERT_EQ(popcount16(d[std::size_t(v)]), 1) << dv.name(v);
+          EXPECT_EQ(lowest_bit(d[std::size_t(v)]), toks[std::size_t(k)]) << dv.name(v) << " at " << k;
+          EXPECT_EQ(dv.position_of(v), k);
+        }
+      }
+      // the root admits the input: every digit of the sequence is in its root domain
+      const Domains root = dv.root();
+      for (std::int64_t k = 0; k < s.N(); ++k)
+        if (dv.var_at(k) >= 0) {
+          EXPECT_TRUE(root[std::size_t(dv.var_at(k))] >> toks[std::size_t(k)] & 1);
+        }
+      EXPECT_EQ(dv.problem_of(d).to_string(), p.to_string());
+    }
+  }
+}
+
+// Propagation never removes a value some input realizes: fix a few operand digits of a random input, and
+// the input's every digit (partial sums and carries included, through of_problem) stays in its domain.
+TEST(LearnedDigits, PropagationKeepsEveryRealizedValue) {
+  std::mt19937_64 g(11);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 1 + int(g() % 4), m = 1 + int(g() % 5);
+    const Shape s = Shape::make(n, m, Padding::minimal);
+    const DigitVars dv(s);
+    Problem p;
+    for (int i = 0; i < m; ++i) {
+      std::string op;
+      for (int t = 0; t < n; ++t) op.push_back(char('0' + g() % 10));
+      p.operands.push_back(op);
+    }
+    const Domains truth = dv.of_problem(p);
+    Domains d = dv.root();
+    for (int i = 1; i <= m; ++i)
+      for (int t = 1; t <= n; ++t)
+        if (g() % 3 == 0) d[std::size_t(dv.A(i, t))] = truth[std::size_t(dv.A(i, t))];
+    // and some partial-sum digits, restricted to a random set containing the true one
+    for (int j = 1; j <= m; ++j)
+      for (int t = 1; t <= s.l; ++t)
+        if (g() % 4 == 0) d[std::size_t(dv.B(j, t))] &= std::uint16_t(truth[std::size_t(dv.B(j, t))] | (g() & 0x3FF));
+    ASSERT_TRUE(dv.propagate(d));
+    for (int v = 0; v < dv.vars(); ++v) EXPECT_TRUE(d[std::size_t(v)] & truth[std::size_t(v)]) << dv.name(v);
+  }
+}
+
+// ---- the leaf evaluation against the fp32 forward ------------------------------------------------------
+
+// The certificate's exact margins (double, its own implementation of the one-layer forward) and learn's
+// fp32 reference forward agree within the certificate's own fp32 bound, at every row of random inputs,
+// for a model without position tables (coupled_rel) and one with them (coupled).
+TEST(LearnedLeaf, ExactMarginsBoundTheFp32Forward) {
+  std::mt19937_64 g(3);
+  for (const char* rel : {kRelModel, kTableModel}) {
+    const Net net = Net::load(model_path(rel));
+    const OneLayer w = net.one_layer();
+    for (auto [n, m] : std::vector<std::pair<int, int>>{{3, 3}, {6, 2}}) {
+      const Shape s = Shape::make(n, m, Padding::minimal);
+      const Instance inst(net, s, 1, 1);
+      const DigitVars dv(s);
+      double worst_ratio = 0;
+      for (int trial = 0; trial < 2; ++trial) {
+        Problem p;
+        for (int i = 0; i < m; ++i) {
+          std::string op;
+          for (int t = 0; t < n; ++t) op.push_back(char('0' + g() % 10));
+          p.operands.push_back(op);
+        }
+        std::vector<float> lg;
+        net.logits(build_sequence(p, s), inst.positions(), lg);
+        for (std::int64_t row = s.eq_index(); row < s.N(); ++row) {
+          const LeafEval le = evaluate_leaf(w, dv, inst.positions(), p, row);
+          const float* z = &lg[std::size_t(row * net.vocab())];
+          for (int o = 0; o < net.vocab(); ++o) {
+            if (o == le.target) continue;
+            const double fp = double(z[le.target]) - double(z[o]);
+            ASSERT_LE(std::abs(fp - le.margin[std::size_t(o)]), le.error[std::size_t(o)])
+                << rel << " " << p.to_string() << " row " << row << " token " << o;
+            if (std::isfinite(le.error[std::size_t(o)]))
+              worst_ratio = std::max(worst_ratio, std::abs(fp - le.margin[std::size_t(o)]) / le.error[std::size_t(o)]);
+          }
+          // in real arithmetic the bound is the double arithmetic's alone
+          const LeafEval re = evaluate_leaf(w, dv, inst.positions(), p, row, false);
+          for (int o = 0; o < net.vocab(); ++o)
+            if (o != re.target) {
+              EXPECT_NEAR(re.margin[std::size_t(o)], le.margin[std::size_t(o)], 1e-9);
+            }
+        }
+      }
+      EXPECT_GT(worst_ratio, 0.0) << "the fp32 forward never differed: the check compared nothing";
+    }
+  }
+}
+
+// ---- the certificate against brute force ---------------------------------------------------------------
+
+// The committed coupled_rel model on TA(1, 3): PROVEN, every input right under greedy decoding, and the
+// smallest margin of the inputs the certificate evaluated equals brute force's smallest teacher-forced margin
+// per row (the same inputs, its exact arithmetic against learn's fp32 forward).
+TEST(LearnedCertificate, ProvesWhatBruteForceConfirms) {
+  const Net net = Net::load(model_path(kRelModel));
+  const Shape s = Shape::make(1, 3, Padding::minimal);
+  const Instance inst(net, s, 1, 1);
+  const DigitVars dv(s);
+  const CertResult cr = certify_shape(net.one_layer(), dv, inst.positions(), quick_options(), quiet_progress());
+  ASSERT_EQ(cr.status, RowStatus::proven);
+  const Brute b = brute_force(inst);
+  EXPECT_EQ(b.wrong_inputs, 0);
+  for (const Problem& p : all_inputs(s)) ASSERT_TRUE(inst.greedy(p).exact) << p.to_string();
+  for (std::size_t r = 0; r < cr.rows.size(); ++r) {
+    if (!std::isfinite(cr.rows[r].min_exact)) continue;  // every input of the row bounded as a set
+    EXPECT_GE(cr.rows[r].min_exact, b.min_margin[r] - 1e-3) << "row " << cr.rows[r].row;
+    EXPECT_GT(cr.rows[r].min_bound, kSlack);
+  }
+}
+
+// Damaged copies of the committed model (every weight perturbed by relative noise, growing until brute
+// force finds wrong inputs): no row is proven where brute force finds a wrong prediction, every failing row's
+// witness is a wrong input there, and the attack finds a wrong input confirmed by greedy decoding.
+TEST(LearnedCertificate, NeverProvesADamagedRowBruteForceRefutes) {
+  const Shape s = Shape::make(1, 3, Padding::minimal);
+  int damaged = 0, total_proven = 0;
+  for (double scale : {0.15, 0.3, 0.5}) {
+    const std::string dir = damaged_model(kRelModel, "vl_damaged", [&](learn::LoadedModel& lm) {
+      std::mt19937_64 g(std::uint64_t(scale * 1000));
+      std::normal_distribution<double> z(0.0, 1.0);
+      for (float& x : lm.params) x = float(double(x) * (1.0 + scale * z(g)));
+    });
+    const Net net = Net::load(dir);
+    const Instance inst(net, s, 1, 1);
+    const Brute b = brute_force(inst);
+    if (b.wrong_inputs == 0) continue;
+    ++damaged;
+    const DigitVars dv(s);
+    CertOptions o = quick_options();
+    o.bound_radius = 1e9;  // bound every set: their bounds are under test too
+    const CertResult cr = certify_shape(net.one_layer(), dv, inst.positions(), o, quiet_progress());
+    EXPECT_NE(cr.status, RowStatus::proven) << "scale " << scale;
+    int proven_rows = 0, failing_rows = 0;
+    for (const RowResult& rr : cr.rows) proven_rows += rr.status == RowStatus::proven, failing_rows += rr.status == RowStatus::failing;
+    std::printf("damaged scale %.2f: %lld wrong inputs of %zu, rows with a wrong input %d, proven %d, failing %d of %zu\n",
+                scale, static_cast<long long>(b.wrong_inputs), all_inputs(s).size(),
+                int(std::count(b.wrong.begin(), b.wrong.end(), 1)), proven_rows, failing_rows, cr.rows.size());
+    total_proven += proven_rows;
+    for (std::size_t r = 0; r < cr.rows.size(); ++r) {
+      const RowResult& rr = cr.rows[r];
+      if (b.wrong[r]) {
+        EXPECT_NE(rr.status, RowStatus::proven) << "scale " << scale << " row " << rr.row;
+      }
+      if (rr.status == RowStatus::failing) {
+        const auto pr = inst.probe(rr.witness);
+        // the witness's fp32 margin at this row is within its rounding bound of the exact one (<= the bound)
+        EXPECT_LE(pr.margins[r], rr.witness_margin + 1e-3) << rr.witness.to_string();
+        EXPECT_LE(rr.witness_margin, 1.0) << rr.witness.to_string();
+      }
+    }
+    AttackOptions ao;
+    ao.seconds = 5, ao.threads = 2;
+    const AttackResult ar = attack(inst, ao);
+    ASSERT_TRUE(ar.found) << "scale " << scale << ": brute force found " << b.wrong_inputs << " wrong inputs";
+    EXPECT_FALSE(inst.greedy(ar.cex.problem).exact);
+    EXPECT_FALSE(inst.greedy(ar.cex.found).exact);
+  }
+  EXPECT_GT(damaged, 0) << "no damaged model failed: the test compared nothing";
+  EXPECT_GT(total_proven, 0) << "no row of a damaged model proven: the bound was never under test";
+}
+
+// The set bound itself: random sets of inputs (a random input's query and target fixed, every other digit's
+// domain a random superset of its value, propagated), on the committed model and a damaged one: the bound
+// never exceeds the smallest fp32 margin of an input in the set (enumerated), and it is not vacuous
+// everywhere.
+TEST(LearnedCertificate, SetBoundsNeverExceedTheirInputs) {
+  const Shape s = Shape::make(1, 3, Padding::minimal);
+  const std::string damaged = damaged_model(kRelModel, "vl_sets", [](learn::LoadedModel& lm) {
+    std::mt19937_64 g(300);
+    std::normal_distribution<double> z(0.0, 1.0);
+    for (float& x : lm.params) x = float(double(x) * (1.0 + 0.3 * z(g)));
+  });
+  int finite = 0, checked = 0;
+  for (const std::string& dir : {model_path(kRelModel), damaged}) {
+    const Net net = Net::load(dir);
+    const Instance inst(net, s, 1, 1);
+    const DigitVars dv(s);
+    const OneLayer w = net.one_layer();
+    const std::vector<Problem> inputs = all_inputs(s);
+    std::vector<std::vector<double>> margins;
+    for (const Problem& p : inputs) margins.push_back(inst.probe(p).margins);
+    std::mt19937_64 g(5);
+    for (int trial = 0; trial < 60; ++trial) {
+      const std::int64_t row = s.eq_index() + std::int64_t(g() % std::uint64_t(s.N() - s.eq_index()));
+      const Domains truth = dv.of_problem(inputs[g() % inputs.size()]);
+      Domains d = dv.root();
+      for (int v = 0; v < dv.vars(); ++v)
+        if (!dv.is_carry(v)) d[std::size_t(v)] = std::uint16_t(truth[std::size_t(v)] | (g() & g() & 0x3FF)) & d[std::size_t(v)];
+      for (std::int64_t k : {row, row + 1})
+        if (k < s.N() && dv.var_at(k) >= 0) d[std::size_t(dv.var_at(k))] = truth[std::size_t(dv.var_at(k))];
+      ASSERT_TRUE(dv.propagate(d));
+      double lo = std::numeric_limits<double>::infinity();
+      for (std::size_t k = 0; k < inputs.size(); ++k) {
+        const Domains x = dv.of_problem(inputs[k]);
+        bool in = true;
+        for (int v = 0; v < dv.vars() && in; ++v) in = (x[std::size_t(v)] & d[std::size_t(v)]) != 0;
+        if (in) lo = std::min(lo, margins[k][std::size_t(row - s.eq_index())]);
+      }
+      ASSERT_TRUE(std::isfinite(lo)) << "the set holds its own input";
+      const double b = bound_inputs(w, dv, inst.positions(), d, row);
+      ++checked;
+      if (std::isfinite(b)) ++finite;
+      EXPECT_LE(b, lo) << dir << " row " << row << " trial " << trial;
+    }
+  }
+  EXPECT_GT(finite, checked / 4) << "the bound was vacuous on most sets: the check compared little";
+}
+
+// A margin below what fp32 rounding can move is never proven: the readout row of '$' made the row of '0'
+// scaled by (1 - 1e-6), so wherever '0' is the answer '$' trails it by about 1e-6 of its logit (positive, far
+// below the fp32 bound); the exact tie (the same row) fails as well. The rows whose answer is never '0' still
+// prove.
+TEST(LearnedCertificate, NeverProvesAMarginWithinTheRounding) {
+  const Shape s = Shape::make(1, 2, Padding::minimal);
+  for (double f : {1.0, 1.0 - 1e-6}) {
+    const std::string dir = damaged_model(kRelModel, "vl_tie", [&](learn::LoadedModel& lm) {
+      const std::int64_t off = lm.lay.readout(), C = lm.cfg.d_model;
+      for (std::int64_t c = 0; c < C; ++c)
+        lm.params[std::size_t(off + kDollar * C + c)] = float(double(lm.params[std::size_t(off + 0 * C + c)]) * f);
+    });
+    const Net net = Net::load(dir);
+    const Instance inst(net, s, 1, 1);
+    const DigitVars dv(s);
+    const CertResult cr = certify_shape(net.one_layer(), dv, inst.positions(), quick_options(), quiet_progress());
+    EXPECT_NE(cr.status, RowStatus::proven) << "f = " << f;
+    for (const RowResult& r : cr.rows) {
+      // rows whose target can be '0': every digit row
+      const int v = r.row + 1 < s.N() ? dv.var_at(r.row + 1) : -1;
+      if (v >= 0) {
+        EXPECT_NE(r.status, RowStatus::proven) << "f = " << f << " row " << r.row;
+      }
+    }
+  }
+}
+
+// ---- the attack ---------------------------------------------------------------------------------------
+
+// TA(10, 10) of the committed coupled_rel model: 1000 random samples are all right, and the structured
+// starts hold an input that is wrong (greedy decoding confirms, the shrunk input stays wrong).
+TEST(LearnedAttack, FindsWhatRandomSamplesMiss) {
+  const Net net = Net::load(model_path(kRelModel));
+  const Shape s = Shape::make(10, 10, Padding::minimal);
+  const Instance inst(net, s, 1, 1);
+  AttackOptions ao;
+  ao.seconds = 1, ao.threads = 2;
+  const AttackResult ar = attack(inst, ao);
+  ASSERT_TRUE(ar.found);
+  EXPECT_LT(ar.cex.margin, 0);
+  const auto g = inst.greedy(ar.cex.problem);
+  EXPECT_FALSE(g.exact);
+  EXPECT_GE(g.first_wrong, 0);
+  // shrinking zeroes digits only
+  for (std::size_t i = 0; i < ar.cex.problem.operands.size(); ++i)
+    for (std::size_t t = 0; t < ar.cex.problem.operands[i].size(); ++t) {
+      const char a = ar.cex.problem.operands[i][t], b = ar.cex.found.operands[i][t];
+      EXPECT_TRUE(a == b || a == '0');
+    }
+}
+
+// ---- the command ---------------------------------------------------------------------------------------
+
+namespace {
+manyadd::testing::CmdResult vl(const std::string& args) {
+  return manyadd::testing::run_cmd(std::string(VERIFY_LEARNED_EXE) + " " + args);
+}
+}  // namespace
+
+TEST(VerifyLearnedCli, ProvesReportsAndRefuses) {
+  const std::string d = manyadd::testing::temp_dir("vl_cli");
+  const std::string rel = model_path(kRelModel);
+  // a proof: exit 0, the JSON's verdict and rows
+  auto r = vl("--model " + rel + " --n 1 --m 2 --samples 50 --attack-seconds 0.5 --certificate -q --json " + d + "/p.json");
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("PROVEN for every input (fp32 forward"), std::string::npos) << r.out;
+  const auto j = nlohmann::json::parse(manyadd::testing::slurp(d + "/p.json"));
+  EXPECT_EQ(j["result"], "proven");
+  EXPECT_EQ(j["verdict"], "pass");
+  EXPECT_EQ(j["certificate"]["rows"].size(), 9u);
+  // a counterexample: exit 1, printed with the sum and a command that reproduces it
+  r = vl("--model " + rel + " --n 10 --m 10 --samples 0 --attack-seconds 1 -q");
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("COUNTEREXAMPLE"), std::string::npos);
+  EXPECT_NE(r.out.find("reproduce: evaluate --model"), std::string::npos);
+  // the grid: CSV and JSON, the largest proven cell
+  r = vl("--model " + rel + " --n-range 1-1 --m-range 2-3 --samples 20 --attack-seconds 0.3 --certificate -q --csv " + d +
+         "/g.csv --json " + d + "/g.json");
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("largest proven   TA(1, 3)"), std::string::npos) << r.out;
+  const std::string csv = manyadd::testing::slurp(d + "/g.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3) << csv;
+  // --require-proof: an unproven shape fails
+  r = vl("--model " + rel + " --n 3 --m 3 --samples 0 --attack-seconds 0 --certificate --max-nodes 100 --require-proof -q");
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;
+  // refusals: exit 2, one line, nothing written
+  const std::string two = model_path("models/cpu-sa1010-2l2h-d64");
+  for (const std::string& bad :
+       {"--model " + two + " --n 2 --m 2 --certificate",       // the certificate covers one layer
+        "--model " + rel + " --n 0 --m 2",                      // a shape outside [1, 1000]
+        "--model " + rel + " --n 2",                            // no --m
+        "--model " + rel + " --n 2 --m 2 --n-range 1-2 --m-range 2-3",  // both forms
+        "--model " + rel + " --n-range 3-1 --m-range 2-3",     // an empty range
+        "--model " + rel + " --n 2 --m 2 --csv " + d + "/x.csv",  // --csv without a grid
+        "--model " + rel + " --n 2 --m 2 --arithmetic float",  // not a choice
+        "--model " + rel + " --n 60 --m 2",                     // beyond the model's position IDs
+        "--model " + d + "/missing --n 2 --m 2",                // no model
+        "--model " + rel + " --n 2 --m 2 --s1 100"}) {          // offsets out of range
+    r = vl(bad + " --json " + d + "/bad.json");
+    EXPECT_EQ(r.rc, 2) << bad << "\n" << r.out << r.err;
+    EXPECT_FALSE(fs::exists(d + "/bad.json")) << bad;
+    EXPECT_FALSE(fs::exists(d + "/x.csv")) << bad;
+  }
+}
