@@ -18,8 +18,9 @@ tests/data/) become the source tree's; the placeholders DIR and OUT become a com
 `--stop-after 2` (every flag is still parsed and checked, and the model directory later commands read
 is still written), and `--samples N` is capped at 20 (lower where one sample is long: SAMPLE_CAPS).
 Each command must exit 0 -- or 1 for the tools whose 1 is a verdict (a check that failed on the 5-step
-model: evaluate, evaluate_grid, verify_construction) -- within 120 s, and should take a third of that at
-most on a loaded 2-core machine (each command's time is printed); 2 (usage) or 3 (internal) is what a
+model, or verify_learned's counterexample: evaluate, evaluate_grid, verify_construction, verify_learned)
+-- within 120 s, and should take a third of that at most on a loaded 2-core machine (each command's time
+is printed); 2 (usage) or 3 (internal) is what a
 wrong command gives.
 
 What is not run is listed (printed with its reason) in SKIP below: nothing is dropped silently; a
@@ -47,7 +48,7 @@ SKIP = [
     (r"--model out/parity\b", "reads a parity model directory that no README command writes (train --task parity)"),
 ]
 # Tools whose exit code 1 is a verdict (a failed check) rather than an error.
-VERDICT_TOOLS = {"evaluate", "evaluate_grid", "verify_construction"}
+VERDICT_TOOLS = {"evaluate", "evaluate_grid", "verify_construction", "verify_learned"}
 # Training tools run a few steps only.
 STOP_AFTER = {"train": "5", "train_grid": "2"}
 PLACEHOLDERS = {"DIR": "models/cpu-sa1010-1l4h-d64", "OUT": "out/placeholder"}

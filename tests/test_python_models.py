@@ -523,6 +523,41 @@ class LearnedApi(TempDir):
                                                         final_norm="rms", init="normal"))
         self.assertEqual(load_learned(d).generate("57+48+96"), "000>750>501>102$")
 
+    def test_counterexamples_of_verify_learned(self):
+        # verify_learned's counterexample on TA(10, 10) (the attack's, its report read back) through the twin:
+        # the same greedy output, the same first wrong token, the teacher-forced margins of the C++ (fp32
+        # against fp32: the module doc's rule, on the margins)
+        from manyadd.counterexamples import explain, read_report
+        d = os.path.join(SOURCE, "models", "cpu-sa1010-1l4h-d64-coupled-rel-far")
+        rep = os.path.join(self.dir, "vl.json")
+        tool("VERIFY_LEARNED", "--model", d, "--n", 10, "--m", 10, "--samples", 0, "--attack-seconds", 1, "-q",
+             "--json", rep, ok=(1,))
+        cex = read_report(rep)
+        self.assertEqual(len(cex), 1)
+        c = cex[0]
+        self.assertEqual((c["n"], c["m"], c["source"]), (10, 10, "attack"))
+        one = os.path.join(self.dir, "one.json")
+        tool("VERIFY_LEARNED", "--model", d, "--n", 10, "--m", 10, "--problem", c["problem"], "--json", one, ok=(1,))
+        with open(one) as f:
+            ref = json.load(f)
+        m32, m64 = load_learned(d), load_learned(d, dtype=torch.float64)
+        e = explain(m32, c["problem"], 10, 10)
+        e64 = explain(m64, c["problem"], 10, 10)
+        self.assertFalse(e.exact)
+        self.assertEqual(e.problem, c["problem"])
+        self.assertEqual(e.greedy, ref["greedy"])
+        self.assertEqual(e.expected, ref["expected"])
+        self.assertEqual(e.first_wrong, ref["first_wrong"]["response_index"])
+        self.assertEqual((e.expected_token, e.got_token), (ref["first_wrong"]["expected"], ref["first_wrong"]["got"]))
+        fp32_check(self, ref["margins"], e.margins, e64.margins, "verify_learned margins")
+        self.assertIn("response index %d" % e.first_wrong, str(e))
+        # a problem whose operands all start with 0 keeps its shape (parse_problem alone would shrink it)
+        self.assertEqual(explain(m32, "01+02", 2, 2).shape.n, 2)
+        with self.assertRaises(InputError):
+            explain(m32, "123+4", 2)  # an operand longer than n
+        with self.assertRaises(InputError):
+            read_report(os.path.join(d, "config.json"))  # not a verify_learned report
+
     def test_hooks_and_batches(self):
         m = load_learned(MODELS[0], dtype=torch.float64)
         ex = m.example("57+48+96")

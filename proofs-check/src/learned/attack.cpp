@@ -261,18 +261,29 @@ AttackResult attack(const Instance& inst, const AttackOptions& opt) {
 Problem shrink(const Instance& inst, const Problem& p) {
   if (inst.greedy(p).exact) throw InvariantError("shrink: the problem is not wrong under greedy decoding");
   Problem cur = p;
+  // The most significant digits: zeroing the last nonzero one would leave a problem that `evaluate
+  // --problem` (which drops leading zeros) writes in a smaller shape, so that one is kept.
+  auto leading = [&]() {
+    int k = 0;
+    for (const auto& op : cur.operands) k += op[0] != '0';
+    return k;
+  };
   for (bool changed = true; changed;) {
     changed = false;
     for (auto& op : cur.operands)
-      for (char& d : op) {
-        if (d == '0') continue;
+      for (std::size_t t = 0; t < op.size(); ++t) {
+        char& d = op[t];
+        if (d == '0' || (t == 0 && leading() == 1)) continue;
         const char keep = d;
         d = '0';
-        if (inst.greedy(cur).exact) d = keep;
+        // a teacher-forced wrong row is a greedy wrong token (greedy decoding follows the right sequence up to
+        // the first wrong row, and there computes that row's prediction): one forward per try instead of a
+        // decoding; the result is confirmed by greedy decoding below
+        if (inst.probe(cur).min_margin > 0) d = keep;
         else changed = true;
       }
   }
-  return cur;
+  return inst.greedy(cur).exact ? p : cur;  // the rounding of the two forwards disagreed at a near-tie: keep p
 }
 
 }  // namespace manyadd::learned

@@ -29,7 +29,7 @@ using json = nlohmann::json;
 using clock_type = std::chrono::steady_clock;
 
 struct Options {
-  std::string model, json_path, arithmetic = "fp32", n_range, m_range, csv_path;
+  std::string model, json_path, arithmetic = "fp32", n_range, m_range, csv_path, problem;
   std::int64_t n = 0, m = 0, s1 = 1, s2 = 1, samples = 1000, max_nodes = 1'000'000;
   std::uint64_t seed = 12345;
   double attack_seconds = 10, cert_seconds = 600, bound_radius = 0.1;
@@ -67,7 +67,35 @@ void print_wrong(std::ostream& out, const Instance& inst, const Problem& p, cons
     out << fmt::format("                first wrong token: response index {} (expected '{}', got '{}')\n",
                        g.first_wrong, token_char(g.expected[std::size_t(g.first_wrong)]),
                        std::size_t(g.first_wrong) < g.got.size() ? token_char(g.got[std::size_t(g.first_wrong)]) : '-');
-  out << fmt::format("                reproduce: evaluate --model {} --problem {}\n", model, p.to_string());
+  bool full = false;  // some operand has n significant digits: evaluate writes it in this shape too
+  for (const auto& op : p.operands) full = full || op[0] != '0';
+  out << fmt::format("                reproduce: verify_learned --model {} --n {} --m {} --problem {}\n", model,
+                     inst.shape().n, inst.shape().m, p.to_string());
+  if (full) out << fmt::format("                       or: evaluate --model {} --problem {}\n", model, p.to_string());
+}
+
+// --problem: one input of the shape (operands padded to n digits), its margins and greedy decoding.
+int run_problem(const Net& net, const Options& o, std::ostream& out) {
+  const Shape shape = Shape::make(o.n, o.m, Padding::minimal);
+  const Problem parsed = parse_problem(o.problem);
+  if (std::int64_t(parsed.operands.size()) != o.m)
+    throw InputError(fmt::format("--problem has {} operands, --m is {}", parsed.operands.size(), o.m));
+  const Problem p = padded_problem(shape, parsed.operands);
+  const Instance inst(net, shape, o.s1, o.s2);
+  const auto pr = inst.probe(p);
+  const auto g = inst.greedy(p);
+  out << fmt::format("verify_learned  {}  ({})\n", o.model, net.describe());
+  out << fmt::format("  problem     TA({}, {}) at offsets s1={} s2={}: smallest teacher-forced margin {:.4f} at row {}; "
+                     "greedy decoding {}\n",
+                     o.n, o.m, o.s1, o.s2, pr.min_margin, pr.row, g.exact ? "exact" : "WRONG");
+  print_wrong(out, inst, p, o.model);
+  if (!o.json_path.empty()) {
+    json j = problem_json(inst, p);
+    j["model"] = o.model, j["shape"] = {{"n", o.n}, {"m", o.m}}, j["offsets"] = {{"s1", o.s1}, {"s2", o.s2}};
+    j["margins"] = pr.margins, j["min_margin"] = pr.min_margin, j["row"] = pr.row;
+    report::write_json_report(o.json_path, "verify_learned", g.exact ? "pass" : "fail", j);
+  }
+  return g.exact ? 0 : 1;
 }
 
 struct SamplesOutcome {
@@ -408,8 +436,10 @@ int run(const Options& o, std::ostream& out) {
   if (o.samples < 0 || o.samples > kMaxSamples)
     throw InputError(fmt::format("--samples must be in [0, {}] (got {})", kMaxSamples, o.samples));
   if (!grid && !o.csv_path.empty()) throw InputError("--csv writes the grid's table: it needs --n-range and --m-range");
+  if (!o.problem.empty() && grid) throw InputError("--problem takes --n and --m (its shape), not ranges");
   const Net net = Net::load(o.model);
   if (grid) return run_grid(net, o, out);
+  if (!o.problem.empty()) return run_problem(net, o, out);
   const json r = run_cell(net, o, o.n, o.m, out);
   const int code = r["exit"].get<int>();
   if (!o.json_path.empty()) report::write_json_report(o.json_path, "verify_learned", code == 0 ? "pass" : "fail", r);
@@ -434,6 +464,9 @@ int verify_learned_main(int argc, const char* const* argv, std::ostream& out, st
                                                 "the model; one line and one CSV row each)");
   cli::add_string(app, "--m-range", o.m_range, "with --n-range: operands LO-HI");
   cli::add_output(app, "--csv", o.csv_path, "with the ranges: the grid's table (one row per cell)");
+  cli::add_string(app, "--problem", o.problem,
+                  "instead of the stages: one input of TA(--n, --m) (operands padded to n digits, e.g. a counterexample "
+                  "this tool printed): its margins and greedy decoding; exit 1 when wrong");
   cli::add_int(app, "--s1", o.s1, "level-1 position offset (evaluation: 1)", 1, 1'000'000);
   cli::add_int(app, "--s2", o.s2, "level-2 position offset (evaluation: 1)", 1, 1'000'000);
   cli::add_int(app, "--samples", o.samples, "random instances (evaluate's draw of the cell); 0 skips", 0, kMaxSamples);

@@ -83,7 +83,9 @@ struct AttackResult {
 };
 AttackResult attack(const Instance& inst, const AttackOptions& opt);
 // Zeroes digits one at a time (most significant first, operand by operand) while greedy decoding stays
-// wrong; the result is wrong under greedy decoding.
+// wrong, keeping one operand's leading digit when the input has one (so that `evaluate --problem`, which
+// drops leading zeros, writes it in the same shape); each try one teacher-forced forward (a wrong row is
+// a wrong greedy token), the result confirmed by greedy decoding (p itself if not).
 Problem shrink(const Instance& inst, const Problem& p);
 
 // The command (options -> stages -> report), callable in-process; returns the exit code.
