@@ -249,7 +249,7 @@ AttackResult attack(const Instance& inst, const AttackOptions& opt) {
   if (S.found) {
     r.found = true;
     r.cex.found = S.found_problem;
-    r.cex.problem = shrink(inst, S.found_problem);
+    r.cex.problem = opt.shrink ? shrink(inst, S.found_problem) : S.found_problem;
     const auto pr = inst.probe(r.cex.problem);
     r.cex.margin = pr.min_margin, r.cex.row = pr.row;
     r.cex.greedy = inst.greedy(r.cex.problem);

@@ -34,6 +34,7 @@ struct Options {
   std::uint64_t seed = 12345;
   double attack_seconds = 10, cert_seconds = 600, bound_radius = 0.1;
   bool certificate = false, require_proof = false, quiet = false;
+  bool shrink = true;  // grid cells report the input found, unshrunk (shrinking costs a forward per digit)
   int threads = 2;
 };
 
@@ -180,7 +181,7 @@ json run_cell(const Net& net, const Options& o, std::int64_t n, std::int64_t m, 
                          {"row", smp.row}};
     if (smp.wrong) {
       counterexample = true;
-      const Problem sh = shrink(inst, smp.first_wrong);
+      const Problem sh = o.shrink ? shrink(inst, smp.first_wrong) : smp.first_wrong;
       out << "              a sample is wrong; shrunk:\n";
       print_wrong(out, inst, sh, o.model);
       cex_json = problem_json(inst, sh);
@@ -196,6 +197,7 @@ json run_cell(const Net& net, const Options& o, std::int64_t n, std::int64_t m, 
   if (o.attack_seconds > 0) {
     AttackOptions ao;
     ao.seconds = o.attack_seconds, ao.seed = o.seed, ao.threads = o.threads, ao.starts = smp.worst;
+    ao.shrink = o.shrink;
     const AttackResult ar = attack(inst, ao);
     json aj = {{"seconds", ar.seconds}, {"budget_seconds", o.attack_seconds}, {"evaluations", ar.evaluations},
                {"min_margin", ar.best_margin}, {"row", ar.best_row}, {"worst_input", ar.best.to_string()},
@@ -277,7 +279,7 @@ json run_cell(const Net& net, const Options& o, std::int64_t n, std::int64_t m, 
       const auto g = inst.greedy(f->witness);
       if (!g.exact) {
         status = "counterexample", counterexample = true;
-        const Problem sh = shrink(inst, f->witness);
+        const Problem sh = o.shrink ? shrink(inst, f->witness) : f->witness;
         out << fmt::format("  certificate COUNTEREXAMPLE at row {} (exact margin {:.4f}); {} of {} rows proven ({:.1f} s); "
                            "shrunk:\n",
                            f->row, f->witness_margin, proven_rows, cr.rows.size(), cr.seconds);
@@ -331,7 +333,8 @@ struct NullBuf : std::streambuf {
   int overflow(int c) override { return c; }
 };
 
-// --n-range / --m-range: every cell of the rectangle that fits the model, one line and one CSV row each;
+// --n-range / --m-range: every cell of the rectangle that fits the model, one line and one CSV row each
+// (counterexamples as found, not shrunk: `--problem` on one of them shows it);
 // the largest shapes proven and the smallest refuted (no proven cell dominated by a refuted one is implied:
 // each cell is its own claim).
 int run_grid(const Net& net, const Options& o, std::ostream& out) {
@@ -349,7 +352,7 @@ int run_grid(const Net& net, const Options& o, std::ostream& out) {
   NullBuf nb;
   std::ostream quiet(&nb);
   Options co = o;
-  co.quiet = true;
+  co.quiet = true, co.shrink = false;
   std::int64_t refuted = 0, proven = 0, ran = 0;
   std::vector<std::pair<std::int64_t, std::int64_t>> proven_cells, refuted_cells;
   for (std::int64_t n = n0; n <= n1; ++n)

@@ -64,6 +64,7 @@ struct AttackOptions {
   std::uint64_t seed = 1;
   int threads = 2;
   std::vector<Problem> starts;  // extra starts (the samples' worst), tried after the structured ones
+  bool shrink = true;           // shrink a counterexample (false: Counterexample::problem is the one found)
 };
 struct Counterexample {
   Problem found;          // the input the search found wrong
