@@ -402,7 +402,7 @@ TEST(VerifyLearnedCli, ProvesReportsAndRefuses) {
   r = vl("--model " + rel + " --n 10 --m 10 --samples 0 --attack-seconds 1 -q");
   EXPECT_EQ(r.rc, 1) << r.out << r.err;
   EXPECT_NE(r.out.find("COUNTEREXAMPLE"), std::string::npos);
-  EXPECT_NE(r.out.find("reproduce: evaluate --model"), std::string::npos);
+  EXPECT_NE(r.out.find("reproduce: verify_learned --model"), std::string::npos) << r.out;
   // the grid: CSV and JSON, the largest proven cell
   r = vl("--model " + rel + " --n-range 1-1 --m-range 2-3 --samples 20 --attack-seconds 0.3 --certificate -q --csv " + d +
          "/g.csv --json " + d + "/g.json");
