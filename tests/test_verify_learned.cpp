@@ -49,6 +49,17 @@ std::vector<Problem> all_inputs(const Shape& s) {
   return out;
 }
 
+// A random input of TA(n, m): operands of n digits, leading zeros allowed.
+Problem random_problem(std::mt19937_64& g, int n, int m) {
+  Problem p;
+  for (int i = 0; i < m; ++i) {
+    std::string op;
+    for (int t = 0; t < n; ++t) op.push_back(char('0' + g() % 10));
+    p.operands.push_back(op);
+  }
+  return p;
+}
+
 // The committed model with its parameters changed by f, written to a fresh directory.
 template <class F>
 std::string damaged_model(const char* rel, const std::string& name, F f) {
@@ -103,12 +114,7 @@ TEST(LearnedDigits, VariablesAndSymbolsAreTheSequence) {
     const DigitVars dv(s);
     ASSERT_EQ(dv.N(), s.N());
     for (int trial = 0; trial < 20; ++trial) {
-      Problem p;
-      for (int i = 0; i < m; ++i) {
-        std::string op;
-        for (int t = 0; t < n; ++t) op.push_back(char('0' + g() % 10));
-        p.operands.push_back(op);
-      }
+      const Problem p = random_problem(g, n, m);
       const auto toks = build_sequence(p, s);
       const Domains d = dv.of_problem(p);
       for (std::int64_t k = 0; k < s.N(); ++k) {
@@ -140,13 +146,7 @@ TEST(LearnedDigits, PropagationKeepsEveryRealizedValue) {
     const int n = 1 + int(g() % 4), m = 1 + int(g() % 5);
     const Shape s = Shape::make(n, m, Padding::minimal);
     const DigitVars dv(s);
-    Problem p;
-    for (int i = 0; i < m; ++i) {
-      std::string op;
-      for (int t = 0; t < n; ++t) op.push_back(char('0' + g() % 10));
-      p.operands.push_back(op);
-    }
-    const Domains truth = dv.of_problem(p);
+    const Domains truth = dv.of_problem(random_problem(g, n, m));
     Domains d = dv.root();
     for (int i = 1; i <= m; ++i)
       for (int t = 1; t <= n; ++t)
@@ -176,12 +176,7 @@ TEST(LearnedLeaf, ExactMarginsBoundTheFp32Forward) {
       const DigitVars dv(s);
       double worst_ratio = 0;
       for (int trial = 0; trial < 2; ++trial) {
-        Problem p;
-        for (int i = 0; i < m; ++i) {
-          std::string op;
-          for (int t = 0; t < n; ++t) op.push_back(char('0' + g() % 10));
-          p.operands.push_back(op);
-        }
+        const Problem p = random_problem(g, n, m);
         std::vector<float> lg;
         net.logits(build_sequence(p, s), inst.positions(), lg);
         for (std::int64_t row = s.eq_index(); row < s.N(); ++row) {
