@@ -157,6 +157,15 @@ ShapeTables::ShapeTables(const OneLayer& w_, const DigitVars& dv_, const Positio
   // attention_forward); output fl(sum_j p_j v_j) then fl(Wo o).
   const double T = double(N);
   VectorXd dO = VectorXd::Zero(D);
+  bias_max.assign(std::size_t(H), 0);  // per head: the largest |bias| (a sum over levels of the largest gain)
+  for (int h = 0; h < H && w.rel_levels > 0; ++h) {
+    const int nb = 2 * w.rel_window + 1 + (w.rel_far ? 1 : 0);
+    for (int lv = 0; lv < w.rel_levels; ++lv) {
+      double mx = 0;
+      for (int b = 0; b < nb; ++b) mx = std::max(mx, std::abs(w.rel[std::size_t((h * w.rel_levels + lv) * nb + b)]));
+      bias_max[std::size_t(h)] += mx;
+    }
+  }
   double kappa_max = 0, es_max = 0;
   for (int h = 0; h < H; ++h) {
     double qk = 0, e1 = 0, qk_tilde = 0;
@@ -166,16 +175,7 @@ ShapeTables::ShapeTables(const OneLayer& w_, const DigitVars& dv_, const Positio
       qk_tilde += (Qm(d) + dQ(d)) * (Km(d) + dK(d));
     }
     e1 += R.gamma(dh) * qk_tilde;
-    const double sc = w.score_scale, smax = sc * qk;
-    double bmax = 0;
-    if (w.rel_levels > 0) {
-      const int nb = 2 * w.rel_window + 1 + (w.rel_far ? 1 : 0);
-      for (int lv = 0; lv < w.rel_levels; ++lv) {
-        double m = 0;
-        for (int b = 0; b < nb; ++b) m = std::max(m, std::abs(w.rel[std::size_t((h * w.rel_levels + lv) * nb + b)]));
-        bmax += m;
-      }
-    }
+    const double sc = w.score_scale, smax = sc * qk, bmax = bias_max[std::size_t(h)];
     const double e2 = sc * e1 + R.u * sc * qk_tilde;
     const double es = e2 + R.u * bmax + R.u * (smax + e2 + bmax * (1 + R.u));
     const double eps_j = es + R.u * 2 * (smax + bmax + es);
@@ -189,15 +189,6 @@ ShapeTables::ShapeTables(const OneLayer& w_, const DigitVars& dv_, const Positio
   }
   const VectorXd attn_err = Wo_.cwiseAbs() * (dO + R.gamma(D) * (Vm + dO));
   allowance.score_error = es_max, allowance.softmax_rel = kappa_max, allowance.attn_error = attn_err.maxCoeff();
-  bias_max.assign(std::size_t(H), 0);
-  for (int h = 0; h < H && w.rel_levels > 0; ++h) {
-    const int nb = 2 * w.rel_window + 1 + (w.rel_far ? 1 : 0);
-    for (int lv = 0; lv < w.rel_levels; ++lv) {
-      double mx = 0;
-      for (int b = 0; b < nb; ++b) mx = std::max(mx, std::abs(w.rel[std::size_t((h * w.rel_levels + lv) * nb + b)]));
-      bias_max[std::size_t(h)] += mx;
-    }
-  }
   this->Wo = mat(w.wo, C, D);
   absWo = this->Wo.cwiseAbs();
   Wi = mat(w.wi, 2 * F, C), Wf = mat(w.wf, C, F), readout = mat(w.readout, V, C);
