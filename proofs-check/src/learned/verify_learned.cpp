@@ -386,7 +386,8 @@ int run_grid(const Net& net, const Options& o, std::ostream& out) {
       out << fmt::format("  TA({:2}, {:2})  samples {:>9}  attack {:>10}  certificate {:<14}  {}\n", n, m,
                          cnt ? fmt::format("{:.3f}", s["accuracy"].get<double>()) : std::string("-"),
                          a.contains("min_margin") ? fmt::format("{:.2f}", a["min_margin"].get<double>()) : std::string("-"),
-                         cert, r["result"].get<std::string>());
+                         cert, r["result"].get<std::string>())
+          << std::flush;  // a line per cell as it ends, also into a file
       json cell = {{"n", n}, {"m", m}, {"result", r["result"]}, {"certificate", cert}};
       if (cnt) cell["accuracy"] = s["accuracy"];
       if (!cex.empty()) cell["counterexample"] = cex, cell["source"] = src;
