@@ -429,4 +429,10 @@ TEST(VerifyLearnedCli, ProvesReportsAndRefuses) {
     EXPECT_FALSE(fs::exists(d + "/bad.json")) << bad;
     EXPECT_FALSE(fs::exists(d + "/x.csv")) << bad;
   }
+  // samples that would not fit in memory: refused before they are drawn (a 4 GiB address-space cap makes the
+  // verdict the same on every machine)
+  r = manyadd::testing::run_cmd("ulimit -v 4000000; " + std::string(VERIFY_LEARNED_EXE) + " --model " + rel +
+                                " --n 30 --m 30 --samples 10000000 --attack-seconds 0");
+  EXPECT_EQ(r.rc, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("needs ~"), std::string::npos) << r.err;
 }

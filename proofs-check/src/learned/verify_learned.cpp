@@ -155,9 +155,11 @@ json run_cell(const Net& net, const Options& o, std::int64_t n, std::int64_t m, 
   const Shape shape = Shape::make(n, m, Padding::minimal);
   OneLayer w;
   if (o.certificate) w = net.one_layer();  // refuses what the certificate does not cover, before any work
-  // the forward's attention holds T x T scores per head
+  // the forward's attention holds T x T scores per head; the samples are held as strings
   cli::check_fits_memory(double(shape.N()) * double(shape.N()) * 4.0 * 8 * double(o.threads),
                          "the forward of TA(--n, --m) on --threads threads");
+  // (a string of n digits with its heap block and the vector slot: n + 96 bytes; a problem 128 more)
+  cli::check_fits_memory(double(o.samples) * (double(m) * double(n + 96) + 128), "--samples instances of TA(--n, --m)");
   const Instance inst(net, shape, o.s1, o.s2);
   const auto t0 = clock_type::now();
   out << fmt::format("verify_learned  {}  ({})\n", o.model, net.describe());
