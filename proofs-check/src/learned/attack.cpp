@@ -66,9 +66,9 @@ Problem padded_problem(const Shape& shape, const std::vector<std::string>& opera
 }
 
 namespace {
+// v (< 10^n) as n digits, leading zeros kept.
 std::string digits_of(const boost::multiprecision::cpp_int& v, int n) {
-  std::string s = v.str();
-  if (int(s.size()) > n) s = s.substr(s.size() - std::size_t(n));  // only for callers that bound v first
+  const std::string s = v.str();
   return std::string(std::size_t(n) - s.size(), '0') + s;
 }
 }  // namespace
@@ -109,12 +109,12 @@ std::vector<Problem> structured_starts(const Shape& shape) {
     for (int k = 0; k < m; ++k) ops[std::size_t(k)] = k % 2 ? b : a;
     add(ops);
   }
-  {  // maximal final sum with the last partial sums all nines: (10^n - 1) split so every B_k ends in 9s
+  {  // the operands summing to 10^n - 1 (every column's sum 9 at the end, partial sums growing evenly):
+     // (10^n - 1) / m each, the last one the rest
     std::vector<std::string> ops(static_cast<std::size_t>(m));
     boost::multiprecision::cpp_int target = 1;
     for (int t = 0; t < n; ++t) target *= 10;
-    target -= 1;  // every partial sum 10^n - 1: A_1 = 10^n - 1, the others 0 (covered) -- instead each
-                  // operand (10^n - 1) / m rounded, the last one the rest
+    target -= 1;
     const boost::multiprecision::cpp_int part = target / m;
     boost::multiprecision::cpp_int rest = target;
     for (int k = 0; k < m; ++k) {

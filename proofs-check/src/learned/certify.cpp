@@ -6,8 +6,6 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
-#include <cstdio>
-#include <cstdlib>
 #include <unordered_map>
 
 #include <malloc.h>
@@ -244,14 +242,6 @@ bool tail_forms(const ShapeTables& S, int cq, int tq, const VectorXd& ac, const 
   if (!aff_rmsnorm(r2, S.n4, S.w.eps, S.R, x2)) return false;
   if (!aff_rmsnorm(x2, S.nf, S.w.eps, S.R, xf)) return false;
   const int V = S.V;
-  if (std::getenv("MANYADD_CERT_DEBUG")) {
-    auto pr = [](const char* nm, const Aff& a) {
-      std::fprintf(stderr, "%s |c| %.3g e(L2) %.3g G(rad L2) %.3g K %d\n", nm, a.c.norm(), a.e.norm(),
-                   a.G.cwiseAbs().rowwise().sum().norm(), a.K());
-    };
-    std::fprintf(stderr, "attn_err max %.3g\n", attn_err.maxCoeff());
-    pr("x", x), pr("x1", x1), pr("n3", n3), pr("h", h), pr("g", g), pr("fo", fo), pr("r2", r2), pr("x2", x2), pr("xf", xf);
-  }
   const VectorXd mag = xf.mag();
   const int K = Ks;
   out.c0.resize(V), out.G.resize(V, K), out.e.resize(V);
