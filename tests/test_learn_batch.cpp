@@ -156,6 +156,7 @@ TEST(PackedPipeline, EqualsPerSequenceForwardBackward) {
     bool authors = false, injection = false;
     FireThreshold fire = FireThreshold::max;
     bool rel_far = false;
+    bool rel_far_norm = false;
   };
   std::vector<Variant> variants;
   for (PosMode m : kPosModes) variants.push_back({m});
@@ -164,6 +165,7 @@ TEST(PackedPipeline, EqualsPerSequenceForwardBackward) {
   variants.push_back({PosMode::fire, false, true});
   variants.push_back({PosMode::rope, false, true});
   variants.push_back({PosMode::coupled_rel, false, false, FireThreshold::max, true});  // rel_far, window 1
+  variants.push_back({PosMode::coupled_rel, false, false, FireThreshold::max, true, true});  // and rel_far_norm
   for (const Variant& v : variants)
     for (int layers = 1; layers <= 2; ++layers) {
       const PosMode mode = v.mode;
@@ -171,7 +173,7 @@ TEST(PackedPipeline, EqualsPerSequenceForwardBackward) {
       SCOPED_TRACE(std::string(pos_mode_name(mode)) + " layers " + std::to_string(layers) +
                    (authors ? " authors' options" : "") + (v.injection ? " input injection" : "") +
                    (mode == PosMode::fire ? std::string(" threshold ") + fire_threshold_name(v.fire) : "") +
-                   (v.rel_far ? " rel_far" : ""));
+                   (v.rel_far ? " rel_far" : "") + (v.rel_far_norm ? " rel_far_norm" : ""));
       ModelConfig c = small_model(mode, layers);
       c.init_std = 0.5f;  // far from uniform attention, so that masking errors would show
       if (authors) {
@@ -179,6 +181,7 @@ TEST(PackedPipeline, EqualsPerSequenceForwardBackward) {
       }
       c.input_injection = v.injection, c.fire_threshold = v.fire;
       if (v.rel_far) c.rel_far = true, c.rel_window = 1;
+      c.rel_far_norm = v.rel_far_norm;
       const Layout lay = Layout::make(c);
       auto P = init_params<double>(c, lay, 11 + std::uint64_t(layers));
       if (mode == PosMode::fire) P[std::size_t(lay.fire_L_sqrt)] = 4.1, P[std::size_t(lay.fire_c)] = 0.7;  // L 16.81

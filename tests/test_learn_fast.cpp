@@ -97,6 +97,8 @@ std::vector<Variant> fp32_variants() {
     v.push_back({"coupled_rel L" + std::to_string(layers), c});
     c.rel_window = 1, c.rel_far = true;
     v.push_back({"coupled_rel far W1 L" + std::to_string(layers), c});
+    c.rel_far_norm = true;
+    v.push_back({"coupled_rel far/count W1 L" + std::to_string(layers), c});
   }
   return v;
 }
@@ -153,7 +155,8 @@ TEST(FastKernels, GemmRunsOnTheCallingThreadAlone) {
         cpu_gemm::gemm(ta, false, n, n, n, A.data(), n, B.data(), n, beta, C.data(), n, cpu_gemm::Elem::f32);
         after = tasks();
       }).join();
-      EXPECT_EQ(after, before) << "threads started by one product (ta " << ta << ", beta " << beta << ")";
+      // <=: a thread an earlier test started may still be exiting; a pool the product started stays
+      EXPECT_LE(after, before) << "threads started by one product (ta " << ta << ", beta " << beta << ")";
       for (const int i : {0, 1, n - 1}) {
         for (const int j : {0, n / 2, n - 1}) {
           double want = beta == 0.f ? 0 : 5;

@@ -476,7 +476,46 @@ TEST(WholeModelVariants, CoupledRelFar) {
     c.n_layers = 2;
     check_whole_model(c);
     float_matches_double(c);
+    c.rel_far_norm = true;  // the shift is a constant of the IDs: the same gradient form, another bias
+    check_whole_model(c);
+    float_matches_double(c);
   }
+}
+
+// rel_far_norm's bias against its definition, written out: g - ln N on the far pairs, N the query's far keys
+// j <= i on the level (N < 2: no shift); with a cache (past > 0) the same rows as the whole sequence's.
+TEST(CoupledRelBias, FarNormIsTheDefinition) {
+  const int W = 1, NH = 2, L = 2, T = 9, nb = 2 * W + 2;
+  const std::int32_t id0[T] = {0, 1, 2, 3, 4, 1, 2, 3, 4}, id1[T] = {0, 1, 1, 1, 1, 2, 2, 2, 2};
+  const std::int32_t* ids[2] = {id0, id1};
+  std::vector<double> g(std::size_t(NH) * L * nb);
+  for (std::size_t k = 0; k < g.size(); ++k) g[k] = 0.1 * double(k) - 0.7;
+  std::vector<double> plain(std::size_t(NH) * T * T), normed = plain;
+  coupled_rel_bias(plain.data(), g.data(), ids, L, T, 0, NH, W, true, false);
+  coupled_rel_bias(normed.data(), g.data(), ids, L, T, 0, NH, W, true, true);
+  int shifted = 0;
+  for (int h = 0; h < NH; ++h)
+    for (int i = 0; i < T; ++i)
+      for (int j = 0; j <= i; ++j) {
+        double want = plain[(std::size_t(h) * T + i) * T + j];
+        for (int lv = 0; lv < L; ++lv) {
+          if (coupled_rel_bucket(ids[lv][i], ids[lv][j], W, true) != 2 * W + 1) continue;
+          int n = 0;
+          for (int k = 0; k <= i; ++k) n += ids[lv][i] > 0 && ids[lv][k] > 0 && std::abs(ids[lv][k] - ids[lv][i]) > W;
+          if (n >= 2) want -= std::log(double(n)), ++shifted;
+        }
+        EXPECT_NEAR(normed[(std::size_t(h) * T + i) * T + j], want, 1e-12) << h << " " << i << " " << j;
+      }
+  EXPECT_GT(shifted, 10);  // the example has far pairs with N >= 2 on both levels
+  // decoding the last 3 rows against a cache of 6: the same rows
+  const int past = 6;
+  const std::int32_t* tail[2] = {id0 + past, id1 + past};
+  std::vector<double> dec(std::size_t(NH) * 3 * T);
+  coupled_rel_bias(dec.data(), g.data(), tail, L, 3, past, NH, W, true, true);
+  for (int h = 0; h < NH; ++h)
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j <= past + i; ++j)
+        EXPECT_EQ(dec[(std::size_t(h) * 3 + i) * T + j], normed[(std::size_t(h) * T + past + i) * T + j]);
 }
 
 // Position codes (model.pos_codes): every trainable tensor's gradient against finite differences, the

@@ -201,7 +201,9 @@ class LearnedLogits(TempDir):
                     "injection_rope": ["--pos-mode", "rope", "--input-injection", "true"],
                     "coupled_rel": ["--pos-mode", "coupled_rel"],
                     "coupled_rel_w0": ["--pos-mode", "coupled_rel", "--rel-window", "0", "--input-injection", "true"],
-                    "coupled_rel_far": ["--pos-mode", "coupled_rel", "--rel-window", "1", "--rel-far", "true"]}
+                    "coupled_rel_far": ["--pos-mode", "coupled_rel", "--rel-window", "1", "--rel-far", "true"],
+                    "coupled_rel_far_norm": ["--pos-mode", "coupled_rel", "--rel-window", "1", "--rel-far", "true",
+                                             "--rel-far-norm", "true"]}
         for name, flags in variants.items():
             run = os.path.join(self.dir, name)
             tool("TRAIN", "--out", run, "--train-n", 2, "--train-m", 3, "--train-size", 200, "--max-pos1", 12,
@@ -209,7 +211,7 @@ class LearnedLogits(TempDir):
                  "--steps", 20, "--lr", 0.01, "--eval-every", 0, "--eval-samples", 2, *flags)
             self.compare(run, "57+8+96", greedy=False)
             self.compare(run, MEDIUM, greedy=False)  # beyond every training length
-        for name, nb in (("coupled_rel", 5), ("coupled_rel_w0", 1), ("coupled_rel_far", 4)):
+        for name, nb in (("coupled_rel", 5), ("coupled_rel_w0", 1), ("coupled_rel_far", 4), ("coupled_rel_far_norm", 4)):
             run = os.path.join(self.dir, name)
             self.assertEqual(tuple(load_learned(run).rel_bias.weight.shape), (2, 4, 2, nb))
             self.assertEqual(len(load_learned(run).pos_emb), 0)  # no table

@@ -102,6 +102,8 @@ const std::vector<FieldDoc>& config_fields() {
        "up to rel_window, no table; CPU devices)"},
       {"model", "rel_window", "pos_mode coupled_rel: the largest |ID difference| with a gain of its own (others: no bias, or rel_far's)"},
       {"model", "rel_far", "pos_mode coupled_rel: one more learned gain per head and level for every |ID difference| > rel_window"},
+      {"model", "rel_far_norm", "rel_far: that gain shared between the query's far keys of the level (less ln of their "
+                                "number), so their total attention mass does not grow with the length"},
       {"model", "abacus_k", "pos_mode abacus: training offsets beta uniform in [1, abacus_k], one per batch (the paper's "
                             "k = 100); needs max_pos1 >= abacus_k + the longest number - 1"},
       {"model", "fire_width", "pos_mode fire: hidden width of FIRE's MLP (the authors' d_fire)"},
@@ -181,6 +183,7 @@ nlohmann::json learn_defaults() {
   defaults["model"]["input_injection"] = ModelConfig{}.input_injection;
   defaults["model"]["rel_window"] = ModelConfig{}.rel_window;
   defaults["model"]["rel_far"] = ModelConfig{}.rel_far;
+  defaults["model"]["rel_far_norm"] = ModelConfig{}.rel_far_norm;
   defaults["model"]["pos_codes"] = ModelConfig{}.pos_codes_string();
   defaults["model"]["pos_code_scale"] = ModelConfig{}.pos_code_scale;
   defaults["model"]["pos_code_distance"] = ModelConfig{}.pos_code_distance;

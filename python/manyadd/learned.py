@@ -131,7 +131,7 @@ class LearnedConfig:
             raise InputError("config.json: 'model' must be an object")
         for k in model:
             if (k not in _SIZES and k not in ARCHITECTURE_SWITCHES and k not in _INERT and k != "norm_eps"
-                    and k not in ("rel_window", "rel_far")):
+                    and k not in ("rel_window", "rel_far", "rel_far_norm")):
                 raise InputError("config.json: model.%s is unknown to this version of manyadd (python/manyadd/learned.py):"
                                  " refusing to guess how it changes the forward" % k)
         for k, (lo, hi) in _SIZES.items():
@@ -152,13 +152,18 @@ class LearnedConfig:
         for k in _FIRE_ONLY:
             if k in model and self.pos_mode != "fire":
                 raise InputError("config.json: model.%s applies to pos_mode fire only (pos_mode is %r)" % (k, self.pos_mode))
-        for k in ("rel_window", "rel_far"):
+        for k in ("rel_window", "rel_far", "rel_far_norm"):
             if k in model and self.pos_mode != "coupled_rel":
                 raise InputError("config.json: model.%s applies to pos_mode coupled_rel only (pos_mode is %r)"
                                  % (k, self.pos_mode))
         self.rel_far = model.get("rel_far", False)
         if not isinstance(self.rel_far, bool):
             raise InputError("config.json: model.rel_far must be true or false (got %r)" % (self.rel_far,))
+        self.rel_far_norm = model.get("rel_far_norm", False)
+        if not isinstance(self.rel_far_norm, bool):
+            raise InputError("config.json: model.rel_far_norm must be true or false (got %r)" % (self.rel_far_norm,))
+        if self.rel_far_norm and not self.rel_far:
+            raise InputError("config.json: model.rel_far_norm needs model.rel_far")
         lo, hi, dflt = _REL_WINDOW
         self.rel_window = model.get("rel_window", dflt)
         if isinstance(self.rel_window, bool) or not isinstance(self.rel_window, int) or not lo <= self.rel_window <= hi:
@@ -259,11 +264,12 @@ class CoupledRelBias(nn.Module):
     parameter rel_bias.weight g (n_layers, H, 2, 2W + 1 (+ 1 with rel_far)); layer l's bias of query i and
     key j is sum over levels lv of g[l, h, lv, d + W] with d = id_lv(j) - id_lv(i), |d| <= W, and for
     |d| > W g[l, h, lv, 2W + 1] with rel_far, nothing without; nothing where either ID is 0. The C++ adds
-    level 1's gain to 0, then level 2's: the same float sum."""
+    level 1's gain to 0, then level 2's: the same float sum. rel_far_norm: the far gain less ln N (float32 of
+    the double log), N the query's far keys j <= i on the level (coupled_rel_far_count), when N >= 2."""
 
     def __init__(self, cfg):
         super().__init__()
-        self.W, self.far = cfg.rel_window, cfg.rel_far
+        self.W, self.far, self.far_norm = cfg.rel_window, cfg.rel_far, getattr(cfg, "rel_far_norm", False)
         self.weight = nn.Parameter(torch.zeros(cfg.n_layers, cfg.n_heads, 2, 2 * self.W + 1 + int(self.far)))
 
     def forward(self, l, pos):
@@ -276,6 +282,11 @@ class CoupledRelBias(nn.Module):
             g = self.weight[l, :, lv]  # (H, nb)
             idx = torch.where(near, d + self.W, torch.full_like(d, 2 * self.W + 1 if self.far else 0))  # 0: masked
             b = g[:, idx]  # (H, B, Tq, Tk)
+            if self.far_norm:
+                far = on & ~near & torch.ones_like(near).tril()  # the query's far keys j <= i
+                n = far.sum(-1, dtype=torch.float64)  # (B, Tq)
+                shift = torch.where(n > 1, n.clamp(min=1).log(), torch.zeros_like(n)).to(b.dtype)
+                b = torch.where(far[None], b - shift[None, :, :, None], b)
             b = torch.where(on[None], b, torch.zeros((), dtype=b.dtype, device=b.device)).transpose(0, 1)
             bias = b if bias is None else bias + b
         return bias

@@ -193,6 +193,7 @@ LEARNED_FIELDS = {
     "fire_threshold": ("str", "max", ("max", "min"), "fire"),
     "rel_window": ("int", 2, (0, 64), "coupled_rel"),
     "rel_far": ("bool", False, None, "coupled_rel"),
+    "rel_far_norm": ("bool", False, None, "coupled_rel"),
     "input_injection": ("bool", False, None, None),
     "pos_codes": ("str", "learned", None, None),  # one kind, or one per table, comma-separated: below
     "pos_code_scale": ("f32", 1.0, (0.0, 100.0), None),

@@ -68,10 +68,16 @@ struct ShapeTables {
     double b = 0;
     for (int lv = 0; lv < w.rel_levels; ++lv) {
       const int bk = w.rel_bucket(pos.level[lv][std::size_t(i)], pos.level[lv][std::size_t(j)]);
-      if (bk >= 0) b += w.rel[std::size_t((h * w.rel_levels + lv) * nb + bk)];
+      if (bk < 0) continue;
+      const double g = w.rel[std::size_t((h * w.rel_levels + lv) * nb + bk)];
+      b += bk == 2 * w.rel_window + 1 && w.rel_far_norm ? g - far_shift[lv][std::size_t(i)] : g;
     }
     return b;
   }
+  // rel_far_norm: ln of query i's far keys on each level (0 below 2), the float learn's forward uses (a
+  // constant of the model, like the score scale); the far term g - shift is exact here, its fp32 rounding
+  // is in bias_max (below).
+  std::vector<double> far_shift[2];
   // A code of the bias buckets of key j at query i (keys with equal codes get equal biases).
   int bias_code(std::int64_t i, std::int64_t j) const {
     if (w.rel_levels == 0) return 0;
@@ -155,14 +161,30 @@ ShapeTables::ShapeTables(const OneLayer& w_, const DigitVars& dv_, const Positio
   // attention_forward); output fl(sum_j p_j v_j) then fl(Wo o).
   const double T = double(N);
   VectorXd dO = VectorXd::Zero(D);
-  bias_max.assign(std::size_t(H), 0);  // per head: the largest |bias| (a sum over levels of the largest gain)
+  double shift_max[2] = {0, 0};
+  for (int lv = 0; lv < w.rel_levels && w.rel_far_norm; ++lv) {
+    far_shift[lv].assign(std::size_t(N), 0);
+    for (std::int64_t i = 0; i < N; ++i) {
+      far_shift[lv][std::size_t(i)] = w.rel_far_shift(pos.level[lv].data(), int(i + 1));
+      shift_max[lv] = std::max(shift_max[lv], far_shift[lv][std::size_t(i)]);
+    }
+  }
+  // Per head: the largest |bias| (a sum over levels of the largest |term|), what the score's rounding bounds
+  // read as "u bias_max" (the one rounding of fp32's level sum). rel_far_norm: a far term is g - shift, at
+  // most |g| + shift, and fp32 rounds it once more before the sum: that error, u (1 + u) of the sum, is
+  // covered by using (2 + u) bias_max (every use of bias_max is u bias_max or a magnitude: both larger).
+  bias_max.assign(std::size_t(H), 0);
   for (int h = 0; h < H && w.rel_levels > 0; ++h) {
     const int nb = 2 * w.rel_window + 1 + (w.rel_far ? 1 : 0);
     for (int lv = 0; lv < w.rel_levels; ++lv) {
       double mx = 0;
-      for (int b = 0; b < nb; ++b) mx = std::max(mx, std::abs(w.rel[std::size_t((h * w.rel_levels + lv) * nb + b)]));
+      for (int b = 0; b < nb; ++b) {
+        const double g = std::abs(w.rel[std::size_t((h * w.rel_levels + lv) * nb + b)]);
+        mx = std::max(mx, b == 2 * w.rel_window + 1 && w.rel_far_norm ? g + shift_max[lv] : g);
+      }
       bias_max[std::size_t(h)] += mx;
     }
+    if (w.rel_far_norm) bias_max[std::size_t(h)] *= 2 + R.u;
   }
   double kappa_max = 0, es_max = 0;
   for (int h = 0; h < H; ++h) {

@@ -50,7 +50,7 @@ std::string Net::describe() const {
   std::string s = fmt::format("{}L{}H d{} dff{} {}", c.n_layers, c.n_heads, c.d_model, c.d_ff,
                               learn::pos_mode_name(c.pos_mode));
   if (c.pos_mode == learn::PosMode::coupled_rel)
-    s += fmt::format(" (window {}{})", c.rel_window, c.rel_far ? ", far" : "");
+    s += fmt::format(" (window {}{})", c.rel_window, c.rel_far ? (c.rel_far_norm ? ", far / count" : ", far") : "");
   return s;
 }
 
@@ -102,6 +102,10 @@ int OneLayer::rel_bucket(std::int32_t query_id, std::int32_t key_id) const {
   return learn::coupled_rel_bucket(query_id, key_id, rel_window, rel_far);
 }
 
+double OneLayer::rel_far_shift(const std::int32_t* ids, int n) const {
+  return double(learn::coupled_rel_far_shift<float>(learn::coupled_rel_far_count(ids[n - 1], ids, n, rel_window)));
+}
+
 OneLayer Net::one_layer() const {
   const auto& c = p_->model.cfg;
   const auto& lay = p_->model.lay;
@@ -143,7 +147,7 @@ OneLayer Net::one_layer() const {
   }
   if (c.pos_mode == learn::PosMode::coupled_rel) {
     w.rel_levels = learn::pos_levels(c.pos_mode);
-    w.rel_window = c.rel_window, w.rel_far = c.rel_far;
+    w.rel_window = c.rel_window, w.rel_far = c.rel_far, w.rel_far_norm = c.rel_far_norm;
     w.rel = take(lay.rel_bias, std::int64_t(c.n_heads) * w.rel_levels * c.rel_buckets());
   }
   return w;

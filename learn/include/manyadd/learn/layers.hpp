@@ -346,19 +346,42 @@ inline int coupled_rel_bucket(std::int32_t query_id, std::int32_t key_id, int W,
   const std::int64_t d = std::int64_t(key_id) - query_id;
   return d < -W || d > W ? (far ? 2 * W + 1 : -1) : int(d + W);
 }
+// rel_far_norm: the far gain of query row i and level lv is g[h, lv, 2W + 1] - ln N, N = the number of keys
+// j <= past + i that are far from it on that level (both IDs > 0, |d| > W): the far keys of a level share one
+// weight exp(g) between them, so their total attention mass no longer grows with their number. The log in
+// double, rounded to S once; the term added as (g - ln N) by every twin (cpu-fast's rel_bias_row).
+inline constexpr int kMaxRelLevels = 3;  // levels a relative bias may read (model.hpp's kMaxPosLevels)
+inline int coupled_rel_far_count(std::int32_t query_id, const std::int32_t* key_ids, int n, int W) {
+  int c = 0;
+  for (int j = 0; j < n; ++j) c += coupled_rel_bucket(query_id, key_ids[j], W, true) == 2 * W + 1;
+  return c;
+}
+template <class S>
+S coupled_rel_far_shift(int far_count) {
+  return far_count > 1 ? S(std::log(double(far_count))) : S(0);
+}
 template <class S>
 void coupled_rel_bias(S* bias, const S* g, const std::int32_t* const* ids, int L, int T, int past, int NH, int W,
-                      bool far) {
+                      bool far, bool far_norm = false) {
   const int Tk = past + T, nb = 2 * W + 1 + (far ? 1 : 0);
   std::fill(bias, bias + std::int64_t(NH) * T * Tk, S(0));
-  for (int i = 0; i < T; ++i)
+  for (int i = 0; i < T; ++i) {
+    S shift[kMaxRelLevels] = {};
+    if (far && far_norm)
+      for (int lv = 0; lv < L; ++lv)
+        shift[lv] = coupled_rel_far_shift<S>(coupled_rel_far_count(ids[lv][i], ids[lv] - past, past + i + 1, W));
     for (int j = 0; j <= past + i; ++j)
       for (int lv = 0; lv < L; ++lv) {
         const int b = coupled_rel_bucket(ids[lv][i], ids[lv][j - past], W, far);
         if (b < 0) continue;
-        for (int h = 0; h < NH; ++h) bias[(std::int64_t(h) * T + i) * Tk + j] += g[(h * L + lv) * nb + b];
+        for (int h = 0; h < NH; ++h) {
+          const S gv = g[(h * L + lv) * nb + b];
+          bias[(std::int64_t(h) * T + i) * Tk + j] += b == 2 * W + 1 ? S(gv - shift[lv]) : gv;
+        }
       }
+  }
 }
+// The backward is the same with and without rel_far_norm: the shift is a constant of the IDs.
 // d of the above (past = 0, training): dg[h, lv, b] += sum over (i, j <= i) in bucket b of dbias[h, i, j].
 template <class S>
 void coupled_rel_bias_backward(S* dg, const S* dbias, const std::int32_t* const* ids, int L, int T, int NH, int W,

@@ -156,6 +156,10 @@ struct ModelConfig {
   // pos_mode coupled_rel: one more gain per layer, head and level for every pair of IDs farther apart
   // than rel_window (T5's last bucket): without it those pairs score 0 however many there are.
   bool rel_far = false;
+  // rel_far: the far gain of a query and level shared between that level's far keys, g - ln N with N their
+  // number (layers.hpp, coupled_rel_far_count): the far keys' total mass then does not grow with the length
+  // (a length-aware bias; learn/README.md "Relative coupling"). In config.json only when true.
+  bool rel_far_norm = false;
   int rel_buckets() const { return 2 * rel_window + 1 + (rel_far ? 1 : 0); }  // gains per (layer, head, level)
 
   void validate() const;  // throws InputError

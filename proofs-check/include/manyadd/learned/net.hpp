@@ -36,6 +36,7 @@ struct OneLayer {
   int rel_levels = 0;        // coupled_rel: levels of the relative bias (2), else 0
   int rel_window = 0;        // coupled_rel: the largest |ID difference| with a gain of its own
   bool rel_far = false;      // coupled_rel: one more gain for |d| > rel_window
+  bool rel_far_norm = false; // coupled_rel: the far gain less ln(the query's far keys on the level)
   std::vector<double> wte;   // (V, C)
   std::vector<double> pos[3];  // (rows_lv, C) per table
   int pos_rows[3] = {0, 0, 0};
@@ -44,6 +45,9 @@ struct OneLayer {
   // coupled_rel's bucket of a (query ID, key ID) pair: -1 = no gain (either ID 0, or |d| > window without
   // far), else the index into rel's last axis (learn's coupled_rel_bucket).
   int rel_bucket(std::int32_t query_id, std::int32_t key_id) const;
+  // rel_far_norm: the shift ln N of the query ids[n - 1] on one level, N = the keys ids[0 .. n) far from it
+  // (0 below 2): a constant of the forward, the float learn computes (coupled_rel_far_shift), exact in double.
+  double rel_far_shift(const std::int32_t* ids, int n) const;
 };
 
 // The generator seed of `evaluate`'s cell TA(n, m) (learn's cell_seed): samples drawn from Rng(this) with
