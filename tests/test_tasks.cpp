@@ -13,7 +13,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "manyadd/learn/data.hpp"
+#include "manyadd/learn/hard_data.hpp"
 #include "manyadd/learn/task.hpp"
 #include "manyadd/learn/train.hpp"
 
@@ -366,4 +369,95 @@ TEST(Tasks, PositionRuleInWordsForEveryTaskAndMode) {
       }
     }
   }
+}
+
+// ---- hard training data (train.hard_fraction, hard_data.hpp) ------------------------------------------
+
+// Every hard problem is a valid SA(n, m) problem (2..m operands of one length in [1, n], no leading zero);
+// each cascade carries through every column of its operand at its step unless its partial sum's lowest
+// digit is 0 or the top column was fixed against a leading zero; near_max digits are 5-9. Random SA has
+// long carry runs rarely: the hard problems' median run is far above SA's.
+TEST(HardData, CascadesAndMaximalSumsOfTheShape) {
+  Rng rng(11);
+  const int n = 10, m = 10;
+  std::vector<int> runs_hard, runs_sa;
+  int full = 0, cascades = 0, near_max = 0;
+  for (int k = 0; k < 3000; ++k) {
+    HardKind kind;
+    int step = 0;
+    const Problem p = sample_hard_addition(rng, n, m, &kind, &step);
+    const int ops = int(p.operands.size()), L = int(p.operands[0].size());
+    ASSERT_TRUE(ops >= 2 && ops <= m && L >= 1 && L <= n) << p.to_string();
+    for (const auto& s : p.operands) {
+      ASSERT_EQ(int(s.size()), L) << p.to_string();
+      ASSERT_TRUE(L == 1 || s[0] != '0') << p.to_string();
+      for (char ch : s) ASSERT_TRUE(ch >= '0' && ch <= '9');
+    }
+    ASSERT_NO_THROW(task(TaskKind::addition).write(p)) << p.to_string();
+    if (kind == HardKind::near_max) {
+      ++near_max;
+      EXPECT_EQ(step, -1);
+      for (const auto& s : p.operands)
+        for (char ch : s) EXPECT_GE(ch, '5') << p.to_string();
+      continue;
+    }
+    ++cascades;
+    ASSERT_TRUE(step >= 1 && step < ops);
+    const int run = longest_carry_run(p);
+    runs_hard.push_back(run);
+    full += L >= 3 && run >= L - 2;
+  }
+  EXPECT_GT(cascades, 1700);  // two in three of 3000
+  EXPECT_GT(near_max, 800);
+  Rng r2(12);
+  for (const Problem& p : sample_SA(r2, n, m, 3000)) runs_sa.push_back(longest_carry_run(p));
+  auto median = [](std::vector<int> v) {
+    std::nth_element(v.begin(), v.begin() + std::ptrdiff_t(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  EXPECT_GE(median(runs_hard), 4) << "cascades";
+  EXPECT_LE(median(runs_sa), 1) << "random SA";
+  EXPECT_GT(full, cascades / 2) << "cascades through (nearly) every column";
+  // the measure itself, on hand-written cases: 1 + 9999 carries through 4 columns (run 3 after the first);
+  // 45 + 54 never carries; 8 + 7 + 85 (15 + 85) carries at step 2 into one column summing to 9
+  EXPECT_EQ(longest_carry_run(Problem{{"0001", "9999"}}), 3);
+  EXPECT_EQ(longest_carry_run(Problem{{"45", "54"}}), 0);
+  EXPECT_EQ(longest_carry_run(Problem{{"8", "7", "85"}}), 1);
+}
+
+// train.hard_fraction: the training set with it is the plain one with about that fraction replaced (the
+// others identical, in place), deterministic in the data seed; 0 changes nothing; bad values and other
+// tasks are refused; the field round-trips through config.json.
+TEST(HardData, FractionReplacesInPlaceAndIsChecked) {
+  TrainConfig tc;
+  tc.train_n = 10, tc.train_m = 10, tc.train_size = 20000, tc.seed = 3;
+  const Task& add = task(TaskKind::addition);
+  Rng a(seed_mix(3, 0xDA7A));
+  const auto plain = add.sample_train(a, tc);
+  tc.hard_fraction = 0.25;
+  tc.validate();
+  Rng b(seed_mix(3, 0xDA7A)), c(seed_mix(3, 0xDA7A));
+  const auto mixed = add.sample_train(b, tc), again = add.sample_train(c, tc);
+  ASSERT_EQ(mixed.size(), plain.size());
+  std::int64_t differ = 0;
+  for (std::size_t k = 0; k < plain.size(); ++k) {
+    differ += mixed[k].operands != plain[k].operands;
+    ASSERT_EQ(mixed[k].operands, again[k].operands);
+  }
+  EXPECT_NEAR(double(differ) / double(plain.size()), 0.25, 0.02);
+  nlohmann::json j = tc;
+  EXPECT_EQ(j.at("hard_fraction"), 0.25);
+  TrainConfig back;
+  from_json(j, back);
+  EXPECT_EQ(back.hard_fraction, 0.25);
+  for (double bad : {-0.1, 1.5}) {
+    TrainConfig t2 = tc;
+    t2.hard_fraction = bad;
+    EXPECT_THROW(t2.validate(), InputError) << bad;
+  }
+  TrainConfig parity = tc;
+  parity.task = "parity", parity.train_n = 10;
+  EXPECT_THROW(parity.validate(), InputError);
+  parity.hard_fraction = 0;
+  EXPECT_NO_THROW(parity.validate());
 }

@@ -144,6 +144,8 @@ const std::vector<FieldDoc>& config_fields() {
       {"train", "grad_clip", "global gradient-norm clip, 0 = off"},
       {"train", "seed", "seed of initialization and position offsets (and of the data when data_seed is -1)"},
       {"train", "data_seed", "seed of the training set and its sampling order; -1 = the seed"},
+      {"train", "hard_fraction", "addition: each training problem replaced by a hard one (carry cascade, maximal "
+                                 "partial sums) with this probability; 0 = the paper's data"},
       {"train", "warmup_from_zero", "true: step t runs at the schedule's value at t - 1 (the first at lr 0) | false"},
       {"train", "precision", "fp32 | bf16 (mixed precision: bf16 matrix-product inputs, fp32 accumulation)"},
       {"train", "threads", "worker threads over the batch; part of the run's identity"},

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "manyadd/learn/data.hpp"
+#include "manyadd/learn/hard_data.hpp"
 #include "manyadd/learn/train.hpp"
 
 namespace manyadd::learn {
@@ -175,8 +176,12 @@ class AdditionBase : public Task {
     if (tc.train_m < 2 || tc.train_m > 1000)
       throw InputError(fmt::format("train.train_m must be in [2, 1000] (got {})", tc.train_m));
   }
+  bool has_hard_data() const override { return true; }
+  // SA(n, m), then (hard_fraction > 0) hard problems in place of some, from their own stream
   std::vector<Problem> sample_train(Rng& rng, const TrainConfig& tc) const override {
-    return sample_SA(rng, tc.train_n, tc.train_m, tc.train_size);
+    std::vector<Problem> out = sample_SA(rng, tc.train_n, tc.train_m, tc.train_size);
+    mix_hard_addition(out, tc.hard_fraction, tc.train_n, tc.train_m, seed_mix(tc.data_seed_value(), 0x4A4D));
+    return out;
   }
   Problem sample_cell(Rng& rng, int i, int j) const override { return sample_TA(rng, i, j); }
   Problem largest(int i, int j) const override {

@@ -42,6 +42,9 @@ void TrainConfig::validate() const {
   need(eval_every >= 0 && checkpoint_every >= 0, "train.eval_every and train.checkpoint_every must be >= 0");
   need(eval_samples >= 1, "train.eval_samples must be >= 1");
   need(data_seed >= -1, fmt::format("train.data_seed must be >= 0, or -1 for the seed (got {})", data_seed));
+  need(hard_fraction >= 0 && hard_fraction <= 1, fmt::format("train.hard_fraction must be in [0, 1] (got {})", hard_fraction));
+  need(hard_fraction == 0 || task_named(task).has_hard_data(),
+       fmt::format("train.hard_fraction applies to the addition tasks with a scratchpad of partial sums (task is {})", task));
   need(precision == "fp32" || precision == "bf16", fmt::format("train.precision '{}' unknown (fp32|bf16)", precision));
   task_named(task).check_train(*this);  // the task's own ranges (addition: at least 2 operands)
 }
@@ -54,7 +57,8 @@ void to_json(nlohmann::json& j, const TrainConfig& c) {
                      {"grad_clip", c.grad_clip}, {"seed", c.seed},               {"threads", c.threads},
                      {"log_every", c.log_every}, {"eval_every", c.eval_every},   {"eval_samples", c.eval_samples},
                      {"checkpoint_every", c.checkpoint_every}, {"warmup_from_zero", c.warmup_from_zero},
-                     {"data_seed", c.data_seed}, {"precision", c.precision}, {"task", c.task}};
+                     {"data_seed", c.data_seed}, {"precision", c.precision}, {"task", c.task},
+                     {"hard_fraction", c.hard_fraction}};
 }
 
 void from_json(const nlohmann::json& j, TrainConfig& c) {
@@ -100,6 +104,7 @@ void from_json(const nlohmann::json& j, TrainConfig& c) {
   getd("adam_eps", c.adam_eps);
   getd("weight_decay", c.weight_decay);
   getd("grad_clip", c.grad_clip);
+  getd("hard_fraction", c.hard_fraction);
   geti("seed", c.seed);
   geti("threads", c.threads);
   geti("log_every", c.log_every);

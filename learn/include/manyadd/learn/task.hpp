@@ -100,6 +100,8 @@ class Task {
 
   // The training distribution: train_n / train_m checked (InputError), train_size problems drawn.
   virtual void check_train(const TrainConfig& tc) const = 0;
+  // Whether sample_train mixes in hard problems (train.hard_fraction, hard_data.hpp): the addition tasks.
+  virtual bool has_hard_data() const { return false; }
   virtual std::vector<Problem> sample_train(Rng& rng, const TrainConfig& tc) const = 0;
   // Test cell (i, j) of the grid (one-axis tasks: j = 1): one instance.
   virtual Problem sample_cell(Rng& rng, int i, int j) const = 0;

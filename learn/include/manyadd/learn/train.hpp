@@ -39,6 +39,9 @@ struct TrainConfig {
   double beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8, weight_decay = 0.0, grad_clip = 1.0;
   std::uint64_t seed = 1;         // initialization and per-sample position offsets
   std::int64_t data_seed = -1;    // training set and its sampling order; -1 = seed (the earlier runs)
+  // The addition tasks: each training problem replaced by a hard one (hard_data.hpp: carry cascades,
+  // maximal partial sums) with this probability, from a stream of its own; 0 = the paper's data.
+  double hard_fraction = 0;
   std::string precision = "fp32"; // fp32 | bf16 (learn::Precision); a checkpoint records it
   int threads = 2;
   std::int64_t log_every = 50;
