@@ -614,6 +614,19 @@ args = ["--n-max", "3", "--m-max", "4"]
             self.assertEqual(got.count("## "), 2)
             self.assertIn(a + ", 2x2: 1 problems, sequence accuracy 0.000", got)
             self.assertIn(b + ", 2x2: 1 problems, sequence accuracy 0.000", got)
+            # bad files: a CSV without the columns, a row short of fields, a missing file, bytes that are not text
+            bad = os.path.join(d, "bad.csv")
+            for body, msg in (("a,b\n1,2\n", "no column instance"), (head + "2x2,7,1\n", "fewer fields"),
+                              (None, "No such file"), (b"\xff\xfe\x00a,b\n", "not a CSV file")):
+                if body is None:
+                    os.remove(bad)
+                else:
+                    with open(bad, "wb" if isinstance(body, bytes) else "w") as f:
+                        f.write(body)
+                p = subprocess.run(run + [bad], capture_output=True, text=True)
+                self.assertEqual(p.returncode, 2, msg)
+                self.assertIn(msg, p.stderr)
+                self.assertNotIn("Traceback", p.stderr)
             for args in (["--update"], ["--update", md, "-x"], [], ["--update", a]):  # a: not an errors.md
                 p = subprocess.run(run + args, capture_output=True, text=True)
                 self.assertEqual(p.returncode, 2, args)

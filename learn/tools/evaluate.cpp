@@ -261,6 +261,125 @@ int grid_verdict(const Args& a, const Task& tk, const Grid& g, const TrainConfig
               static_cast<long long>(a.samples), g.secs, a.csv.c_str(), a.png.c_str());
   return failed ? 1 : 0;
 }
+// The options whose presence matters (a flag given at its default is still given), and --table's text.
+struct Flags {
+  CLI::Option *nmin = nullptr, *nmax = nullptr, *nstep = nullptr, *mmin = nullptr, *mmax = nullptr;
+  CLI::Option *samples = nullptr, *seed = nullptr, *mode = nullptr, *csv = nullptr, *png = nullptr;
+  CLI::Option *require = nullptr, *problem = nullptr, *s1 = nullptr, *s2 = nullptr, *s3 = nullptr;
+  std::string table;
+};
+
+// Every option, bound to a and f (both outlive the parse).
+void add_options(CLI::App& app, Args& a, Flags& f) {
+  cli::add_string(app, "--model", a.model, "model directory (config.json + model.safetensors)")->required();
+  cli::add_string(app, "--task", a.task_s,
+                  "the task the model was trained on (config.json's train.task; addition when absent): another is "
+                  "refused (" + task_names() + ")");
+  f.nmin = cli::add_int(app, "--n-min", a.n_min, "smallest row value n (default: the task's grid)", -1'000'000, 1'000'000, false);
+  f.nmax = cli::add_int(app, "--n-max", a.n_max, "largest row value n (default: the task's grid)", -1'000'000, 1'000'000, false);
+  f.nstep = cli::add_int(app, "--n-step", a.n_step, "step between rows (default: the task's grid; parity 5)", 1,
+                               1'000'000, false);
+  f.mmin = cli::add_int(app, "--m-min", a.m_min, "smallest column value m (default: the task's grid)", -1'000'000,
+                              1'000'000, false);
+  f.mmax = cli::add_int(app, "--m-max", a.m_max, "largest column value m (default: the task's grid)", -1'000'000,
+                              1'000'000, false);
+  f.samples = cli::add_int(app, "--samples", a.samples, "samples per cell (the paper: 1000)", 1);
+  f.seed = cli::add_seed(app, a.seed, "seed of the test samples (each cell seeded from (seed, n, m))");
+  cli::add_threads(app, a.threads);
+  f.mode = cli::add_string(app, "--mode", a.mode_s,
+                                 "teacher (one forward per instance) | greedy (KV-cache decoding) | both (teacher "
+                                 "verdicts, greedy checked to agree) (default teacher)");
+  f.csv = cli::add_output(app, "--csv", a.csv,
+                                "CSV output (default grid.csv in the current directory; never into --model): "
+                                "n,m,samples,exact,accuracy (addition); other tasks add answer_exact,answer_accuracy, "
+                                "and parity has no m column");
+  f.png = cli::add_output(app, "--png", a.png, "PNG heatmap output (default grid.png in the current directory)");
+  f.require = cli::add_real(app, "--require", a.require,
+                                  "fail (exit 1) if any evaluated cell inside the training region has accuracy (a "
+                                  "fraction) below this; -1 = off",
+                                  -1, 1);
+  cli::add_json(app, a.json_path, "JSON report");
+  cli::add_device(app, a.device,
+                  "cpu | cpu-fast (grid, teacher-forced only: packed batches on the fast CPU device, --threads; "
+                  "attention streamed over rows, no T x T buffer) | cuda (grid, teacher-forced only, packed batches on "
+                  "a GPU; exit 2 without a device)");
+  cli::add_string(app, "--precision", a.precision_s,
+                  "fp32 | bf16: the forward's arithmetic (bf16: the rounding points of bf16 training, as the authors "
+                  "evaluate under autocast) (default fp32)");
+  f.problem = cli::add_string(app, "--problem", a.problem,
+                  "instead of the grid: one problem in the task's notation (57+48+96, 0101, 37*925; spaces "
+                  "ignored); prints the expected response, the teacher-forced predictions and the greedy output "
+                  "(JSON adds tokens, position IDs and response logits); exit 1 if the greedy answer is wrong. Takes "
+                  "none of the grid's options (--csv, --png, --n-*, --m-*, --samples, --seed, --mode, --require)");
+  const std::int64_t kMaxOffset = std::numeric_limits<std::int64_t>::max();
+  f.s1 = cli::add_int(app, "--s1", a.s1, "with --problem: level-1 position offset (at most what max_pos1 allows)",
+                            1, kMaxOffset);
+  f.s2 = cli::add_int(app, "--s2", a.s2, "with --problem: level-2 position offset (at most what max_pos2 allows)",
+                            1, kMaxOffset);
+  f.s3 = cli::add_int(app, "--s3", a.s3,
+                            "with --problem: level-3 position offset (coupled3; at most what max_pos3 allows)", 1,
+                            kMaxOffset);
+  app.add_option("--instance", a.instances,
+                 "instead of the grid: the grid universal transformer's problem instance TERMSxDIGITS (each N or LO-HI; "
+                 "repeatable): problems with every term's digits uniform (leading zeros kept), greedy decoding; "
+                 "prints and writes (--csv, --json) the answer's exact match, the grid model's character accuracy "
+                 "and the whole response's exact match");
+  cli::add_string(app, "--table", f.table, "instead of the grid: the instances of evaluate_grid's --table (iii | "
+                  "iv-digits | iv-terms | terms)");
+}
+
+// The flags' combinations (InputError before the model is read); the evaluation mode and the parsed
+// --instance/--table instances.
+EvalMode check_flags(Args& a, const Flags& f, std::vector<grid::Instance>& insts) {
+  if (!a.task_s.empty()) parse_task(a.task_s);  // a misspelt name before the model is read
+  EvalMode mode = EvalMode::teacher;
+  if (a.mode_s == "teacher") mode = EvalMode::teacher;
+  else if (a.mode_s == "greedy") mode = EvalMode::greedy;
+  else if (a.mode_s == "both") mode = EvalMode::both;
+  else throw InputError(fmt::format("--mode '{}' unknown (teacher|greedy|both)", a.mode_s));
+  if (a.device != "cpu" && mode != EvalMode::teacher)
+    throw InputError(fmt::format("--device {} evaluates teacher-forced only (--mode teacher); greedy decoding runs on "
+                                 "the CPU", a.device));
+  if (a.device != "cpu" && !a.problem.empty())
+    throw InputError(fmt::format("--problem runs on the CPU only (drop --device {})", a.device));
+  if (f.problem->count() && a.problem.find_first_not_of(' ') == std::string::npos)  // not the grid by mistake
+    throw InputError("--problem is empty: give a problem in the task's notation (e.g. 57+48+96)");
+  if (!a.problem.empty())  // what a grid reads would be silently ignored: refused instead
+    for (const CLI::Option* o : {f.csv, f.png, f.nmin, f.nmax, f.nstep, f.mmin, f.mmax, f.samples, f.seed, f.mode,
+                                 f.require})
+      if (o->count())
+        throw InputError(fmt::format("--problem evaluates one problem and writes no grid: {} applies to the grid "
+                                     "(drop it)", o->get_name()));
+  if (a.problem.empty())  // and the offsets of --problem without one
+    for (const CLI::Option* o : {f.s1, f.s2, f.s3})
+      if (o->count())
+        throw InputError(fmt::format("{} is an offset of --problem (the grid is evaluated at offsets 1): give "
+                                     "--problem or drop it", o->get_name()));
+  if (!f.table.empty())
+    for (const auto& t : grid::paper_table(f.table)) a.instances.push_back(t);
+  for (const auto& t : a.instances) insts.push_back(grid::Instance::parse(t));
+  if (!a.instances.empty() && (!a.problem.empty() || a.device != "cpu" || f.nmin->count() || f.nmax->count() ||
+                               f.nstep->count() || f.mmin->count() || f.mmax->count() || a.png != "grid.png"))
+    throw InputError("--instance/--table run greedy decoding on the CPU and take none of --problem, --device, "
+                     "--n-*, --m-*, --png");
+  return mode;
+}
+
+// The grid's axes: the task's, narrowed by the flags (InputError outside the task's range).
+void resolve_axes(Args& a, const Flags& f, const Task& tk, GridAxis& a0, GridAxis& a1) {
+  const bool two = tk.two_axes();
+  if (!two && (f.mmin->count() || f.mmax->count()))
+    throw InputError(fmt::format("task {} has one axis (n, the query length): drop --m-min/--m-max", tk.name()));
+  if (!f.nmin->count()) a.n_min = a0.lo;
+  if (!f.nmax->count()) a.n_max = f.nmin->count() ? std::max(a.n_min, a0.hi) : a0.hi;
+  if (!f.nstep->count()) a.n_step = a0.step;
+  if (!f.mmin->count()) a.m_min = a1.lo;
+  if (!f.mmax->count()) a.m_max = f.mmin->count() ? std::max(a.m_min, a1.hi) : a1.hi;
+  if (a.n_min < a0.min_value || a.n_max < a.n_min || a.n_max > a0.max_value)
+    throw InputError(fmt::format("need {} <= --n-min <= --n-max <= {}", a0.min_value, a0.max_value));
+  if (a.m_min < a1.min_value || a.m_max < a.m_min || a.m_max > a1.max_value)
+    throw InputError(fmt::format("need {} <= --m-min <= --m-max <= {}", a1.min_value, a1.max_value));
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -274,117 +393,21 @@ int main(int argc, char** argv) {
       "Cells whose position IDs exceed the model's max_pos are reported as NA (grey in the heatmap).",
       "evaluate"};
   Args a;
-  cli::add_string(app, "--model", a.model, "model directory (config.json + model.safetensors)")->required();
-  cli::add_string(app, "--task", a.task_s,
-                  "the task the model was trained on (config.json's train.task; addition when absent): another is "
-                  "refused (" + task_names() + ")");
-  auto* o_nmin = cli::add_int(app, "--n-min", a.n_min, "smallest row value n (default: the task's grid)", -1'000'000, 1'000'000, false);
-  auto* o_nmax = cli::add_int(app, "--n-max", a.n_max, "largest row value n (default: the task's grid)", -1'000'000, 1'000'000, false);
-  auto* o_nstep = cli::add_int(app, "--n-step", a.n_step, "step between rows (default: the task's grid; parity 5)", 1,
-                               1'000'000, false);
-  auto* o_mmin = cli::add_int(app, "--m-min", a.m_min, "smallest column value m (default: the task's grid)", -1'000'000,
-                              1'000'000, false);
-  auto* o_mmax = cli::add_int(app, "--m-max", a.m_max, "largest column value m (default: the task's grid)", -1'000'000,
-                              1'000'000, false);
-  auto* o_samples = cli::add_int(app, "--samples", a.samples, "samples per cell (the paper: 1000)", 1);
-  auto* o_seed = cli::add_seed(app, a.seed, "seed of the test samples (each cell seeded from (seed, n, m))");
-  cli::add_threads(app, a.threads);
-  auto* o_mode = cli::add_string(app, "--mode", a.mode_s,
-                                 "teacher (one forward per instance) | greedy (KV-cache decoding) | both (teacher "
-                                 "verdicts, greedy checked to agree) (default teacher)");
-  auto* o_csv = cli::add_output(app, "--csv", a.csv,
-                                "CSV output (default grid.csv in the current directory; never into --model): "
-                                "n,m,samples,exact,accuracy (addition); other tasks add answer_exact,answer_accuracy, "
-                                "and parity has no m column");
-  auto* o_png = cli::add_output(app, "--png", a.png, "PNG heatmap output (default grid.png in the current directory)");
-  auto* o_require = cli::add_real(app, "--require", a.require,
-                                  "fail (exit 1) if any evaluated cell inside the training region has accuracy (a "
-                                  "fraction) below this; -1 = off",
-                                  -1, 1);
-  cli::add_json(app, a.json_path, "JSON report");
-  cli::add_device(app, a.device,
-                  "cpu | cpu-fast (grid, teacher-forced only: packed batches on the fast CPU device, --threads; "
-                  "attention streamed over rows, no T x T buffer) | cuda (grid, teacher-forced only, packed batches on "
-                  "a GPU; exit 2 without a device)");
-  cli::add_string(app, "--precision", a.precision_s,
-                  "fp32 | bf16: the forward's arithmetic (bf16: the rounding points of bf16 training, as the authors "
-                  "evaluate under autocast) (default fp32)");
-  auto* o_problem = cli::add_string(app, "--problem", a.problem,
-                  "instead of the grid: one problem in the task's notation (57+48+96, 0101, 37*925; spaces "
-                  "ignored); prints the expected response, the teacher-forced predictions and the greedy output "
-                  "(JSON adds tokens, position IDs and response logits); exit 1 if the greedy answer is wrong. Takes "
-                  "none of the grid's options (--csv, --png, --n-*, --m-*, --samples, --seed, --mode, --require)");
-  const std::int64_t kMaxOffset = std::numeric_limits<std::int64_t>::max();
-  auto* o_s1 = cli::add_int(app, "--s1", a.s1, "with --problem: level-1 position offset (at most what max_pos1 allows)",
-                            1, kMaxOffset);
-  auto* o_s2 = cli::add_int(app, "--s2", a.s2, "with --problem: level-2 position offset (at most what max_pos2 allows)",
-                            1, kMaxOffset);
-  auto* o_s3 = cli::add_int(app, "--s3", a.s3,
-                            "with --problem: level-3 position offset (coupled3; at most what max_pos3 allows)", 1,
-                            kMaxOffset);
-  std::string table_s;
-  app.add_option("--instance", a.instances,
-                 "instead of the grid: the grid universal transformer's problem instance TERMSxDIGITS (each N or LO-HI; "
-                 "repeatable): problems with every term's digits uniform (leading zeros kept), greedy decoding; "
-                 "prints and writes (--csv, --json) the answer's exact match, the grid model's character accuracy "
-                 "and the whole response's exact match");
-  cli::add_string(app, "--table", table_s, "instead of the grid: the instances of evaluate_grid's --table (iii | "
-                  "iv-digits | iv-terms | terms)");
+  Flags f;
+  add_options(app, a, f);
   cli::add_quiet(app, a.quiet);
   app.footer(cli::exit_codes_footer(true));
   if (const int rc = cli::parse(app, argc, argv, std::cout, std::cerr); rc >= 0) return rc;
   return run_tool("evaluate", std::cerr, [&] {
-    if (!a.task_s.empty()) parse_task(a.task_s);  // a misspelt name before the model is read
-    EvalMode mode;
-    if (a.mode_s == "teacher") mode = EvalMode::teacher;
-    else if (a.mode_s == "greedy") mode = EvalMode::greedy;
-    else if (a.mode_s == "both") mode = EvalMode::both;
-    else throw InputError(fmt::format("--mode '{}' unknown (teacher|greedy|both)", a.mode_s));
-    if (a.device != "cpu" && mode != EvalMode::teacher)
-      throw InputError(fmt::format("--device {} evaluates teacher-forced only (--mode teacher); greedy decoding runs on "
-                                   "the CPU", a.device));
-    if (a.device != "cpu" && !a.problem.empty())
-      throw InputError(fmt::format("--problem runs on the CPU only (drop --device {})", a.device));
-    if (o_problem->count() && a.problem.find_first_not_of(' ') == std::string::npos)  // not the grid by mistake
-      throw InputError("--problem is empty: give a problem in the task's notation (e.g. 57+48+96)");
-    if (!a.problem.empty())  // what a grid reads would be silently ignored: refused instead
-      for (const CLI::Option* o : {o_csv, o_png, o_nmin, o_nmax, o_nstep, o_mmin, o_mmax, o_samples, o_seed, o_mode,
-                                   o_require})
-        if (o->count())
-          throw InputError(fmt::format("--problem evaluates one problem and writes no grid: {} applies to the grid "
-                                       "(drop it)", o->get_name()));
-    if (a.problem.empty())  // and the offsets of --problem without one
-      for (const CLI::Option* o : {o_s1, o_s2, o_s3})
-        if (o->count())
-          throw InputError(fmt::format("{} is an offset of --problem (the grid is evaluated at offsets 1): give "
-                                       "--problem or drop it", o->get_name()));
-    if (!table_s.empty())
-      for (const auto& t : grid::paper_table(table_s)) a.instances.push_back(t);
-    std::vector<grid::Instance> insts;  // InputError before the model is read
-    for (const auto& t : a.instances) insts.push_back(grid::Instance::parse(t));
-    if (!a.instances.empty() && (!a.problem.empty() || a.device != "cpu" || o_nmin->count() || o_nmax->count() ||
-                                 o_nstep->count() || o_mmin->count() || o_mmax->count() || a.png != "grid.png"))
-      throw InputError("--instance/--table run greedy decoding on the CPU and take none of --problem, --device, "
-                       "--n-*, --m-*, --png");
+    std::vector<grid::Instance> insts;
+    const EvalMode mode = check_flags(a, f, insts);
     const Precision prec = parse_precision(a.precision_s);
     const LoadedModel lm = load_model_dir(a.model);
     const Task& tk = task_of_model(lm.config_json, a.task_s, a.model);
     tk.check_model(lm.cfg);
-    // The grid: the task's axes, narrowed by the flags.
     const bool two = tk.two_axes();
-    const GridAxis a0 = tk.axis(0);
-    const GridAxis a1 = two ? tk.axis(1) : GridAxis{"m", "", 1, 1, 1, 1, 1};
-    if (!two && (o_mmin->count() || o_mmax->count()))
-      throw InputError(fmt::format("task {} has one axis (n, the query length): drop --m-min/--m-max", tk.name()));
-    if (!o_nmin->count()) a.n_min = a0.lo;
-    if (!o_nmax->count()) a.n_max = o_nmin->count() ? std::max(a.n_min, a0.hi) : a0.hi;
-    if (!o_nstep->count()) a.n_step = a0.step;
-    if (!o_mmin->count()) a.m_min = a1.lo;
-    if (!o_mmax->count()) a.m_max = o_mmin->count() ? std::max(a.m_min, a1.hi) : a1.hi;
-    if (a.n_min < a0.min_value || a.n_max < a.n_min || a.n_max > a0.max_value)
-      throw InputError(fmt::format("need {} <= --n-min <= --n-max <= {}", a0.min_value, a0.max_value));
-    if (a.m_min < a1.min_value || a.m_max < a.m_min || a.m_max > a1.max_value)
-      throw InputError(fmt::format("need {} <= --m-min <= --m-max <= {}", a1.min_value, a1.max_value));
+    GridAxis a0 = tk.axis(0), a1 = two ? tk.axis(1) : GridAxis{"m", "", 1, 1, 1, 1, 1};
+    resolve_axes(a, f, tk, a0, a1);
     if (!a.instances.empty()) {
       if (tk.kind() != TaskKind::addition) throw InputError("--instance/--table need a model of the addition task");
       for (const grid::Instance& inst : insts) {  // an instance's problems are held at once, as a cell's

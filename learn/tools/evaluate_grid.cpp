@@ -25,6 +25,116 @@ using namespace manyadd;
 using namespace manyadd::learn;
 using namespace manyadd::learn::grid;
 
+namespace {
+// What one evaluation reads, after the flags are checked and the model is loaded.
+struct Settings {
+  std::string model, csv, json_path, problems_csv;
+  std::int64_t samples = 0;
+  std::uint64_t seed = 0;
+  int threads = 1, batch = 1, steps = 0, fixed_steps = -1, rows = 0, cols = 0;
+  bool greedy = false, quiet = false, fast = false;
+  GridSizeRule rule;
+  Interventions iv;
+};
+
+// --problem: the prediction, the steps, Seq2Grid's actions and the halting probabilities; 1 if wrong.
+int run_problem(const LoadedGridModel& m, const Problem& prob, const Settings& S) {
+int dmax = 0;
+for (const auto& o : prob.operands) dmax = std::max(dmax, int(o.size()));
+const int H = S.rows ? S.rows : int(prob.operands.size()) + S.rule.extra_rows;
+const int W = S.cols ? S.cols : dmax + S.rule.extra_cols;
+check_grid_eval_fits(m.cfg, int(problem_tokens(prob).size()), H, W, 1);
+const GridBatch b = make_batch({prob}, H, W);
+std::vector<SampleActs<float>> ws;
+const BatchEval e = eval_batch(m.view(S.fast), b, seed_mix(S.seed, 0x9B0B), S.greedy, S.steps, 1, ws, nullptr, S.iv);
+std::string pred;
+for (auto t : e.preds[0])
+  if (t != kPad) pred += grid::token_char(t);
+const std::string want = problem_sum(prob);
+const bool ok = e.matches[0].first == e.matches[0].second;
+std::printf("%s= %s (steps %d, grid %d x %d)%s\n", prob.to_string().c_str(), pred.c_str(), e.steps[0], H, W,
+            ok ? "" : fmt::format("  WRONG: the sum is {}", want).c_str());
+// Seq2Grid's actions per token (the paper's Fig. 4) and the halting probabilities per step
+const SampleActs<float>& a = ws[0];
+nlohmann::json actions = nlohmann::json::array(), lambdas = a.lambda;
+std::printf("actions (TLU NLP NOP):");
+for (int t = 0; t < b.S; ++t) {
+  const float* x = a.act.data() + 3 * t;
+  std::printf(" %c:%.2f/%.2f/%.2f", grid::token_char(b.tokens[std::size_t(t)]), x[0], x[1], x[2]);
+  actions.push_back({{"token", std::string(1, grid::token_char(b.tokens[std::size_t(t)]))}, {"TLU", x[0]},
+                     {"NLP", x[1]}, {"NOP", x[2]}});
+}
+std::printf("\nlambda per step:");
+for (float l : a.lambda) std::printf(" %.3f", l);
+std::printf("\n");
+if (!S.json_path.empty())
+  report::write_json_report(S.json_path, "evaluate_grid", ok ? "pass" : "fail",
+                            {{"problem", prob.to_string()}, {"prediction", pred}, {"sum", want},
+                             {"steps", e.steps[0]}, {"H", H}, {"W", W}, {"actions", actions},
+                             {"lambda", lambdas}});
+return ok ? 0 : 1;
+}
+
+// --instance/--table: one row per instance on stdout, in --csv, --problems-csv and --json.
+int run_instances(const LoadedGridModel& m, const std::vector<Instance>& insts, const Settings& S) {
+  for (const Instance& in : insts) {
+    const auto [H, W] = std::pair<int, int>{in.terms_hi + S.rule.extra_rows + S.rule.rand_rows,
+                                            in.digits_hi + S.rule.extra_cols + S.rule.rand_cols};
+    check_grid_eval_fits(m.cfg, in.terms_hi * (in.digits_hi + 1), H, W, S.threads);
+  }
+  if (!S.csv.empty()) check_output_path(S.csv);
+  std::unique_ptr<AtomicFile> per_problem;  // streamed: one row per problem, written as the batches finish
+  if (!S.problems_csv.empty()) {
+    check_output_path(S.problems_csv);
+    per_problem = std::make_unique<AtomicFile>(S.problems_csv);
+    per_problem->append("instance,index,H,W,steps,correct,valid,exact,argmax_weight,problem,sum,prediction\n");
+  }
+  nlohmann::json rows_json = nlohmann::json::array();
+  std::string csv_text = "instance,samples,char_acc,seq_acc,mean_steps,seconds,steps_hist\n";
+  std::printf("%-12s %8s %8s %8s %10s %9s\n", "instance", "samples", "char", "seq", "mean_steps", "seconds");
+  for (const Instance& in : insts) {
+    ProgressOptions popt;
+    popt.quiet = S.quiet;
+    popt.final_after_s = 5;
+    Progress prog("evaluate_grid " + in.name(), S.samples, "samples", popt);
+    std::int64_t index = 0;
+    std::function<void(const GridBatch&, const BatchEval&)> rows_of;
+    if (per_problem) rows_of = [&](const GridBatch& b, const BatchEval& e) {
+      std::string out;
+      for (int i = 0; i < b.B; ++i) {
+        const auto [c, v] = e.matches[std::size_t(i)];
+        std::string pred;
+        for (auto t : e.preds[std::size_t(i)]) pred += grid::token_char(t);
+        const Problem& p = b.problems[std::size_t(i)];
+        out += fmt::format("{},{},{},{},{},{},{},{},{:.6g},{},{},{}\n", in.name(), index++, b.H, b.W,
+                           e.steps[std::size_t(i)], c, v, c == v ? 1 : 0, e.argmax_weight[std::size_t(i)],
+                           p.to_string(), problem_sum(p), pred);
+      }
+      per_problem->append(out);
+    };
+    const InstanceResult r = evaluate_instance(m.view(S.fast), in, S.samples, S.seed, S.rule, S.batch, S.greedy, S.steps, S.threads,
+                                               &prog, rows_of, S.iv);
+    prog.finish();
+    std::printf("%-12s %8lld %8.4f %8.4f %10.2f %9.1f\n", in.name().c_str(), static_cast<long long>(r.samples),
+                r.char_acc(), r.seq_acc(), r.mean_steps(), r.seconds);
+    std::fflush(stdout);
+    std::string hist;
+    for (std::size_t k = 0; k < r.steps_hist.size(); ++k)
+      if (r.steps_hist[k]) hist += fmt::format("{}{}:{}", hist.empty() ? "" : ";", k, r.steps_hist[k]);
+    csv_text += fmt::format("{},{},{:.6f},{:.6f},{:.4f},{:.1f},{}\n", in.name(), r.samples, r.char_acc(), r.seq_acc(),
+                            r.mean_steps(), r.seconds, hist);
+    rows_json.push_back(r.to_json());
+  }
+  if (!S.csv.empty()) atomic_write(S.csv, csv_text);
+  if (per_problem) per_problem->commit();
+  if (!S.json_path.empty())
+    report::write_json_report(S.json_path, "evaluate_grid", "done",
+                              {{"model", S.model}, {"seed", S.seed}, {"greedy_halt", S.greedy}, {"max_steps", S.steps},
+                               {"fixed_steps", S.fixed_steps}, {"hard_actions", S.iv.hard_actions},
+                               {"batch", S.batch}, {"instances", rows_json}});
+  return 0;
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -117,97 +227,11 @@ int main(int argc, char** argv) {
     Interventions iv;
     iv.run_to_max = fixed_steps >= 0;
     iv.hard_actions = hard_actions;
-    if (!problem.empty()) {
-      int dmax = 0;
-      for (const auto& o : prob.operands) dmax = std::max(dmax, int(o.size()));
-      const int H = rows ? rows : int(prob.operands.size()) + rule.extra_rows;
-      const int W = cols ? cols : dmax + rule.extra_cols;
-      check_grid_eval_fits(m.cfg, int(problem_tokens(prob).size()), H, W, 1);
-      const GridBatch b = make_batch({prob}, H, W);
-      std::vector<SampleActs<float>> ws;
-      const BatchEval e = eval_batch(m.view(fast), b, seed_mix(seed, 0x9B0B), greedy, steps, 1, ws, nullptr, iv);
-      std::string pred;
-      for (auto t : e.preds[0])
-        if (t != kPad) pred += grid::token_char(t);
-      const std::string want = problem_sum(prob);
-      const bool ok = e.matches[0].first == e.matches[0].second;
-      std::printf("%s= %s (steps %d, grid %d x %d)%s\n", prob.to_string().c_str(), pred.c_str(), e.steps[0], H, W,
-                  ok ? "" : fmt::format("  WRONG: the sum is {}", want).c_str());
-      // Seq2Grid's actions per token (the paper's Fig. 4) and the halting probabilities per step
-      const SampleActs<float>& a = ws[0];
-      nlohmann::json actions = nlohmann::json::array(), lambdas = a.lambda;
-      std::printf("actions (TLU NLP NOP):");
-      for (int t = 0; t < b.S; ++t) {
-        const float* x = a.act.data() + 3 * t;
-        std::printf(" %c:%.2f/%.2f/%.2f", grid::token_char(b.tokens[std::size_t(t)]), x[0], x[1], x[2]);
-        actions.push_back({{"token", std::string(1, grid::token_char(b.tokens[std::size_t(t)]))}, {"TLU", x[0]},
-                           {"NLP", x[1]}, {"NOP", x[2]}});
-      }
-      std::printf("\nlambda per step:");
-      for (float l : a.lambda) std::printf(" %.3f", l);
-      std::printf("\n");
-      if (!json_path.empty())
-        report::write_json_report(json_path, "evaluate_grid", ok ? "pass" : "fail",
-                                  {{"problem", prob.to_string()}, {"prediction", pred}, {"sum", want},
-                                   {"steps", e.steps[0]}, {"H", H}, {"W", W}, {"actions", actions},
-                                   {"lambda", lambdas}});
-      return ok ? 0 : 1;
-    }
-    for (const Instance& in : insts) {
-      const auto [H, W] = std::pair<int, int>{in.terms_hi + rule.extra_rows + rule.rand_rows,
-                                              in.digits_hi + rule.extra_cols + rule.rand_cols};
-      check_grid_eval_fits(m.cfg, in.terms_hi * (in.digits_hi + 1), H, W, threads);
-    }
-    if (!csv.empty()) check_output_path(csv);
-    std::unique_ptr<AtomicFile> per_problem;  // streamed: one row per problem, written as the batches finish
-    if (!problems_csv.empty()) {
-      check_output_path(problems_csv);
-      per_problem = std::make_unique<AtomicFile>(problems_csv);
-      per_problem->append("instance,index,H,W,steps,correct,valid,exact,argmax_weight,problem,sum,prediction\n");
-    }
-    nlohmann::json rows_json = nlohmann::json::array();
-    std::string csv_text = "instance,samples,char_acc,seq_acc,mean_steps,seconds,steps_hist\n";
-    std::printf("%-12s %8s %8s %8s %10s %9s\n", "instance", "samples", "char", "seq", "mean_steps", "seconds");
-    for (const Instance& in : insts) {
-      ProgressOptions popt;
-      popt.quiet = quiet;
-      popt.final_after_s = 5;
-      Progress prog("evaluate_grid " + in.name(), samples, "samples", popt);
-      std::int64_t index = 0;
-      std::function<void(const GridBatch&, const BatchEval&)> rows_of;
-      if (per_problem) rows_of = [&](const GridBatch& b, const BatchEval& e) {
-        std::string out;
-        for (int i = 0; i < b.B; ++i) {
-          const auto [c, v] = e.matches[std::size_t(i)];
-          std::string pred;
-          for (auto t : e.preds[std::size_t(i)]) pred += grid::token_char(t);
-          const Problem& p = b.problems[std::size_t(i)];
-          out += fmt::format("{},{},{},{},{},{},{},{},{:.6g},{},{},{}\n", in.name(), index++, b.H, b.W,
-                             e.steps[std::size_t(i)], c, v, c == v ? 1 : 0, e.argmax_weight[std::size_t(i)],
-                             p.to_string(), problem_sum(p), pred);
-        }
-        per_problem->append(out);
-      };
-      const InstanceResult r = evaluate_instance(m.view(fast), in, samples, seed, rule, batch, greedy, steps, threads,
-                                                 &prog, rows_of, iv);
-      prog.finish();
-      std::printf("%-12s %8lld %8.4f %8.4f %10.2f %9.1f\n", in.name().c_str(), static_cast<long long>(r.samples),
-                  r.char_acc(), r.seq_acc(), r.mean_steps(), r.seconds);
-      std::fflush(stdout);
-      std::string hist;
-      for (std::size_t k = 0; k < r.steps_hist.size(); ++k)
-        if (r.steps_hist[k]) hist += fmt::format("{}{}:{}", hist.empty() ? "" : ";", k, r.steps_hist[k]);
-      csv_text += fmt::format("{},{},{:.6f},{:.6f},{:.4f},{:.1f},{}\n", in.name(), r.samples, r.char_acc(), r.seq_acc(),
-                              r.mean_steps(), r.seconds, hist);
-      rows_json.push_back(r.to_json());
-    }
-    if (!csv.empty()) atomic_write(csv, csv_text);
-    if (per_problem) per_problem->commit();
-    if (!json_path.empty())
-      report::write_json_report(json_path, "evaluate_grid", "done",
-                                {{"model", model}, {"seed", seed}, {"greedy_halt", greedy}, {"max_steps", steps},
-                                 {"fixed_steps", fixed_steps}, {"hard_actions", hard_actions},
-                                 {"batch", batch}, {"instances", rows_json}});
-    return 0;
+    Settings S;
+    S.model = model, S.csv = csv, S.json_path = json_path, S.problems_csv = problems_csv;
+    S.samples = samples, S.seed = seed, S.threads = threads, S.batch = batch, S.steps = steps;
+    S.fixed_steps = fixed_steps, S.rows = rows, S.cols = cols, S.greedy = greedy, S.quiet = quiet, S.fast = fast;
+    S.rule = rule, S.iv = iv;
+    return problem.empty() ? run_instances(m, insts, S) : run_problem(m, prob, S);
   });
 }

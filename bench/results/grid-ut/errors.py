@@ -57,10 +57,22 @@ def sections(paths):
     """[(path, text)]: one markdown section per (file, instance), in the files' order."""
     out = []
     by = defaultdict(list)  # (file, instance) -> rows: files are not merged (other models, other steps)
+    need = ("instance", "problem", "prediction", "sum", "exact", "steps")  # evaluate_grid --problems-csv's
     for p in paths:
-        with open(p) as f:
-            for r in csv.DictReader(f):
-                by[(p, r["instance"])].append(r)
+        try:
+            with open(p, newline="") as f:
+                reader = csv.DictReader(f)
+                missing = [c for c in need if c not in (reader.fieldnames or [])]
+                if missing:
+                    fail("%s: not an evaluate_grid --problems-csv file (no column %s)" % (p, ", ".join(missing)))
+                for r in reader:
+                    if None in r.values() or None in r:
+                        fail("%s: line %d has %s fields than the header" % (p, reader.line_num, "fewer" if None in r.values() else "more"))
+                    by[(p, r["instance"])].append(r)
+        except OSError as e:
+            fail("%s: %s" % (p, e.strerror or e))
+        except (csv.Error, UnicodeDecodeError) as e:
+            fail("%s: not a CSV file (%s)" % (p, e))
     for (path, inst), rows in by.items():
         lines = []
         emit = lines.append

@@ -149,6 +149,169 @@ SamplesOutcome run_samples(const Instance& inst, const Options& o, int n, int m)
 
 std::string pow10_words(std::int64_t e) { return fmt::format("10^{}", e); }
 
+// What the stages of one cell found so far: its report, the first counterexample, whether there is one.
+struct CellState {
+  json report;
+  json cex = nullptr;
+  bool counterexample = false;
+  void found(const json& c) {
+    counterexample = true;
+    if (cex.is_null()) cex = c;
+  }
+};
+
+// Stage 1: evaluate's random instances of the cell, greedy; returns them (their worst start the attack).
+SamplesOutcome stage_samples(const Instance& inst, const Options& o, std::int64_t n, std::int64_t m, CellState& st,
+                             std::ostream& out) {
+  json& report = st.report;
+  const SamplesOutcome smp = run_samples(inst, o, int(n), int(m));
+  if (smp.run) {
+    out << fmt::format("  samples     {} random (evaluate's cell, seed {}): {} exact under greedy decoding ({:.4f}), "
+                       "smallest teacher-forced margin {:.4f} (row {})\n",
+                       smp.count, o.seed, smp.exact, double(smp.exact) / double(smp.count), smp.min_margin, smp.row);
+    report["samples"] = {{"count", smp.count}, {"seed", o.seed}, {"exact", smp.exact},
+                         {"accuracy", double(smp.exact) / double(smp.count)}, {"min_margin", smp.min_margin},
+                         {"row", smp.row}};
+    if (smp.wrong) {
+      const Problem sh = o.shrink ? shrink(inst, smp.first_wrong) : smp.first_wrong;
+      out << "              a sample is wrong; shrunk:\n";
+      print_wrong(out, inst, sh, o.model);
+      json cj = problem_json(inst, sh);
+      cj["source"] = "samples";
+      cj["found"] = smp.first_wrong.to_string();
+      report["samples"]["wrong"] = cj;
+      st.found(cj);
+    }
+  } else {
+    out << "  samples     not run (--samples 0)\n";
+    report["samples"] = {{"count", 0}};
+  }
+  return smp;
+}
+
+// Stage 2: the adversarial search, from the structured starts and the samples' worst.
+void stage_attack(const Instance& inst, const Options& o, const SamplesOutcome& smp, CellState& st, std::ostream& out) {
+  if (o.attack_seconds <= 0) {
+    out << "  attack      not run (--attack-seconds 0)\n";
+    st.report["attack"] = {{"seconds", 0}};
+    return;
+  }
+  AttackOptions ao;
+  ao.seconds = o.attack_seconds, ao.seed = o.seed, ao.threads = o.threads, ao.starts = smp.worst;
+  ao.shrink = o.shrink;
+  const AttackResult ar = attack(inst, ao);
+  json aj = {{"seconds", ar.seconds}, {"budget_seconds", o.attack_seconds}, {"evaluations", ar.evaluations},
+             {"min_margin", ar.best_margin}, {"row", ar.best_row}, {"worst_input", ar.best.to_string()},
+             {"structured_starts", structured_starts(inst.shape()).size()}, {"found", ar.found}};
+  if (ar.found) {
+    out << fmt::format("  attack      COUNTEREXAMPLE after {:.1f} s, {} forwards (teacher-forced margin {:.4f} at row "
+                       "{}; shrunk from {})\n",
+                       ar.seconds, ar.evaluations, ar.cex.margin, ar.cex.row, ar.cex.found.to_string());
+    print_wrong(out, inst, ar.cex.problem, o.model);
+    json cj = problem_json(inst, ar.cex.problem);
+    cj["source"] = "attack", cj["found"] = ar.cex.found.to_string(), cj["margin"] = ar.cex.margin,
+    cj["row"] = ar.cex.row;
+    aj["counterexample"] = cj;
+    st.found(cj);
+  } else {
+    out << fmt::format("  attack      {:.1f} s, {} forwards: no wrong input; smallest teacher-forced margin {:.4f} "
+                       "at row {} ({})\n",
+                       ar.seconds, ar.evaluations, ar.best_margin, ar.best_row, ar.best.to_string());
+  }
+  st.report["attack"] = aj;
+}
+
+// The certificate's rows as JSON, with their totals.
+struct RowTotals {
+  std::int64_t proven = 0, leaves = 0, bounded = 0, pruned = 0;
+  double min_bound = std::numeric_limits<double>::infinity();
+  const RowResult* first_open = nullptr;
+};
+json rows_json(const CertResult& cr, RowTotals& t) {
+  json rows = json::array();
+  for (const auto& r : cr.rows) {
+    t.proven += r.status == RowStatus::proven;
+    t.leaves += r.leaves, t.bounded += r.bounded, t.pruned += r.pruned;
+    if (r.status == RowStatus::proven) t.min_bound = std::min(t.min_bound, r.min_bound);
+    if (r.status != RowStatus::proven && !t.first_open) t.first_open = &r;
+    json rj = {{"row", r.row}, {"status", row_status_name(r.status)}, {"nodes", r.nodes}, {"leaves", r.leaves},
+               {"bounded", r.bounded}, {"pruned", r.pruned}};
+    if (r.status == RowStatus::proven) rj["min_bound"] = r.min_bound;
+    if (std::isfinite(r.min_exact)) rj["min_exact"] = r.min_exact;
+    if (!r.why.empty()) rj["why"] = r.why;
+    if (r.status == RowStatus::failing) rj["witness"] = r.witness.to_string(), rj["exact_margin"] = r.witness_margin;
+    rows.push_back(rj);
+  }
+  return rows;
+}
+
+// Stage 3: the certificate (one-layer models); returns whether every input is proven.
+bool stage_certificate(const OneLayer& w, const Instance& inst, const Options& o, CellState& st, std::ostream& out) {
+  if (!o.certificate) {
+    out << "  certificate not run (--certificate to run it; one-layer models)\n";
+    st.report["certificate"] = {{"status", "not_run"}};
+    return false;
+  }
+  const DigitVars dv(inst.shape());
+  CertOptions co;
+  co.max_nodes = o.max_nodes, co.seconds = o.cert_seconds, co.threads = o.threads, co.bound_radius = o.bound_radius;
+  co.fp32 = o.arithmetic == "fp32";
+  ProgressOptions po;
+  po.quiet = o.quiet, po.final_after_s = 2;
+  const CertResult cr = certify_shape(w, dv, inst.positions(), co, po);
+  RowTotals t;
+  json cj = {{"rows", rows_json(cr, t)},
+             {"arithmetic", o.arithmetic},
+             {"nodes", cr.nodes},
+             {"seconds", cr.seconds},
+             {"fp32", {{"score_error", cr.fp32.score_error},
+                       {"softmax_relative", cr.fp32.softmax_rel},
+                       {"attention_error", cr.fp32.attn_error}}},
+             {"slack", kSlack},
+             {"budget", {{"max_nodes_per_row", o.max_nodes}, {"seconds", o.cert_seconds},
+                         {"bound_radius", o.bound_radius}}}};
+  std::string status = "unknown";
+  if (cr.status == RowStatus::proven) {
+    status = "proven";
+    double min_exact = std::numeric_limits<double>::infinity();
+    for (const auto& r : cr.rows) min_exact = std::min(min_exact, r.min_exact);
+    out << fmt::format("  certificate PROVEN for every input{}: {} rows, {} nodes ({} inputs evaluated one by one, {} "
+                       "sets bounded, {} pruned), smallest margin of an input evaluated {:.4f}, smallest certified "
+                       "lower bound {:.4f} ({:.1f} s)\n",
+                       o.arithmetic == "fp32" ? " (fp32 forward, rounding bounded)" : " IN REAL ARITHMETIC (not fp32)",
+                       cr.rows.size(), cr.nodes, t.leaves, t.bounded, t.pruned, min_exact, t.min_bound, cr.seconds);
+    cj["min_bound"] = t.min_bound;
+    if (std::isfinite(min_exact)) cj["min_exact"] = min_exact;
+  } else if (cr.status == RowStatus::failing) {
+    const RowResult* f = nullptr;
+    for (const auto& r : cr.rows)
+      if (r.status == RowStatus::failing && !f) f = &r;
+    if (!inst.greedy(f->witness).exact) {
+      status = "counterexample";
+      const Problem sh = o.shrink ? shrink(inst, f->witness) : f->witness;
+      out << fmt::format("  certificate COUNTEREXAMPLE at row {} (exact margin {:.4f}); {} of {} rows proven ({:.1f} s); "
+                         "shrunk:\n",
+                         f->row, f->witness_margin, t.proven, cr.rows.size(), cr.seconds);
+      print_wrong(out, inst, sh, o.model);
+      json wj = problem_json(inst, sh);
+      wj["source"] = "certificate", wj["found"] = f->witness.to_string(), wj["row"] = f->row;
+      cj["counterexample"] = wj;
+      st.found(wj);
+    } else {
+      out << fmt::format("  certificate UNKNOWN: row {}'s input {} has exact margin {:.3g}, not above its fp32 rounding "
+                         "bound (greedy decoding is right on it; --arithmetic real proves the real-number model); {} of {} "
+                         "rows proven ({:.1f} s)\n",
+                         f->row, f->witness.to_string(), f->witness_margin, t.proven, cr.rows.size(), cr.seconds);
+    }
+  } else {
+    out << fmt::format("  certificate UNKNOWN: {} of {} rows proven, first open row {} ({}; {} nodes) ({:.1f} s)\n",
+                       t.proven, cr.rows.size(), t.first_open->row, t.first_open->why, t.first_open->nodes, cr.seconds);
+  }
+  cj["status"] = status, cj["rows_proven"] = t.proven;
+  st.report["certificate"] = cj;
+  return status == "proven";
+}
+
 // One cell: the three stages, printed to `out` (a discarding stream in grid mode); the report's body with
 // "exit" (0 or 1) for the caller.
 json run_cell(const Net& net, const Options& o, std::int64_t n, std::int64_t m, std::ostream& out) {
@@ -165,161 +328,27 @@ json run_cell(const Net& net, const Options& o, std::int64_t n, std::int64_t m, 
   out << fmt::format("verify_learned  {}  ({})\n", o.model, net.describe());
   out << fmt::format("  shape       TA({}, {}): l={} N={}, offsets s1={} s2={}, {} inputs (operands of at most {} digits)\n",
                      n, m, shape.l, shape.N(), o.s1, o.s2, pow10_words(n * m), n);
-  json report = {{"model", o.model},
-                 {"architecture", net.describe()},
-                 {"shape", {{"n", n}, {"m", m}, {"l", shape.l}, {"N", shape.N()}, {"padding", "minimal"}}},
-                 {"offsets", {{"s1", o.s1}, {"s2", o.s2}}},
-                 {"forward", "learn's fp32 reference (--device cpu)"}};
-  bool counterexample = false;
-  json cex_json = nullptr;
-  // 1. samples
-  const SamplesOutcome smp = run_samples(inst, o, int(n), int(m));
-  if (smp.run) {
-    out << fmt::format("  samples     {} random (evaluate's cell, seed {}): {} exact under greedy decoding ({:.4f}), "
-                       "smallest teacher-forced margin {:.4f} (row {})\n",
-                       smp.count, o.seed, smp.exact, double(smp.exact) / double(smp.count), smp.min_margin, smp.row);
-    report["samples"] = {{"count", smp.count}, {"seed", o.seed}, {"exact", smp.exact},
-                         {"accuracy", double(smp.exact) / double(smp.count)}, {"min_margin", smp.min_margin},
-                         {"row", smp.row}};
-    if (smp.wrong) {
-      counterexample = true;
-      const Problem sh = o.shrink ? shrink(inst, smp.first_wrong) : smp.first_wrong;
-      out << "              a sample is wrong; shrunk:\n";
-      print_wrong(out, inst, sh, o.model);
-      cex_json = problem_json(inst, sh);
-      cex_json["source"] = "samples";
-      cex_json["found"] = smp.first_wrong.to_string();
-      report["samples"]["wrong"] = cex_json;
-    }
-  } else {
-    out << "  samples     not run (--samples 0)\n";
-    report["samples"] = {{"count", 0}};
-  }
-  // 2. attack
-  if (o.attack_seconds > 0) {
-    AttackOptions ao;
-    ao.seconds = o.attack_seconds, ao.seed = o.seed, ao.threads = o.threads, ao.starts = smp.worst;
-    ao.shrink = o.shrink;
-    const AttackResult ar = attack(inst, ao);
-    json aj = {{"seconds", ar.seconds}, {"budget_seconds", o.attack_seconds}, {"evaluations", ar.evaluations},
-               {"min_margin", ar.best_margin}, {"row", ar.best_row}, {"worst_input", ar.best.to_string()},
-               {"structured_starts", structured_starts(shape).size()}, {"found", ar.found}};
-    if (ar.found) {
-      counterexample = true;
-      out << fmt::format("  attack      COUNTEREXAMPLE after {:.1f} s, {} forwards (teacher-forced margin {:.4f} at row "
-                         "{}; shrunk from {})\n",
-                         ar.seconds, ar.evaluations, ar.cex.margin, ar.cex.row, ar.cex.found.to_string());
-      print_wrong(out, inst, ar.cex.problem, o.model);
-      json cj = problem_json(inst, ar.cex.problem);
-      cj["source"] = "attack", cj["found"] = ar.cex.found.to_string(), cj["margin"] = ar.cex.margin,
-      cj["row"] = ar.cex.row;
-      aj["counterexample"] = cj;
-      if (cex_json.is_null()) cex_json = cj;
-    } else {
-      out << fmt::format("  attack      {:.1f} s, {} forwards: no wrong input; smallest teacher-forced margin {:.4f} "
-                         "at row {} ({})\n",
-                         ar.seconds, ar.evaluations, ar.best_margin, ar.best_row, ar.best.to_string());
-    }
-    report["attack"] = aj;
-  } else {
-    out << "  attack      not run (--attack-seconds 0)\n";
-    report["attack"] = {{"seconds", 0}};
-  }
-  // 3. certificate
-  bool proven = false;
-  if (o.certificate) {
-    const DigitVars dv(shape);
-    CertOptions co;
-    co.max_nodes = o.max_nodes, co.seconds = o.cert_seconds, co.threads = o.threads, co.bound_radius = o.bound_radius;
-    co.fp32 = o.arithmetic == "fp32";
-    ProgressOptions po;
-    po.quiet = o.quiet, po.final_after_s = 2;
-    const CertResult cr = certify_shape(w, dv, inst.positions(), co, po);
-    std::int64_t proven_rows = 0, leaves = 0, bounded = 0, pruned = 0;
-    double min_bound = std::numeric_limits<double>::infinity();
-    json rows = json::array();
-    const RowResult* first_bad = nullptr;
-    for (const auto& r : cr.rows) {
-      proven_rows += r.status == RowStatus::proven;
-      leaves += r.leaves, bounded += r.bounded, pruned += r.pruned;
-      if (r.status == RowStatus::proven) min_bound = std::min(min_bound, r.min_bound);
-      if (r.status != RowStatus::proven && !first_bad) first_bad = &r;
-      json rj = {{"row", r.row}, {"status", row_status_name(r.status)}, {"nodes", r.nodes}, {"leaves", r.leaves},
-                 {"bounded", r.bounded}, {"pruned", r.pruned}};
-      if (r.status == RowStatus::proven) rj["min_bound"] = r.min_bound;
-      if (std::isfinite(r.min_exact)) rj["min_exact"] = r.min_exact;
-      if (!r.why.empty()) rj["why"] = r.why;
-      if (r.status == RowStatus::failing) rj["witness"] = r.witness.to_string(), rj["exact_margin"] = r.witness_margin;
-      rows.push_back(rj);
-    }
-    json cj = {{"rows", rows},
-               {"arithmetic", o.arithmetic},
-               {"nodes", cr.nodes},
-               {"seconds", cr.seconds},
-               {"fp32", {{"score_error", cr.fp32.score_error},
-                         {"softmax_relative", cr.fp32.softmax_rel},
-                         {"attention_error", cr.fp32.attn_error}}},
-               {"slack", kSlack},
-               {"budget", {{"max_nodes_per_row", o.max_nodes}, {"seconds", o.cert_seconds},
-                           {"bound_radius", o.bound_radius}}}};
-    std::string status;
-    if (cr.status == RowStatus::proven) {
-      proven = true, status = "proven";
-      double min_exact = std::numeric_limits<double>::infinity();
-      for (const auto& r : cr.rows) min_exact = std::min(min_exact, r.min_exact);
-      out << fmt::format("  certificate PROVEN for every input{}: {} rows, {} nodes ({} inputs evaluated one by one, {} "
-                         "sets bounded, {} pruned), smallest margin of an input evaluated {:.4f}, smallest certified "
-                         "lower bound {:.4f} ({:.1f} s)\n",
-                         o.arithmetic == "fp32" ? " (fp32 forward, rounding bounded)" : " IN REAL ARITHMETIC (not fp32)",
-                         cr.rows.size(), cr.nodes, leaves, bounded, pruned, min_exact, min_bound, cr.seconds);
-      cj["min_bound"] = min_bound;
-      if (std::isfinite(min_exact)) cj["min_exact"] = min_exact;
-    } else if (cr.status == RowStatus::failing) {
-      const RowResult* f = nullptr;
-      for (const auto& r : cr.rows)
-        if (r.status == RowStatus::failing && !f) f = &r;
-      const auto g = inst.greedy(f->witness);
-      if (!g.exact) {
-        status = "counterexample", counterexample = true;
-        const Problem sh = o.shrink ? shrink(inst, f->witness) : f->witness;
-        out << fmt::format("  certificate COUNTEREXAMPLE at row {} (exact margin {:.4f}); {} of {} rows proven ({:.1f} s); "
-                           "shrunk:\n",
-                           f->row, f->witness_margin, proven_rows, cr.rows.size(), cr.seconds);
-        print_wrong(out, inst, sh, o.model);
-        json wj = problem_json(inst, sh);
-        wj["source"] = "certificate", wj["found"] = f->witness.to_string(), wj["row"] = f->row;
-        cj["counterexample"] = wj;
-        if (cex_json.is_null()) cex_json = wj;
-      } else {
-        status = "unknown";
-        out << fmt::format("  certificate UNKNOWN: row {}'s input {} has exact margin {:.3g}, not above its fp32 rounding "
-                           "bound (greedy decoding is right on it; --arithmetic real proves the real-number model); {} of {} "
-                           "rows proven ({:.1f} s)\n",
-                           f->row, f->witness.to_string(), f->witness_margin, proven_rows, cr.rows.size(), cr.seconds);
-      }
-    } else {
-      status = "unknown";
-      out << fmt::format("  certificate UNKNOWN: {} of {} rows proven, first open row {} ({}; {} nodes) ({:.1f} s)\n",
-                         proven_rows, cr.rows.size(), first_bad->row, first_bad->why, first_bad->nodes, cr.seconds);
-    }
-    cj["status"] = status, cj["rows_proven"] = proven_rows;
-    report["certificate"] = cj;
-  } else {
-    out << "  certificate not run (--certificate to run it; one-layer models)\n";
-    report["certificate"] = {{"status", "not_run"}};
-  }
+  CellState st;
+  st.report = {{"model", o.model},
+               {"architecture", net.describe()},
+               {"shape", {{"n", n}, {"m", m}, {"l", shape.l}, {"N", shape.N()}, {"padding", "minimal"}}},
+               {"offsets", {{"s1", o.s1}, {"s2", o.s2}}},
+               {"forward", "learn's fp32 reference (--device cpu)"}};
+  const SamplesOutcome smp = stage_samples(inst, o, n, m, st, out);
+  stage_attack(inst, o, smp, st, out);
+  const bool proven = stage_certificate(w, inst, o, st, out);
   const double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
   std::string verdict;
   int code = 0;
-  if (counterexample) verdict = "COUNTEREXAMPLE", code = 1;
+  if (st.counterexample) verdict = "COUNTEREXAMPLE", code = 1;
   else if (proven) verdict = "PROVEN";
   else verdict = "NO COUNTEREXAMPLE FOUND (not proven)", code = o.require_proof ? 1 : 0;
   out << fmt::format("  result      {}  ({:.1f} s)\n", verdict, secs);
-  report["result"] = counterexample ? "counterexample" : proven ? "proven" : "not_proven";
-  report["counterexample"] = cex_json;
-  report["seconds"] = secs;
-  report["exit"] = code;
-  return report;
+  st.report["result"] = st.counterexample ? "counterexample" : proven ? "proven" : "not_proven";
+  st.report["counterexample"] = st.cex;
+  st.report["seconds"] = secs;
+  st.report["exit"] = code;
+  return st.report;
 }
 
 // "A-B" or "A" -> [lo, hi] within [1, kMaxSide].
