@@ -636,6 +636,24 @@ TEST(LearnCli, ResumeNamesChangedTrainSettings) {
   EXPECT_TRUE(e.rc == 0 || e.rc == 1) << e.err;                               // (1: a 34-step model's wrong sum)
 }
 
+// A checkpoint written before a train field existed (here hard_fraction, and task) is resumed as trained
+// with that field's default: no change is named, and none recorded.
+TEST(LearnCli, ResumeOfAnOlderCheckpointNamesNoChange) {
+  const std::string d = copy_model("older");
+  SafetensorsFile f = parse_safetensors(slurp(d + "/checkpoint.safetensors"), "checkpoint");
+  auto meta = f.metadata;
+  meta.erase("checksum");
+  auto tc = nlohmann::json::parse(meta.at("run.train_config"));
+  ASSERT_TRUE(tc.contains("hard_fraction"));
+  tc.erase("hard_fraction"), tc.erase("task");
+  meta["run.train_config"] = tc.dump();
+  spit(d + "/checkpoint.safetensors", safetensors_bytes(f.tensors, meta));
+  CmdResult r = run_cmd(kTrain + " --out " + d + " --resume --steps 32");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("other than the checkpoint's: steps 30 -> 32;"), std::string::npos) << r.err;  // steps only
+  EXPECT_EQ(r.err.find("hard_fraction"), std::string::npos) << r.err;
+}
+
 TEST(LearnCli, TruncatedCheckpointRefusesResume) {
   const std::string d = copy_model("ckpt");
   const std::string s = slurp(d + "/checkpoint.safetensors");

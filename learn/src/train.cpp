@@ -376,7 +376,11 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
     // config.json is the user's to edit (and flags may extend --steps): say what differs from the
     // settings the checkpoint was trained with, which its checksum covers, and keep it with the run.
     const std::string diff = resumed_train_changes(rs, what, tc, {}, [](nlohmann::json& was) {
-      if (!was.contains("task")) was["task"] = "addition";  // written before tasks existed
+      // a field the checkpoint's run predates (task, hard_fraction, ...) had its default's meaning then
+      nlohmann::json def;
+      to_json(def, TrainConfig{});
+      for (auto it = def.begin(); it != def.end(); ++it)
+        if (!was.contains(it.key())) was[it.key()] = it.value();
     });
     if (!diff.empty()) {
       prog.message("resuming with train settings other than the checkpoint's:" + diff +
