@@ -421,6 +421,9 @@ TEST(LearnConfig, HelpDocumentsEveryFieldWithItsDefault) {
   mj["rel_far"] = false;  // written when true
   rel.rel_far = true;
   EXPECT_EQ(nlohmann::json(rel).at("rel_far"), true);
+  mj["rel_far_norm"] = false;  // written when true
+  rel.rel_far_norm = true;
+  EXPECT_EQ(nlohmann::json(rel).at("rel_far_norm"), true);
   EXPECT_FALSE(nlohmann::json(ModelConfig{}).contains("rel_window"));
   EXPECT_FALSE(nlohmann::json(coded).contains("pos_code_distance"));  // written when not 1
   CLI::App app;  // the options as train declares them; their descriptions are what --help prints
