@@ -157,6 +157,7 @@ TEST(PackedPipeline, EqualsPerSequenceForwardBackward) {
     FireThreshold fire = FireThreshold::max;
     bool rel_far = false;
     bool rel_far_norm = false;
+    bool rel_far_mask = false;
   };
   std::vector<Variant> variants;
   for (PosMode m : kPosModes) variants.push_back({m});
@@ -166,6 +167,7 @@ TEST(PackedPipeline, EqualsPerSequenceForwardBackward) {
   variants.push_back({PosMode::rope, false, true});
   variants.push_back({PosMode::coupled_rel, false, false, FireThreshold::max, true});  // rel_far, window 1
   variants.push_back({PosMode::coupled_rel, false, false, FireThreshold::max, true, true});  // and rel_far_norm
+  variants.push_back({PosMode::coupled_rel, false, false, FireThreshold::max, false, false, true});  // rel_far_mask, window 1
   for (const Variant& v : variants)
     for (int layers = 1; layers <= 2; ++layers) {
       const PosMode mode = v.mode;
@@ -173,7 +175,8 @@ TEST(PackedPipeline, EqualsPerSequenceForwardBackward) {
       SCOPED_TRACE(std::string(pos_mode_name(mode)) + " layers " + std::to_string(layers) +
                    (authors ? " authors' options" : "") + (v.injection ? " input injection" : "") +
                    (mode == PosMode::fire ? std::string(" threshold ") + fire_threshold_name(v.fire) : "") +
-                   (v.rel_far ? " rel_far" : "") + (v.rel_far_norm ? " rel_far_norm" : ""));
+                   (v.rel_far ? " rel_far" : "") + (v.rel_far_norm ? " rel_far_norm" : "") +
+                   (v.rel_far_mask ? " rel_far_mask" : ""));
       ModelConfig c = small_model(mode, layers);
       c.init_std = 0.5f;  // far from uniform attention, so that masking errors would show
       if (authors) {
@@ -182,6 +185,7 @@ TEST(PackedPipeline, EqualsPerSequenceForwardBackward) {
       c.input_injection = v.injection, c.fire_threshold = v.fire;
       if (v.rel_far) c.rel_far = true, c.rel_window = 1;
       c.rel_far_norm = v.rel_far_norm;
+      if (v.rel_far_mask) c.rel_far_mask = true, c.rel_window = 1;
       const Layout lay = Layout::make(c);
       auto P = init_params<double>(c, lay, 11 + std::uint64_t(layers));
       if (mode == PosMode::fire) P[std::size_t(lay.fire_L_sqrt)] = 4.1, P[std::size_t(lay.fire_c)] = 0.7;  // L 16.81

@@ -88,7 +88,8 @@ std::vector<Variant> variants() {
   v.push_back({"hypercube, frozen codes", codes});
   return v;
 }
-// The fp32 tests' variants: the above and coupled_rel (1 and 2 layers; window 1 with the far gain; grads()
+// The fp32 tests' variants: the above and coupled_rel (1 and 2 layers; window 1 with the far gain, or
+// shared, or masked; grads()
 // draws its gains N(0, 1); the IDs of mixed_examples reach differences beyond the window on both levels).
 std::vector<Variant> fp32_variants() {
   std::vector<Variant> v = variants();
@@ -99,6 +100,8 @@ std::vector<Variant> fp32_variants() {
     v.push_back({"coupled_rel far W1 L" + std::to_string(layers), c});
     c.rel_far_norm = true;
     v.push_back({"coupled_rel far/count W1 L" + std::to_string(layers), c});
+    c.rel_far = false, c.rel_far_norm = false, c.rel_far_mask = true;
+    v.push_back({"coupled_rel far masked W1 L" + std::to_string(layers), c});
   }
   return v;
 }

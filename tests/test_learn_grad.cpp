@@ -518,6 +518,59 @@ TEST(CoupledRelBias, FarNormIsTheDefinition) {
         EXPECT_EQ(dec[(std::size_t(h) * 3 + i) * T + j], normed[(std::size_t(h) * T + past + i) * T + j]);
 }
 
+// rel_far_mask: the whole model's gradient (the masked pairs take none: their weight is exactly 0) and fp32
+// against double, windows 1 and 0 (the example has pairs far on one level and near on the other).
+TEST(WholeModelVariants, CoupledRelFarMask) {
+  for (int W : {1, 0}) {
+    SCOPED_TRACE(W);
+    ModelConfig c = tiny_model(PosMode::coupled_rel);
+    c.rel_window = W, c.rel_far_mask = true;
+    check_whole_model(c);
+    c.n_layers = 2;
+    check_whole_model(c);
+    float_matches_double(c);
+  }
+}
+
+// rel_far_mask's bias against its definition: -inf where the pair is far on either level (both IDs > 0,
+// |d| > W), else the bias without it; BOS and the query itself never masked; with a cache the same rows.
+TEST(CoupledRelBias, FarMaskIsTheDefinition) {
+  const int W = 1, NH = 2, L = 2, T = 9, nb = 2 * W + 1;
+  const std::int32_t id0[T] = {0, 1, 2, 3, 4, 1, 2, 3, 4}, id1[T] = {0, 1, 1, 1, 1, 2, 2, 4, 4};
+  const std::int32_t* ids[2] = {id0, id1};
+  std::vector<double> g(std::size_t(NH) * L * nb);
+  for (std::size_t k = 0; k < g.size(); ++k) g[k] = 0.1 * double(k) - 0.7;
+  std::vector<double> plain(std::size_t(NH) * T * T), masked = plain;
+  coupled_rel_bias(plain.data(), g.data(), ids, L, T, 0, NH, W, false);
+  coupled_rel_bias(masked.data(), g.data(), ids, L, T, 0, NH, W, false, false, true);
+  int n_masked = 0, n_kept = 0;
+  for (int h = 0; h < NH; ++h)
+    for (int i = 0; i < T; ++i)
+      for (int j = 0; j <= i; ++j) {
+        bool far = false;
+        for (int lv = 0; lv < L; ++lv) far |= ids[lv][i] > 0 && ids[lv][j] > 0 && std::abs(ids[lv][j] - ids[lv][i]) > W;
+        const double b = masked[(std::size_t(h) * T + i) * T + j];
+        if (far) {
+          EXPECT_EQ(b, -std::numeric_limits<double>::infinity()) << h << " " << i << " " << j;
+          ++n_masked;
+        } else {
+          EXPECT_EQ(b, plain[(std::size_t(h) * T + i) * T + j]) << h << " " << i << " " << j;
+          ++n_kept;
+        }
+        if (j == 0 || j == i) EXPECT_FALSE(far);
+      }
+  EXPECT_GT(n_masked, 10);
+  EXPECT_GT(n_kept, 10);
+  const int past = 6;
+  const std::int32_t* tail[2] = {id0 + past, id1 + past};
+  std::vector<double> dec(std::size_t(NH) * 3 * T);
+  coupled_rel_bias(dec.data(), g.data(), tail, L, 3, past, NH, W, false, false, true);
+  for (int h = 0; h < NH; ++h)
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j <= past + i; ++j)
+        EXPECT_EQ(dec[(std::size_t(h) * 3 + i) * T + j], masked[(std::size_t(h) * T + past + i) * T + j]);
+}
+
 // Position codes (model.pos_codes): every trainable tensor's gradient against finite differences, the
 // frozen tables' gradient exactly zero (check_whole_model), for each kind on either level and per level.
 // d_model 20 holds both hypercube blocks (2 x 4 + 2 x 3 dimensions for max_pos 8 and 6).

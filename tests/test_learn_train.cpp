@@ -424,6 +424,10 @@ TEST(LearnConfig, HelpDocumentsEveryFieldWithItsDefault) {
   mj["rel_far_norm"] = false;  // written when true
   rel.rel_far_norm = true;
   EXPECT_EQ(nlohmann::json(rel).at("rel_far_norm"), true);
+  mj["rel_far_mask"] = false;  // written when true
+  ModelConfig masked;
+  masked.pos_mode = PosMode::coupled_rel, masked.rel_far_mask = true;
+  EXPECT_EQ(nlohmann::json(masked).at("rel_far_mask"), true);
   EXPECT_FALSE(nlohmann::json(ModelConfig{}).contains("rel_window"));
   EXPECT_FALSE(nlohmann::json(coded).contains("pos_code_distance"));  // written when not 1
   CLI::App app;  // the options as train declares them; their descriptions are what --help prints

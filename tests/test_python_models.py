@@ -204,7 +204,8 @@ class LearnedLogits(TempDir):
                     "coupled_rel_w0": ["--pos-mode", "coupled_rel", "--rel-window", "0", "--input-injection", "true"],
                     "coupled_rel_far": ["--pos-mode", "coupled_rel", "--rel-window", "1", "--rel-far", "true"],
                     "coupled_rel_far_norm": ["--pos-mode", "coupled_rel", "--rel-window", "1", "--rel-far", "true",
-                                             "--rel-far-norm", "true"]}
+                                             "--rel-far-norm", "true"],
+                    "coupled_rel_far_mask": ["--pos-mode", "coupled_rel", "--rel-window", "1", "--rel-far-mask", "true"]}
         for name, flags in variants.items():
             run = os.path.join(self.dir, name)
             tool("TRAIN", "--out", run, "--train-n", 2, "--train-m", 3, "--train-size", 200, "--max-pos1", 12,
@@ -212,7 +213,8 @@ class LearnedLogits(TempDir):
                  "--steps", 20, "--lr", 0.01, "--eval-every", 0, "--eval-samples", 2, *flags)
             self.compare(run, "57+8+96", greedy=False)
             self.compare(run, MEDIUM, greedy=False)  # beyond every training length
-        for name, nb in (("coupled_rel", 5), ("coupled_rel_w0", 1), ("coupled_rel_far", 4), ("coupled_rel_far_norm", 4)):
+        for name, nb in (("coupled_rel", 5), ("coupled_rel_w0", 1), ("coupled_rel_far", 4), ("coupled_rel_far_norm", 4),
+                         ("coupled_rel_far_mask", 3)):
             run = os.path.join(self.dir, name)
             self.assertEqual(tuple(load_learned(run).rel_bias.weight.shape), (2, 4, 2, nb))
             self.assertEqual(len(load_learned(run).pos_emb), 0)  # no table
@@ -512,6 +514,8 @@ class LearnedApi(TempDir):
             (lambda c: c["model"].update(rel_window=2), "applies to pos_mode coupled_rel only"),
             (lambda c: c["model"].update(rel_far=False), "applies to pos_mode coupled_rel only"),
             (lambda c: c["model"].update(pos_mode="coupled_rel", rel_far=1), "rel_far"),
+            (lambda c: c["model"].update(pos_mode="coupled_rel", rel_far_mask="yes"), "rel_far_mask"),
+            (lambda c: c["model"].update(pos_mode="coupled_rel", rel_far=True, rel_far_mask=True), "exclude each other"),
             # coupled_rel has no tables: the committed model's pos_emb.* are then tensors it does not use
             (lambda c: c["model"].update(pos_mode="coupled_rel"), "is not part of the model"),
             (lambda c: c["model"].update(pos_mode="coupled_rel", rel_window=65), "rel_window"),

@@ -77,6 +77,34 @@ std::string far_norm_model() {
   return damaged_model(kRelModel, "vl_farnorm", [](learn::LoadedModel& lm) { lm.config_json["model"]["rel_far_norm"] = true; });
 }
 
+// The committed coupled_rel model with model.rel_far_mask in place of rel_far: its near gains and every other
+// weight kept, the far gain dropped, the far keys no longer attended (another forward: right on some inputs,
+// wrong on others, which is what a soundness check wants).
+std::string far_mask_model() {
+  const learn::LoadedModel lm = learn::load_model_dir(model_path(kRelModel));
+  learn::ModelConfig c = lm.cfg;
+  c.rel_far = false, c.rel_far_mask = true;
+  const learn::Layout lay = learn::Layout::make(c);
+  std::vector<float> p(std::size_t(lay.total));
+  for (const learn::TensorSpec& t : lay.tensors) {
+    const learn::TensorSpec& from = lm.lay.find(t.name);
+    if (t.name != "rel_bias.weight") {
+      std::copy_n(lm.params.begin() + from.offset, t.size, p.begin() + t.offset);
+      continue;
+    }
+    const std::int64_t nb = c.rel_buckets(), nb_from = lm.cfg.rel_buckets();  // the near gains come first
+    for (std::int64_t r = 0; r < t.size / nb; ++r)
+      std::copy_n(lm.params.begin() + from.offset + r * nb_from, nb, p.begin() + t.offset + r * nb);
+  }
+  nlohmann::json cj = lm.config_json;
+  cj["model"].erase("rel_far");
+  cj["model"]["rel_far_mask"] = true;
+  const std::string dir = manyadd::testing::temp_dir("vl_farmask");
+  atomic_write(dir + "/config.json", cj.dump(2));
+  write_safetensors(dir + "/model.safetensors", learn::params_to_tensors(lay, p), {{"format", "pt"}});
+  return dir;
+}
+
 // Per response row: the smallest teacher-forced fp32 margin over every input, and whether some input's
 // prediction there is wrong (brute force through learn's reference forward).
 struct Brute {
@@ -171,10 +199,11 @@ TEST(LearnedDigits, PropagationKeepsEveryRealizedValue) {
 // The certificate's exact margins (double, its own implementation of the one-layer forward) and learn's
 // fp32 reference forward agree within the certificate's own fp32 bound, at every row of random inputs,
 // for a model without position tables (coupled_rel), one with them (coupled) and the coupled_rel weights read
-// with rel_far_norm (far_norm_model: its shifted far gains, a term fp32 rounds once more).
+// with rel_far_norm (far_norm_model: its shifted far gains, a term fp32 rounds once more) and with
+// rel_far_mask (far_mask_model: the far keys left out of the certificate's sums, -inf in learn's).
 TEST(LearnedLeaf, ExactMarginsBoundTheFp32Forward) {
   std::mt19937_64 g(3);
-  for (const std::string& rel : {model_path(kRelModel), model_path(kTableModel), far_norm_model()}) {
+  for (const std::string& rel : {model_path(kRelModel), model_path(kTableModel), far_norm_model(), far_mask_model()}) {
     const Net net = Net::load(rel);
     const OneLayer w = net.one_layer();
     for (auto [n, m] : std::vector<std::pair<int, int>>{{3, 3}, {6, 2}}) {
@@ -359,6 +388,40 @@ TEST(LearnedCertificate, FarNormSetBoundsStayBelowItsMargins) {
   // the enumerated margins are learn's forward with the shift: the model these weights make is still right
   // on every input here (its certificate proves it: `verify_learned --n 1 --m 4`, 66 s, too slow for a test)
   EXPECT_EQ(brute_force(inst).wrong_inputs, 0);
+}
+
+// model.rel_far_mask (far_mask_model): TA(1, 4) has pairs far on a level (asserted), which the certificate
+// leaves out of its sums; its set bounds stay below the enumerated margins of learn's forward (which gives
+// those keys exactly 0), and the certificate never proves a shape brute force refutes.
+TEST(LearnedCertificate, FarMaskSetBoundsStayBelowItsMargins) {
+  const std::string dir = far_mask_model();
+  const Shape s = Shape::make(1, 4, Padding::minimal);
+  const Net net = Net::load(dir);
+  const Instance inst(net, s, 1, 1);
+  const OneLayer w = net.one_layer();
+  ASSERT_TRUE(w.rel_far_mask);
+  const std::int32_t* ids[2] = {inst.positions().level[0].data(), inst.positions().level[1].data()};
+  int masked = 0;
+  for (std::int64_t i = s.eq_index(); i < s.N(); ++i)
+    for (std::int64_t j = 0; j <= i; ++j) masked += w.rel_masked(ids, i, j);
+  ASSERT_GT(masked, 20) << "TA(1, 4) masks no key of a response row: the mask is not under test";
+  int finite = 0, checked = 0;
+  check_set_bounds(dir, s, 40, checked, finite);
+  EXPECT_GT(finite, checked / 4) << "the bound was vacuous on most sets: the check compared little";
+  // the certificate against brute force on TA(1, 3) (masked pairs on level 2 there too): PROVEN only where
+  // every input is right
+  const Shape s3 = Shape::make(1, 3, Padding::minimal);
+  const Instance inst3(net, s3, 1, 1);
+  const std::int32_t* ids3[2] = {inst3.positions().level[0].data(), inst3.positions().level[1].data()};
+  int masked3 = 0;
+  for (std::int64_t j = 0; j < s3.N(); ++j) masked3 += w.rel_masked(ids3, s3.N() - 1, j);
+  ASSERT_GT(masked3, 0);
+  const std::int64_t wrong = brute_force(inst3).wrong_inputs;
+  const DigitVars dv(s3);
+  const CertResult cr = certify_shape(w, dv, inst3.positions(), quick_options(), quiet_progress());
+  if (cr.status == RowStatus::proven) EXPECT_EQ(wrong, 0);
+  std::printf("far_mask_model TA(1, 3): %lld wrong inputs of 1000, certificate %s\n", (long long)wrong,
+              cr.status == RowStatus::proven ? "PROVEN" : "not proven");
 }
 
 // A margin below what fp32 rounding can move is never proven: the readout row of '$' made the row of '0'

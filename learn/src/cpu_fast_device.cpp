@@ -370,7 +370,7 @@ class Impl final : public ImplBase {
     }
     if (w.rel_bias >= 0) {  // coupled_rel: the layer's gains, the sequence's IDs
       a.rel_gain = P(w.rel_bias), a.rel_W = c_.rel_window, a.rel_far = c_.rel_far, a.rel_dgain = rel_dgain;
-      a.rel_far_norm = c_.rel_far_norm;
+      a.rel_far_norm = c_.rel_far_norm, a.rel_far_mask = c_.rel_far_mask;
       for (int lv = 0; lv < 2; ++lv) a.rel_ids[lv] = pb.pos[std::size_t(lv)].data() + pb.offsets[std::size_t(s)];
     }
     return a;

@@ -44,7 +44,8 @@ struct AttnArgs {
   const std::int32_t* rel_ids[2] = {nullptr, nullptr};
   int rel_W = 0;
   bool rel_far = false;
-  bool rel_far_norm = false;  // the far gain minus ln(the row's far keys on the level): coupled_rel_far_shift
+  bool rel_far_norm = false;
+  bool rel_far_mask = false;  // keys far on either level get -inf (coupled_rel_masked)  // the far gain minus ln(the row's far keys on the level): coupled_rel_far_shift
   float* rel_dgain = nullptr;
 };
 // Scratch floats the attention kernels need for a sequence of T rows (forward and backward).

@@ -225,6 +225,9 @@ void ModelConfig::validate() const {
   need(!rel_far || pos_mode == PosMode::coupled_rel,
        fmt::format("model.rel_far applies to pos_mode coupled_rel only (pos_mode is {})", pos_mode_name(pos_mode)));
   need(!rel_far_norm || rel_far, "model.rel_far_norm needs model.rel_far (it divides the far gain among the far keys)");
+  need(!rel_far_mask || pos_mode == PosMode::coupled_rel,
+       fmt::format("model.rel_far_mask applies to pos_mode coupled_rel only (pos_mode is {})", pos_mode_name(pos_mode)));
+  need(!(rel_far_mask && rel_far), "model.rel_far_mask and model.rel_far exclude each other (a masked far key has no gain)");
   const int L = pos_tables(pos_mode);
   for (int lv = L; lv < kMaxPosLevels; ++lv)
     need(pos_codes[lv] == PosCode::learned,
@@ -281,6 +284,7 @@ void to_json(nlohmann::json& j, const ModelConfig& c) {
   if (c.pos_mode == PosMode::coupled_rel) j["rel_window"] = c.rel_window;
   if (c.rel_far) j["rel_far"] = true;
   if (c.rel_far_norm) j["rel_far_norm"] = true;
+  if (c.rel_far_mask) j["rel_far_mask"] = true;
   if (c.any_pos_code()) {
     j["pos_codes"] = c.pos_codes_string();
     j["pos_code_scale"] = c.pos_code_scale;
@@ -310,7 +314,7 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
                                 "norm_eps", "init_std",   "attn_scale", "init",        "tie_readout",
                                 "final_norm", "architecture", "abacus_k", "fire_width", "fire_threshold",
                                 "input_injection", "pos_codes", "pos_code_scale", "pos_code_distance", "rel_window", "rel_far",
-                                "rel_far_norm"};
+                                "rel_far_norm", "rel_far_mask"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return it.key() == k; }) == std::end(known))
       throw InputError(fmt::format("model config: unknown field '{}'", it.key()));
@@ -350,6 +354,13 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
   if (j.contains("rel_far_norm")) {
     if (!j["rel_far_norm"].is_boolean()) throw InputError("model.rel_far_norm must be true or false");
     c.rel_far_norm = j["rel_far_norm"].get<bool>();
+  }
+  if (j.contains("rel_far_mask")) {
+    if (c.pos_mode != PosMode::coupled_rel)
+      throw InputError(fmt::format("model.rel_far_mask applies to pos_mode coupled_rel only (pos_mode is {})",
+                                   pos_mode_name(c.pos_mode)));
+    if (!j["rel_far_mask"].is_boolean()) throw InputError("model.rel_far_mask must be true or false");
+    c.rel_far_mask = j["rel_far_mask"].get<bool>();
   }
   if (auto v = gets("fire_threshold")) c.fire_threshold = parse_fire_threshold(*v);
   if (j.contains("input_injection")) {
@@ -451,7 +462,8 @@ nlohmann::json architecture_description(const ModelConfig& c) {
         c.rel_far ? fmt::format(", g[layer, head, lv, {}]{} where |d| > {}", 2 * c.rel_window + 1,
                                 c.rel_far_norm ? " - ln(number of the query's far keys on level lv)" : "",
                                 c.rel_window)
-                  : fmt::format(" or |d| > {}", c.rel_window));
+                  : c.rel_far_mask ? fmt::format("; not attended (score -inf) where |d| > {} on either level", c.rel_window)
+                                   : fmt::format(" or |d| > {}", c.rel_window));
   }
   return d;
 }
@@ -780,7 +792,7 @@ void block_forward(typename Acts<S>::Block& b, const S* x, const ModelView<S>& m
       for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv) ids[lv] = xb.pos[lv] + xb.begin(s);
       ctx.rel_bias->resize(std::size_t(NH) * std::size_t(T) * std::size_t(Tk));
       coupled_rel_bias(ctx.rel_bias->data(), ctx.params + w.rel_bias, ids, pos_levels(c.pos_mode), T, past, NH,
-                       c.rel_window, c.rel_far, c.rel_far_norm);
+                       c.rel_window, c.rel_far, c.rel_far_norm, c.rel_far_mask);
       bias = ctx.rel_bias->data(), bias_rows = T, bias_cols = Tk;
     }
     attention_forward(b.ao.data() + o, b.att.data() + att_at, b.q.data() + o, b.k.data() + o, b.v.data() + o, T, Tk,

@@ -79,17 +79,18 @@ from .hooks import HookedModule, HookPoint
 
 __all__ = ["LearnedConfig", "LearnedTransformer", "load_learned", "ARCHITECTURE_SWITCHES"]
 
-# Fields of config.json "model" and what each does to the forward.
-#   sizes: integers that shape the tensors; checked against the C++ limits (learn/src/model.cpp).
-_SIZES = {"vocab": (14, 15), "n_layers": (1, 64), "n_heads": (1, 64), "d_model": (1, 8192), "d_head": (1, 1024),
-          "d_ff": (1, 65536), "max_pos1": (2, 1_000_000), "max_pos2": (2, 1_000_000), "max_pos3": (2, 1_000_000),
-          "fire_width": (1, 4096)}
+# Fields of config.json "model" and what each does to the forward. Their kinds, ranges, C++ defaults and
+# pos_modes are strict.LEARNED_FIELDS's (the one table of the C++ limits, learn/src/model.cpp); here what
+# this module does with them.
+#   sizes: integers that shape the tensors.
+_SIZES = {k: strict.LEARNED_FIELDS[k][2] for k in ("vocab", "n_layers", "n_heads", "d_model", "d_head", "d_ff",
+                                                   "max_pos1", "max_pos2", "max_pos3", "fire_width")}
 # Sizes a config.json written before they existed lacks (or, fire_width, one of another pos_mode): the C++ default.
-_SIZE_DEFAULTS = {"max_pos3": 20, "fire_width": 32}
+_SIZE_DEFAULTS = {k: strict.LEARNED_FIELDS[k][1] for k in ("max_pos3", "fire_width")}
 # Fields config.json has for pos_mode fire only (the C++ refuses them elsewhere).
-_FIRE_ONLY = ("fire_width", "fire_threshold")
-# pos_mode coupled_rel's one size: the largest |ID difference| with a gain of its own (C++: [0, 64], default 2).
-_REL_WINDOW = (0, 64, 2)
+_FIRE_ONLY = tuple(k for k, f in strict.LEARNED_FIELDS.items() if f[3] == "fire")
+# pos_mode coupled_rel's one size: the largest |ID difference| with a gain of its own (range, default).
+_REL_WINDOW = tuple(strict.LEARNED_FIELDS["rel_window"][2]) + (strict.LEARNED_FIELDS["rel_window"][1],)
 # Switches of the architecture: field -> {value this module implements: meaning}. A switch absent from
 # config.json takes its first value (what every `train` so far has done). A value not listed here is
 # refused: implementing one is adding its entry and its branch in the module below (and a test against
@@ -131,7 +132,7 @@ class LearnedConfig:
             raise InputError("config.json: 'model' must be an object")
         for k in model:
             if (k not in _SIZES and k not in ARCHITECTURE_SWITCHES and k not in _INERT and k != "norm_eps"
-                    and k not in ("rel_window", "rel_far", "rel_far_norm")):
+                    and k not in ("rel_window", "rel_far", "rel_far_norm", "rel_far_mask")):
                 raise InputError("config.json: model.%s is unknown to this version of manyadd (python/manyadd/learned.py):"
                                  " refusing to guess how it changes the forward" % k)
         for k, (lo, hi) in _SIZES.items():
@@ -152,7 +153,7 @@ class LearnedConfig:
         for k in _FIRE_ONLY:
             if k in model and self.pos_mode != "fire":
                 raise InputError("config.json: model.%s applies to pos_mode fire only (pos_mode is %r)" % (k, self.pos_mode))
-        for k in ("rel_window", "rel_far", "rel_far_norm"):
+        for k in ("rel_window", "rel_far", "rel_far_norm", "rel_far_mask"):
             if k in model and self.pos_mode != "coupled_rel":
                 raise InputError("config.json: model.%s applies to pos_mode coupled_rel only (pos_mode is %r)"
                                  % (k, self.pos_mode))
@@ -164,6 +165,11 @@ class LearnedConfig:
             raise InputError("config.json: model.rel_far_norm must be true or false (got %r)" % (self.rel_far_norm,))
         if self.rel_far_norm and not self.rel_far:
             raise InputError("config.json: model.rel_far_norm needs model.rel_far")
+        self.rel_far_mask = model.get("rel_far_mask", False)
+        if not isinstance(self.rel_far_mask, bool):
+            raise InputError("config.json: model.rel_far_mask must be true or false (got %r)" % (self.rel_far_mask,))
+        if self.rel_far_mask and self.rel_far:
+            raise InputError("config.json: model.rel_far_mask and model.rel_far exclude each other")
         lo, hi, dflt = _REL_WINDOW
         self.rel_window = model.get("rel_window", dflt)
         if isinstance(self.rel_window, bool) or not isinstance(self.rel_window, int) or not lo <= self.rel_window <= hi:
@@ -265,15 +271,17 @@ class CoupledRelBias(nn.Module):
     key j is sum over levels lv of g[l, h, lv, d + W] with d = id_lv(j) - id_lv(i), |d| <= W, and for
     |d| > W g[l, h, lv, 2W + 1] with rel_far, nothing without; nothing where either ID is 0. The C++ adds
     level 1's gain to 0, then level 2's: the same float sum. rel_far_norm: the far gain less ln N (float32 of
-    the double log), N the query's far keys j <= i on the level (coupled_rel_far_count), when N >= 2."""
+    the double log), N the query's far keys j <= i on the level (coupled_rel_far_count), when N >= 2.
+    rel_far_mask: -inf (not attended) where either level is far (both IDs > 0, |d| > W; coupled_rel_masked)."""
 
     def __init__(self, cfg):
         super().__init__()
         self.W, self.far, self.far_norm = cfg.rel_window, cfg.rel_far, getattr(cfg, "rel_far_norm", False)
+        self.far_mask = getattr(cfg, "rel_far_mask", False)
         self.weight = nn.Parameter(torch.zeros(cfg.n_layers, cfg.n_heads, 2, 2 * self.W + 1 + int(self.far)))
 
     def forward(self, l, pos):
-        bias = None
+        bias, masked = None, None
         for lv in range(2):
             p = pos[lv]  # (B, T)
             d = p[:, None, :] - p[:, :, None]  # (B, Tq, Tk): key ID - query ID
@@ -289,6 +297,11 @@ class CoupledRelBias(nn.Module):
                 b = torch.where(far[None], b - shift[None, :, :, None], b)
             b = torch.where(on[None], b, torch.zeros((), dtype=b.dtype, device=b.device)).transpose(0, 1)
             bias = b if bias is None else bias + b
+            if self.far_mask:
+                m = ~near & (p[:, :, None] > 0) & (p[:, None, :] > 0)  # (B, Tq, Tk)
+                masked = m if masked is None else masked | m
+        if masked is not None:
+            bias = bias.masked_fill(masked[:, None], float("-inf"))
         return bias
 
 

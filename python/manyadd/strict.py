@@ -194,6 +194,7 @@ LEARNED_FIELDS = {
     "rel_window": ("int", 2, (0, 64), "coupled_rel"),
     "rel_far": ("bool", False, None, "coupled_rel"),
     "rel_far_norm": ("bool", False, None, "coupled_rel"),
+    "rel_far_mask": ("bool", False, None, "coupled_rel"),
     "input_injection": ("bool", False, None, None),
     "pos_codes": ("str", "learned", None, None),  # one kind, or one per table, comma-separated: below
     "pos_code_scale": ("f32", 1.0, (0.0, 100.0), None),
@@ -336,6 +337,10 @@ def learned_model(model, what="config.json"):
          "d_model = %d" % (code_dims, v["d_model"]))
     need(mode != "rope" or v["d_head"] % 2 == 0,
          "pos_mode rope rotates pairs of dimensions: model.d_head must be even (got %d)" % v["d_head"])
+    need(not v["rel_far_norm"] or v["rel_far"], "model.rel_far_norm needs model.rel_far (it divides the far gain "
+         "among the far keys)")
+    need(not (v["rel_far_mask"] and v["rel_far"]), "model.rel_far_mask and model.rel_far exclude each other (a "
+         "masked far key has no gain)")
     out = {}
     for k, (kind, _, _, only) in LEARNED_FIELDS.items():
         if kind == "any" and k not in model:

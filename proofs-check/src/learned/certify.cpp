@@ -62,7 +62,15 @@ struct ShapeTables {
 
   ShapeTables(const OneLayer& w_, const DigitVars& dv_, const Positions& pos_, const Rounding& r);
   int cls(std::int64_t j) const { return w.tables ? int(j) : 0; }
+  // rel_far_mask: key j is not attended by query i (weight exactly 0 in real arithmetic and in fp32, where
+  // exp(-inf) = 0 and adding a zero rounds nothing): left out of every sum and bound below.
+  bool masked(std::int64_t i, std::int64_t j) const {
+    if (!w.rel_far_mask) return false;
+    const std::int32_t* ids[2] = {pos.level[0].data(), pos.level[1].data()};
+    return w.rel_masked(ids, i, j);
+  }
   double bias(int h, std::int64_t i, std::int64_t j) const {
+    if (masked(i, j)) return -std::numeric_limits<double>::infinity();
     if (w.rel_levels == 0) return 0;
     const int nb = 2 * w.rel_window + 1 + (w.rel_far ? 1 : 0);
     double b = 0;
@@ -404,7 +412,7 @@ struct RowWorker {
     const auto& sc = scores(tq);
     free_keys.clear();
     for (std::int64_t j = 0; j < K; ++j)
-      if (j != i && popcount16(mask_of(d, j)) > 1) free_keys.push_back(j);
+      if (j != i && popcount16(mask_of(d, j)) > 1 && !S.masked(i, j)) free_keys.push_back(j);
     // groups: (class, bias code, mask)
     std::unordered_map<std::uint64_t, int> gid;
     std::vector<std::int64_t> rep;
@@ -426,6 +434,7 @@ struct RowWorker {
       const double* sh = &sc[std::size_t(h) * K * V];
       double shift = -std::numeric_limits<double>::infinity();
       for (std::int64_t j = 0; j < K; ++j) {
+        if (S.masked(i, j)) continue;
         const std::uint16_t m = j == i ? std::uint16_t(1u << tq) : mask_of(d, j);
         for (int t = 0; t < V; ++t)
           if (m >> t & 1) shift = std::max(shift, sh[j * V + t]);
@@ -434,7 +443,7 @@ struct RowWorker {
       s.N0 = VectorXd::Zero(C), s.D0 = 0;
       for (std::int64_t j = 0; j < K; ++j) {
         const std::uint16_t m = j == i ? std::uint16_t(1u << tq) : mask_of(d, j);
-        if (popcount16(m) != 1) continue;
+        if (popcount16(m) != 1 || S.masked(i, j)) continue;
         const int t = lowest_bit(m);
         const double wgt = std::exp(sh[j * V + t] - shift);
         s.N0 += wgt * Eigen::Map<const VectorXd>(S.U(S.cls(j), t, h), C);
@@ -445,6 +454,7 @@ struct RowWorker {
         double eps = 0, smin = std::numeric_limits<double>::infinity(), smax = 0;
         VectorXd vmax = VectorXd::Constant(dh, -std::numeric_limits<double>::infinity()), vmin = -vmax, dvm = VectorXd::Zero(dh);
         for (std::int64_t j = 0; j < K; ++j) {
+          if (S.masked(i, j)) continue;
           const std::uint16_t m = j == i ? std::uint16_t(1u << tq) : mask_of(d, j);
           for (int t = 0; t < V; ++t)
             if (m >> t & 1) {

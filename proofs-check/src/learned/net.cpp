@@ -50,7 +50,8 @@ std::string Net::describe() const {
   std::string s = fmt::format("{}L{}H d{} dff{} {}", c.n_layers, c.n_heads, c.d_model, c.d_ff,
                               learn::pos_mode_name(c.pos_mode));
   if (c.pos_mode == learn::PosMode::coupled_rel)
-    s += fmt::format(" (window {}{})", c.rel_window, c.rel_far ? (c.rel_far_norm ? ", far / count" : ", far") : "");
+    s += fmt::format(" (window {}{})", c.rel_window,
+                     c.rel_far ? (c.rel_far_norm ? ", far / count" : ", far") : c.rel_far_mask ? ", far masked" : "");
   return s;
 }
 
@@ -102,6 +103,10 @@ int OneLayer::rel_bucket(std::int32_t query_id, std::int32_t key_id) const {
   return learn::coupled_rel_bucket(query_id, key_id, rel_window, rel_far);
 }
 
+bool OneLayer::rel_masked(const std::int32_t* const* ids, std::int64_t i, std::int64_t j) const {
+  return rel_far_mask && learn::coupled_rel_masked(ids, rel_levels, i, j, rel_window);
+}
+
 double OneLayer::rel_far_shift(const std::int32_t* ids, int n) const {
   return double(learn::coupled_rel_far_shift<float>(learn::coupled_rel_far_count(ids[n - 1], ids, n, rel_window)));
 }
@@ -148,6 +153,7 @@ OneLayer Net::one_layer() const {
   if (c.pos_mode == learn::PosMode::coupled_rel) {
     w.rel_levels = learn::pos_levels(c.pos_mode);
     w.rel_window = c.rel_window, w.rel_far = c.rel_far, w.rel_far_norm = c.rel_far_norm;
+    w.rel_far_mask = c.rel_far_mask;
     w.rel = take(lay.rel_bias, std::int64_t(c.n_heads) * w.rel_levels * c.rel_buckets());
   }
   return w;

@@ -360,9 +360,17 @@ template <class S>
 S coupled_rel_far_shift(int far_count) {
   return far_count > 1 ? S(std::log(double(far_count))) : S(0);
 }
+// rel_far_mask: key j is not attended by query i when they are far apart on some level (both IDs > 0,
+// |d| > W): its bias is -inf, so its softmax weight is exactly 0 (exp(-inf) = 0; the query itself and
+// BOS are never masked, so every row keeps a finite maximum).
+inline bool coupled_rel_masked(const std::int32_t* const* ids, int L, std::int64_t i, std::int64_t j, int W) {
+  for (int lv = 0; lv < L; ++lv)
+    if (coupled_rel_bucket(ids[lv][i], ids[lv][j], W, true) == 2 * W + 1) return true;
+  return false;
+}
 template <class S>
 void coupled_rel_bias(S* bias, const S* g, const std::int32_t* const* ids, int L, int T, int past, int NH, int W,
-                      bool far, bool far_norm = false) {
+                      bool far, bool far_norm = false, bool far_mask = false) {
   const int Tk = past + T, nb = 2 * W + 1 + (far ? 1 : 0);
   std::fill(bias, bias + std::int64_t(NH) * T * Tk, S(0));
   for (int i = 0; i < T; ++i) {
@@ -379,6 +387,13 @@ void coupled_rel_bias(S* bias, const S* g, const std::int32_t* const* ids, int L
           bias[(std::int64_t(h) * T + i) * Tk + j] += b == 2 * W + 1 ? S(gv - shift[lv]) : gv;
         }
       }
+    if (far_mask) {
+      const std::int32_t* rows[kMaxRelLevels] = {};
+      for (int lv = 0; lv < L; ++lv) rows[lv] = ids[lv] - past;  // indexed by key position, query at past + i
+      for (int j = 0; j <= past + i; ++j)
+        if (coupled_rel_masked(rows, L, past + i, j, W))
+          for (int h = 0; h < NH; ++h) bias[(std::int64_t(h) * T + i) * Tk + j] = -std::numeric_limits<S>::infinity();
+    }
   }
 }
 // The backward is the same with and without rel_far_norm: the shift is a constant of the IDs.

@@ -160,6 +160,11 @@ struct ModelConfig {
   // number (layers.hpp, coupled_rel_far_count): the far keys' total mass then does not grow with the length
   // (a length-aware bias; learn/README.md "Relative coupling"). In config.json only when true.
   bool rel_far_norm = false;
+  // pos_mode coupled_rel, instead of rel_far: a key farther than rel_window from the query on either level
+  // (both IDs > 0) is not attended at all (score -inf; layers.hpp, coupled_rel_masked): each query sees
+  // its window of the coupled IDs and BOS, the same keys at every length (learn/README.md "Relative
+  // coupling"). In config.json only when true.
+  bool rel_far_mask = false;
   int rel_buckets() const { return 2 * rel_window + 1 + (rel_far ? 1 : 0); }  // gains per (layer, head, level)
 
   void validate() const;  // throws InputError

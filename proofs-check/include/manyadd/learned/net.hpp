@@ -37,6 +37,7 @@ struct OneLayer {
   int rel_window = 0;        // coupled_rel: the largest |ID difference| with a gain of its own
   bool rel_far = false;      // coupled_rel: one more gain for |d| > rel_window
   bool rel_far_norm = false; // coupled_rel: the far gain less ln(the query's far keys on the level)
+  bool rel_far_mask = false; // coupled_rel: keys far on either level not attended (weight exactly 0)
   std::vector<double> wte;   // (V, C)
   std::vector<double> pos[3];  // (rows_lv, C) per table
   int pos_rows[3] = {0, 0, 0};
@@ -48,6 +49,8 @@ struct OneLayer {
   // rel_far_norm: the shift ln N of the query ids[n - 1] on one level, N = the keys ids[0 .. n) far from it
   // (0 below 2): a constant of the forward, the float learn computes (coupled_rel_far_shift), exact in double.
   double rel_far_shift(const std::int32_t* ids, int n) const;
+  // rel_far_mask: whether query i masks key j (learn's coupled_rel_masked), ids the rel_levels levels.
+  bool rel_masked(const std::int32_t* const* ids, std::int64_t i, std::int64_t j) const;
 };
 
 // The generator seed of `evaluate`'s cell TA(n, m) (learn's cell_seed): samples drawn from Rng(this) with
