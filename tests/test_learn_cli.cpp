@@ -281,6 +281,33 @@ TEST(LearnCli, ResumeThroughTheCliIsByteIdentical) {
   EXPECT_EQ(slurp(d + "/checkpoint.safetensors"), slurp(model_dir() + "/checkpoint.safetensors"));
 }
 
+// --device auto, the default: the fast CPU device where it runs the model (the report names it), the reference
+// with one line saying why where it does not (pos_mode fire), and the reference for greedy decoding.
+TEST(LearnCli, DeviceAutoIsTheFastDeviceOrSaysWhy) {
+  const std::string d = tmp() + "/auto", fire = tmp() + "/auto_fire", js = tmp() + "/auto.json";
+  fs::remove_all(d), fs::remove_all(fire);
+  CmdResult r = run_cmd(kTrain + " --out " + d + kSmall + " --json " + js);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  // where oneDNN cannot load, auto says so and takes the reference
+  const bool fast = r.err.find("device auto: cpu, the reference") == std::string::npos;
+  EXPECT_EQ(read_json_file(js)["device"], fast ? "cpu-fast" : "cpu") << r.err;
+  r = run_cmd(kTrain + " --out " + fire + kSmall + " --pos-mode fire --fire-width 8 --json " + js);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("train: device auto: cpu, the reference ("), std::string::npos) << r.err;
+  EXPECT_EQ(read_json_file(js)["device"], "cpu");
+  r = run_cmd(kEval + " --model " + d + " --n-max 2 --m-max 3 --samples 5 --csv " + tmp() + "/auto.csv --png " + tmp() +
+              "/auto.png --json " + js);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(read_json_file(js)["device"], fast ? "cpu-fast" : "cpu");
+  r = run_cmd(kEval + " --model " + d + " --n-max 2 --m-max 3 --samples 5 --mode greedy --csv " + tmp() +
+              "/auto.csv --png " + tmp() + "/auto.png --json " + js);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(read_json_file(js)["device"], "cpu");
+  EXPECT_EQ(run_cmd(kEval + " --model " + d + " --mode greedy --device cpu-fast").rc, 2);  // explicit: refused
+  r = run_cmd(kTrain + " --help");
+  EXPECT_NE(r.out.find("(default auto)"), std::string::npos) << r.out;
+}
+
 // The committed models (config.json files written before the architecture options existed) load with
 // the defaults and give bit for bit the logits recorded from a build before the options were added
 // (tests/data/learn_committed_logits.json: evaluate --problem, JSON floats are shortest round-trip, so

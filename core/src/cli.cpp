@@ -143,13 +143,13 @@ CLI::Option* add_json(CLI::App& app, std::string& path, const std::string& help)
   return add_output(app, "--json", path, help);
 }
 CLI::Option* add_device(CLI::App& app, std::string& device, const std::string& help, bool cuda) {
-  const std::string names = cuda ? "cpu|cpu-fast|cuda" : "cpu|cpu-fast";
+  const std::string names = cuda ? "auto|cpu|cpu-fast|cuda" : "auto|cpu|cpu-fast";
   auto* o = app.add_option_function<std::string>(
       "--device",
       [&device, cuda, names](const std::string& s) {
         if (s == "cuda" && !cuda)
           throw CLI::ValidationError(fmt::format("--device cuda: this tool runs on the CPU ({})", names));
-        if (s != "cpu" && s != "cpu-fast" && s != "cuda")
+        if (s != "auto" && s != "cpu" && s != "cpu-fast" && s != "cuda")
           throw CLI::ValidationError(fmt::format("--device '{}' unknown ({})", s, names));
         device = s;
       },

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "manyadd/core/cli.hpp"
+#include "cpu_gemm.hpp"
 #include "manyadd/learn/cpu_fast.hpp"
 #include "manyadd/learn/cuda_device.hpp"
 #include "manyadd/learn/task.hpp"
@@ -18,6 +19,25 @@ std::shared_ptr<TrainDevice> make_named_device(const std::string& name, const Mo
   if (name == "cpu-fast") return make_cpu_fast_device(mc, threads, p);
   if (name == "cuda") return make_cuda_device(mc, p);
   throw InputError(fmt::format("--device '{}' unknown (cpu|cpu-fast|cuda)", name));
+}
+std::shared_ptr<TrainDevice> make_device_auto(std::string& name, const ModelConfig& mc, int threads, Precision p,
+                                              std::string& why) {
+  why.clear();
+  if (name != "auto") return make_named_device(name, mc, threads, p);
+  try {
+    auto dev = make_cpu_fast_device(mc, threads, p);
+    name = "cpu-fast";
+    return dev;
+  } catch (const InputError& e) {
+    name = "cpu", why = e.what();
+    return nullptr;
+  }
+}
+std::string resolve_device_auto(const std::string& name, std::string& why) {
+  why.clear();
+  if (name != "auto") return name;
+  why = cpu_gemm::unavailable();
+  return why.empty() ? "cpu-fast" : "cpu";
 }
 std::string device_note(const std::string& name, Precision p) {
   return name == "cpu-fast" ? "device cpu-fast: " + cpu_fast_description(p) : "";
@@ -104,6 +124,8 @@ const std::vector<FieldDoc>& config_fields() {
       {"model", "rel_far", "pos_mode coupled_rel: one more learned gain per head and level for every |ID difference| > rel_window"},
       {"model", "rel_far_norm", "rel_far: that gain shared between the query's far keys of the level (less ln of their "
                                 "number), so their total attention mass does not grow with the length"},
+      {"model", "rel_far_mask", "pos_mode coupled_rel, instead of rel_far: a key farther than rel_window from the query "
+                                "on either level is not attended (each query sees its window of IDs and BOS at every length)"},
       {"model", "abacus_k", "pos_mode abacus: training offsets beta uniform in [1, abacus_k], one per batch (the paper's "
                             "k = 100); needs max_pos1 >= abacus_k + the longest number - 1"},
       {"model", "fire_width", "pos_mode fire: hidden width of FIRE's MLP (the authors' d_fire)"},
@@ -186,6 +208,7 @@ nlohmann::json learn_defaults() {
   defaults["model"]["rel_window"] = ModelConfig{}.rel_window;
   defaults["model"]["rel_far"] = ModelConfig{}.rel_far;
   defaults["model"]["rel_far_norm"] = ModelConfig{}.rel_far_norm;
+  defaults["model"]["rel_far_mask"] = ModelConfig{}.rel_far_mask;
   defaults["model"]["pos_codes"] = ModelConfig{}.pos_codes_string();
   defaults["model"]["pos_code_scale"] = ModelConfig{}.pos_code_scale;
   defaults["model"]["pos_code_distance"] = ModelConfig{}.pos_code_distance;

@@ -751,14 +751,10 @@ nlohmann::json run_grid_training(const GridConfig& mc, const GridTrainConfig& tc
     devices += (devices.empty() ? "" : " ") + device + "@" + std::to_string(tr.steps_done());
   const Instance valid = Instance::parse(tc.eval_instance);
   const std::int64_t total = tc.steps();
-  const std::int64_t end = stop_after > 0 ? std::min(total, stop_after) : total;
-  ProgressOptions popt = progress;
-  popt.first = std::min(tr.steps_done(), end);
-  popt.deadline_s = max_seconds;
-  Progress prog("train_grid", end, "steps", popt);
+  const RunPiece piece = begin_run_piece(dir, resume, total, tr.steps_done(), stop_after, max_seconds, progress);
+  const std::int64_t end = piece.end;
+  Progress prog("train_grid", end, "steps", piece.progress);
   if (end < total) prog.note(fmt::format("stopping at step {} of {}", end, total));
-  make_output_dir(dir);
-  if (resume) remove_stale_temporaries(dir);
   std::int64_t win_n = 0;
   double win[6] = {0, 0, 0, 0, 0, 0}, last_gnorm = NAN;
   // The train settings a resume changed, and at which step (the first piece's settings are those of

@@ -161,4 +161,16 @@ void remove_stale_temporaries(const std::string& dir) {
   }
 }
 
+RunPiece begin_run_piece(const std::string& dir, bool resume, std::int64_t total, std::int64_t done,
+                         std::int64_t stop_after, double max_seconds, const ProgressOptions& progress) {
+  RunPiece p;
+  p.end = stop_after > 0 ? std::min(total, stop_after) : total;
+  p.progress = progress;
+  p.progress.first = std::min(done, p.end);
+  p.progress.deadline_s = max_seconds;
+  make_output_dir(dir);
+  if (resume) remove_stale_temporaries(dir);
+  return p;
+}
+
 }  // namespace manyadd::learn

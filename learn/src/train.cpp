@@ -345,16 +345,11 @@ nlohmann::json run_training(const ModelConfig& mc, const TrainConfig& tc, const 
   Trainer tr(mc, tc);
   if (resume) tr.load_checkpoint(dir, allow_precision_change);
   if (device) tr.attach_device(std::move(device));
-  // One progress line over the steps this process runs: up to --stop-after, and no later than
-  // --max-seconds (the ETA says which ends the piece).
-  const std::int64_t end = stop_after > 0 ? std::min(tc.steps, stop_after) : tc.steps;
-  ProgressOptions popt = progress;
-  popt.first = std::min(tr.steps_done(), end);
-  popt.deadline_s = max_seconds;
-  Progress prog("train", end, "steps", popt);
+  // One progress line over the steps this process runs (run_files.hpp, begin_run_piece).
+  const RunPiece piece = begin_run_piece(dir, resume, tc.steps, tr.steps_done(), stop_after, max_seconds, progress);
+  const std::int64_t end = piece.end;
+  Progress prog("train", end, "steps", piece.progress);
   if (end < tc.steps) prog.note(fmt::format("stopping at step {} of {}", end, tc.steps));
-  make_output_dir(dir);
-  if (resume) remove_stale_temporaries(dir);
   // The state of the log at the checkpoint: the steps and the loss sum of the log window not yet
   // written (a checkpoint between two log rows), so that the rows after a resume are the rows of the
   // uninterrupted run. (Wall-clock columns -- tokens/s, elapsed seconds -- are this process's.)

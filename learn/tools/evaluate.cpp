@@ -33,7 +33,7 @@ using namespace manyadd::learn;
 namespace {
 // The options (main declares them).
 struct Args {
-  std::string model, csv = "grid.csv", png = "grid.png", json_path, mode_s = "teacher", device = "cpu",
+  std::string model, csv = "grid.csv", png = "grid.png", json_path, mode_s = "teacher", device = "auto",
                      precision_s = "fp32", task_s, problem;
   int n_min = 0, n_max = 0, n_step = 0, m_min = 0, m_max = 0, threads = 2;
   std::int64_t samples = 1000, s1 = 1, s2 = 1, s3 = 1;
@@ -300,7 +300,8 @@ void add_options(CLI::App& app, Args& a, Flags& f) {
                                   -1, 1);
   cli::add_json(app, a.json_path, "JSON report");
   cli::add_device(app, a.device,
-                  "cpu | cpu-fast (grid, teacher-forced only: packed batches on the fast CPU device, --threads; "
+                  "auto: cpu-fast for a teacher-forced grid where it runs the model, else cpu (greedy decoding, "
+                  "--problem and --instance run on cpu); never a GPU | cpu: the reference | cpu-fast (grid, teacher-forced only: packed batches on the fast CPU device, --threads; "
                   "attention streamed over rows, no T x T buffer) | cuda (grid, teacher-forced only, packed batches on "
                   "a GPU; exit 2 without a device)");
   cli::add_string(app, "--precision", a.precision_s,
@@ -337,6 +338,10 @@ EvalMode check_flags(Args& a, const Flags& f, std::vector<grid::Instance>& insts
   else if (a.mode_s == "greedy") mode = EvalMode::greedy;
   else if (a.mode_s == "both") mode = EvalMode::both;
   else throw InputError(fmt::format("--mode '{}' unknown (teacher|greedy|both)", a.mode_s));
+  // auto: the CPU's reference wherever only it runs (greedy decoding, --problem, --instance); explicit names
+  // that cannot run there are refused
+  const bool explicit_device = a.device != "auto";
+  if (!explicit_device && (mode != EvalMode::teacher || !a.problem.empty() || !a.instances.empty() || !f.table.empty())) a.device = "cpu";
   if (a.device != "cpu" && mode != EvalMode::teacher)
     throw InputError(fmt::format("--device {} evaluates teacher-forced only (--mode teacher); greedy decoding runs on "
                                  "the CPU", a.device));
@@ -358,7 +363,7 @@ EvalMode check_flags(Args& a, const Flags& f, std::vector<grid::Instance>& insts
   if (!f.table.empty())
     for (const auto& t : grid::paper_table(f.table)) a.instances.push_back(t);
   for (const auto& t : a.instances) insts.push_back(grid::Instance::parse(t));
-  if (!a.instances.empty() && (!a.problem.empty() || a.device != "cpu" || f.nmin->count() || f.nmax->count() ||
+  if (!a.instances.empty() && (!a.problem.empty() || (explicit_device && a.device != "cpu") || f.nmin->count() || f.nmax->count() ||
                                f.nstep->count() || f.mmin->count() || f.mmax->count() || a.png != "grid.png"))
     throw InputError("--instance/--table run greedy decoding on the CPU and take none of --problem, --device, "
                      "--n-*, --m-*, --png");
@@ -422,7 +427,9 @@ int main(int argc, char** argv) {
                                     tk.kind() == TaskKind::addition ? fmt::format("TA({}, {})", a.n_max, a.m_max)
                                                                     : fmt::format("{} cell ({}, {})", tk.name(), a.n_max, a.m_max)));
     const ModelView<float> view{lm.cfg, lm.lay, lm.params.data(), prec};
-    const std::shared_ptr<TrainDevice> dev = make_named_device(a.device, lm.cfg, a.threads, prec);  // InputError -> exit 2
+    std::string why;
+    const std::shared_ptr<TrainDevice> dev = make_device_auto(a.device, lm.cfg, a.threads, prec, why);  // InputError -> exit 2
+    if (!a.quiet && !why.empty()) std::fprintf(stderr, "evaluate: device auto: cpu, the reference (%s)\n", why.c_str());
     if (const std::string note = device_note(a.device, prec); !a.quiet && !note.empty())
       std::fprintf(stderr, "evaluate: %s\n", note.c_str());
     if (dev) {

@@ -159,9 +159,9 @@ int main(int argc, char** argv) {
   auto* o_samples = cli::add_int(app, "--samples", samples, "problems per instance (at least 1000 for a table row)", 1, 100'000'000);
   cli::add_seed(app, seed, "seed of the problems, grids and halting draws");
   cli::add_threads(app, threads);
-  std::string device = "cpu";
+  std::string device = "auto";
   cli::add_device(app, device,
-                  "cpu (Eigen products: the reference) | cpu-fast (the linear layers' products on oneDNN, AVX-512 "
+                  "auto: cpu-fast where oneDNN loads, else cpu (one line says why) | cpu (Eigen products: the reference) | cpu-fast (the linear layers' products on oneDNN, AVX-512 "
                   "where the CPU has it; the same numbers up to fp32 rounding)",
                   /*cuda=*/false);
   auto* o_batch = cli::add_int(app, "--batch", batch, "problems per grid (their test batches: 128)", 1, 1'000'000);
@@ -214,6 +214,9 @@ int main(int argc, char** argv) {
     for (const auto& s : instances) insts.push_back(Instance::parse(s));
     Problem prob;
     if (!problem.empty()) prob = parse_grid_problem(problem);
+    std::string why;
+    device = resolve_device_auto(device, why);
+    if (!quiet && !why.empty()) std::fprintf(stderr, "evaluate_grid: device auto: cpu, the reference (%s)\n", why.c_str());
     const bool fast = device == "cpu-fast";
     if (fast) require_fast_products();
     const LoadedGridModel m = load_grid_model(model);

@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
       "flags. With --resume the base is OUT/config.json and training continues bit for bit from\n"
       "OUT/checkpoint.safetensors.",
       "train"};
-  std::string config_path, out, json_path, device = "cpu";
+  std::string config_path, out, json_path, device = "auto";
   bool resume = false, allow_precision_change = false, quiet = false;
   std::int64_t stop_after = 0;
   double max_seconds = 0;
@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
                 "also stop (with a checkpoint) after the first step ending past this wall time; 0 = no limit", 0);
   cli::add_json(app, json_path, "write a JSON report (steps, loss, tokens/s, accuracy) to this file");
   cli::add_device(app, device,
+                  "auto: cpu-fast where it runs the model, else cpu (one line says why); never a GPU | "
                   "cpu: the reference, deterministic for (seed, threads) | cpu-fast: the same batches on the fast CPU "
                   "device (oneDNN products, fused attention, bf16 on AVX-512 BF16; within the reference's derived "
                   "bounds, deterministic for (seed, threads); no pos_mode fire) | cuda: the same batches on a GPU, in "
@@ -72,7 +73,9 @@ int main(int argc, char** argv) {
     from_json(cfg["model"], mc);
     check_run_fits(mc, tc, device == "cuda");  // before the data set, the weights or any step
     std::shared_ptr<TrainDevice> dev;
-    dev = make_named_device(device, mc, tc.threads, tc.precision_value());  // InputError -> exit 2
+    std::string why;
+    dev = make_device_auto(device, mc, tc.threads, tc.precision_value(), why);  // InputError -> exit 2
+    if (!quiet && !why.empty()) std::fprintf(stderr, "train: device auto: cpu, the reference (%s)\n", why.c_str());
     if (const std::string note = device_note(device, tc.precision_value()); !quiet && !note.empty())
       std::fprintf(stderr, "train: %s\n", note.c_str());
     ProgressOptions progress;

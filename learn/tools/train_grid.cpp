@@ -38,9 +38,9 @@ int main(int argc, char** argv) {
   bool resume = false, quiet = false;
   std::int64_t stop_after = 0;
   double max_seconds = 0;
-  std::string device = "cpu";
+  std::string device = "auto";
   cli::add_device(app, device,
-                  "cpu (Eigen products: the reference) | cpu-fast (the linear layers' products on oneDNN, AVX-512 "
+                  "auto: cpu-fast where oneDNN loads, else cpu (one line says why) | cpu (Eigen products: the reference) | cpu-fast (the linear layers' products on oneDNN, AVX-512 "
                   "where the CPU has it: the same run up to fp32 rounding, bit for bit at any thread count). Not "
                   "part of the config: a run may continue on the other device (run.devices in the checkpoint "
                   "records which steps ran where)",
@@ -71,6 +71,9 @@ int main(int argc, char** argv) {
     check_grid_run_fits(mc, tc);  // before any allocation of the run
     ProgressOptions progress;
     progress.quiet = quiet;
+    std::string why;
+    device = resolve_device_auto(device, why);
+    if (!quiet && !why.empty()) std::fprintf(stderr, "train_grid: device auto: cpu, the reference (%s)\n", why.c_str());
     const auto report = run_grid_training(mc, tc, out, resume, stop_after, max_seconds, progress, device == "cpu-fast");
     if (!json_path.empty()) report::write_json_report(json_path, "train_grid", "done", report);
     std::printf("trained %lld steps in %.1f s (%.0f cell-steps/s); model in %s\n",

@@ -26,6 +26,15 @@ enum class Precision;
 // the evaluation make themselves), the fast CPU device (cpu_fast.hpp) for cpu-fast with `threads`, the
 // CUDA device for cuda (InputError without one, or for what a device does not run).
 std::shared_ptr<TrainDevice> make_named_device(const std::string& name, const ModelConfig& mc, int threads, Precision p);
+// --device auto (the tools' default): the fast CPU device where it runs the model (its kernels load and it
+// takes the model's options: the device's own refusals decide), else the reference; never a GPU. `name`
+// becomes the device chosen and `why` says why the reference was taken ("" when it was not). Other names:
+// make_named_device.
+std::shared_ptr<TrainDevice> make_device_auto(std::string& name, const ModelConfig& mc, int threads, Precision p,
+                                              std::string& why);
+// The same choice for the tools that run the fast products without a TrainDevice (the grid model's):
+// cpu-fast where oneDNN loads, else cpu with `why`.
+std::string resolve_device_auto(const std::string& name, std::string& why);
 // A line for the progress output on what a device runs on this machine ("" for the reference CPU
 // device): the fast CPU device's kernel build and oneDNN's instruction set.
 std::string device_note(const std::string& name, Precision p);

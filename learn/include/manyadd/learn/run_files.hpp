@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "manyadd/core/progress.hpp"
 #include "manyadd/core/safetensors.hpp"
 #include "manyadd/learn/model.hpp"
 
@@ -98,5 +99,15 @@ double from_bits(const std::string& s, const std::string& what);
 // Temporaries of atomic writes that a killed process left in the run directory ("<file>.tmp.<pid>"
 // of a process that no longer runs).
 void remove_stale_temporaries(const std::string& dir);
+
+// One process's piece of a run (train and train_grid): the last step it runs (up to --stop-after, 0: all of
+// `total`), its progress line's options (from the steps already done, no later than --max-seconds: the ETA
+// says which ends the piece), and the run directory made (a resume first drops what a killed process left).
+struct RunPiece {
+  std::int64_t end = 0;
+  ProgressOptions progress;
+};
+RunPiece begin_run_piece(const std::string& dir, bool resume, std::int64_t total, std::int64_t done,
+                         std::int64_t stop_after, double max_seconds, const ProgressOptions& progress);
 
 }  // namespace manyadd::learn
