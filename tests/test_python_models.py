@@ -70,7 +70,8 @@ U = 2.0 ** -24
 MODELS = [os.path.join(SOURCE, "models", d) for d in ("cpu-sa1010-1l4h-d64", "cpu-sa1010-2l2h-d64", "cpu-sa1010-1l2h-d64",
                                                     "cpu-sa1010-1l4h-d64-coupled-rel-far",
                                                     "cpu-sa1020-1l4h-d64-coupled-rel-far",
-                                                    "cpu-sa1010-1l4h-d64-coupled-rel-farnorm")]
+                                                    "cpu-sa1010-1l4h-d64-coupled-rel-farnorm",
+                                                    "cpu-sa1010-1l4h-d64-coupled-rel-farmask")]
 MEDIUM = "1234+56+7890+12+345+6789+1+23+456"  # 9 operands of up to 4 digits, N = 114
 LONG = "12345678901234567890+98765432109876543210+55555555555555555555+1+22+333+4444+55555+666666+7777777" \
        "+88888888+999999999"
