@@ -46,8 +46,8 @@ assert len([c for c in r["calls"] if c["kind"] == "evaluate"]) == 3     # one ca
 assert r["gpu"] and r["device"] == "cpu" and r["train_seconds"] > 0
 PY
 done
-# Pieces == one call, byte for byte (seed 1, data seed 0).
-"$bin/train" --config "$cfg" --seed 1 --data-seed 0 --out "$dir/whole" $(echo $toy | sed 's/--train-arg=//g') > /dev/null 2>&1 \
+# Pieces == one call, byte for byte (seed 1, data seed 0; the device the pieces ran on, cpu).
+"$bin/train" --config "$cfg" --seed 1 --data-seed 0 --device cpu --out "$dir/whole" $(echo $toy | sed 's/--train-arg=//g') > /dev/null 2>&1 \
   || fail "train in one call"
 cmp -s "$dir/whole/checkpoint.safetensors" "$dir/runs/fig12-d64/s1_d0/checkpoint.safetensors" \
   || fail "the run trained in pieces differs from the one trained in one call"
