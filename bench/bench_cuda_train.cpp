@@ -31,8 +31,8 @@
 
 #include "manyadd/core/files.hpp"
 #include "manyadd/kernels/device.hpp"
-#include "manyadd/learn/cuda_device.hpp"
-#include "manyadd/learn/train.hpp"
+#include "manyadd/learn/devices/cuda_device.hpp"
+#include "manyadd/learn/runs/train.hpp"
 #if MANYADD_WITH_CUDA
 #include "manyadd/kernels/blas.hpp"
 #endif

@@ -23,12 +23,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "../learn/src/cpu_gemm.hpp"
+#include "manyadd/learn/devices/cpu_gemm.hpp"
 #include "manyadd/core/safetensors.hpp"
-#include "manyadd/learn/batch.hpp"
-#include "manyadd/learn/cpu_fast.hpp"
-#include "manyadd/learn/data.hpp"
-#include "manyadd/learn/train.hpp"
+#include "manyadd/learn/devices/batch.hpp"
+#include "manyadd/learn/devices/cpu_fast.hpp"
+#include "manyadd/learn/tasks/data.hpp"
+#include "manyadd/learn/runs/train.hpp"
 
 using namespace manyadd;
 using namespace manyadd::learn;

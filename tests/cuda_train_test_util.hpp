@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "manyadd/learn/cuda_device.hpp"
+#include "manyadd/learn/devices/cuda_device.hpp"
 
 #define REQUIRE_DEVICE()                                                              \
   do {                                                                                \

@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "test_util.hpp"
-#include "manyadd/learn/data.hpp"
-#include "manyadd/learn/model.hpp"
-#include "manyadd/learn/task.hpp"
-#include "manyadd/learn/train.hpp"
+#include "manyadd/learn/tasks/data.hpp"
+#include "manyadd/learn/decoder/model.hpp"
+#include "manyadd/learn/tasks/task.hpp"
+#include "manyadd/learn/runs/train.hpp"
 
 namespace manyadd::learn::fixtures {
 

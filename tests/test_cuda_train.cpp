@@ -16,12 +16,12 @@
 #include "test_util.hpp"
 #include "cuda_train_test_util.hpp"
 #include "learn_fixtures.hpp"
-#include "manyadd/learn/cuda_device.hpp"
-#include "manyadd/learn/batch.hpp"
-#include "manyadd/learn/eval.hpp"
-#include "manyadd/learn/io.hpp"
-#include "manyadd/learn/task.hpp"
-#include "manyadd/learn/train.hpp"
+#include "manyadd/learn/devices/cuda_device.hpp"
+#include "manyadd/learn/devices/batch.hpp"
+#include "manyadd/learn/runs/eval.hpp"
+#include "manyadd/learn/runs/io.hpp"
+#include "manyadd/learn/tasks/task.hpp"
+#include "manyadd/learn/runs/train.hpp"
 
 using namespace manyadd;
 using namespace manyadd::learn;

@@ -87,9 +87,9 @@ inline std::size_t stop() {
 #include "manyadd/kernels/device.hpp"
 #include "manyadd/kernels/flash_tc.hpp"
 #include "manyadd/kernels/train.hpp"
-#include "manyadd/learn/batch.hpp"
-#include "manyadd/learn/layers.hpp"
-#include "manyadd/learn/train.hpp"
+#include "manyadd/learn/devices/batch.hpp"
+#include "manyadd/learn/decoder/layers.hpp"
+#include "manyadd/learn/runs/train.hpp"
 
 using namespace manyadd;
 using namespace manyadd::learn;

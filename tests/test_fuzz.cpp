@@ -25,7 +25,7 @@
 #include "fuzz/targets.hpp"
 #include "manyadd/core/files.hpp"
 #include "manyadd/core/safetensors.hpp"
-#include "manyadd/learn/io.hpp"
+#include "manyadd/learn/runs/io.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;

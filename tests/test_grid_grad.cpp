@@ -1,4 +1,4 @@
-// Gradient checks of the grid universal transformer (learn/include/manyadd/learn/grid_layers.hpp,
+// Gradient checks of the grid universal transformer (learn/include/manyadd/learn/grid/grid_layers.hpp,
 // grid_model.hpp, grid_train.hpp's group loss): every new layer's backward against central finite
 // differences in double (grad_check.hpp: step 1e-5, relative tolerance 1e-6, and why), Seq2Grid and
 // the halting distribution against their definitions written again here, and the whole model's
@@ -9,9 +9,9 @@
 
 #include <random>
 
-#include "manyadd/learn/grid_layers.hpp"
-#include "manyadd/learn/grid_model.hpp"
-#include "manyadd/learn/grid_train.hpp"
+#include "manyadd/learn/grid/grid_layers.hpp"
+#include "manyadd/learn/grid/grid_model.hpp"
+#include "manyadd/learn/grid/grid_train.hpp"
 
 #include "grad_check.hpp"
 

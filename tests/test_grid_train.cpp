@@ -12,8 +12,8 @@
 
 #include "manyadd/core/files.hpp"
 #include "manyadd/core/safetensors.hpp"
-#include "manyadd/learn/batch.hpp"
-#include "manyadd/learn/grid_train.hpp"
+#include "manyadd/learn/devices/batch.hpp"
+#include "manyadd/learn/grid/grid_train.hpp"
 
 #include "test_util.hpp"
 

@@ -16,9 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
-#include "manyadd/learn/attention.hpp"
-#include "manyadd/learn/data.hpp"
-#include "manyadd/learn/eval.hpp"
+#include "manyadd/learn/analysis/attention.hpp"
+#include "manyadd/learn/tasks/data.hpp"
+#include "manyadd/learn/runs/eval.hpp"
 #include "manyadd/structured.hpp"
 
 namespace fs = std::filesystem;

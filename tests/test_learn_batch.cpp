@@ -17,13 +17,13 @@
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
-#include "manyadd/learn/batch.hpp"
-#include "manyadd/learn/cuda_device.hpp"
-#include "manyadd/learn/data.hpp"
-#include "manyadd/learn/eval.hpp"
-#include "manyadd/learn/io.hpp"
-#include "manyadd/learn/task.hpp"
-#include "manyadd/learn/train.hpp"
+#include "manyadd/learn/devices/batch.hpp"
+#include "manyadd/learn/devices/cuda_device.hpp"
+#include "manyadd/learn/tasks/data.hpp"
+#include "manyadd/learn/runs/eval.hpp"
+#include "manyadd/learn/runs/io.hpp"
+#include "manyadd/learn/tasks/task.hpp"
+#include "manyadd/learn/runs/train.hpp"
 #include "learn_fixtures.hpp"
 
 using namespace manyadd;

@@ -13,9 +13,9 @@
 #include <fmt/format.h>
 
 #include "test_util.hpp"
-#include "manyadd/learn/cuda_device.hpp"
-#include "manyadd/learn/eval.hpp"
-#include "manyadd/learn/io.hpp"
+#include "manyadd/learn/devices/cuda_device.hpp"
+#include "manyadd/learn/runs/eval.hpp"
+#include "manyadd/learn/runs/io.hpp"
 
 namespace fs = std::filesystem;
 using namespace manyadd;

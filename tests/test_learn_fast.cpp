@@ -1,4 +1,4 @@
-// The fast CPU device (learn/include/manyadd/learn/cpu_fast.hpp) against the reference: its kernels
+// The fast CPU device (learn/include/manyadd/learn/devices/cpu_fast.hpp) against the reference: its kernels
 // (fused attention, GEGLU, exp, bf16 rounding; both builds, x86-64 and AVX-512 where the CPU has it)
 // against layers.hpp, its whole forward/backward against PackedCpuDevice (fp32 and bf16, every position
 // mode it runs and every architecture option), twenty steps, frozen position codes, determinism and
@@ -29,17 +29,17 @@
 #include <fmt/format.h>
 
 #include "learn_fixtures.hpp"
-#include "../learn/src/cpu_fast_kernels.hpp"
-#include "../learn/src/cpu_gemm.hpp"
+#include "manyadd/learn/devices/cpu_fast_kernels.hpp"
+#include "manyadd/learn/devices/cpu_gemm.hpp"
 #include "manyadd/core/safetensors.hpp"
-#include "manyadd/learn/batch.hpp"
-#include "manyadd/learn/cpu_fast.hpp"
-#include "manyadd/learn/data.hpp"
-#include "manyadd/learn/eval.hpp"
-#include "manyadd/learn/grid_layers.hpp"
-#include "manyadd/learn/layers.hpp"
-#include "manyadd/learn/task.hpp"
-#include "manyadd/learn/train.hpp"
+#include "manyadd/learn/devices/batch.hpp"
+#include "manyadd/learn/devices/cpu_fast.hpp"
+#include "manyadd/learn/tasks/data.hpp"
+#include "manyadd/learn/runs/eval.hpp"
+#include "manyadd/learn/grid/grid_layers.hpp"
+#include "manyadd/learn/decoder/layers.hpp"
+#include "manyadd/learn/tasks/task.hpp"
+#include "manyadd/learn/runs/train.hpp"
 
 using namespace manyadd;
 using namespace manyadd::learn;

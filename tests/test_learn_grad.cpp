@@ -12,9 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "manyadd/learn/data.hpp"
-#include "manyadd/learn/layers.hpp"
-#include "manyadd/learn/model.hpp"
+#include "manyadd/learn/tasks/data.hpp"
+#include "manyadd/learn/decoder/layers.hpp"
+#include "manyadd/learn/decoder/model.hpp"
 
 #include "grad_check.hpp"
 

@@ -16,11 +16,11 @@
 
 #include "learn_fixtures.hpp"
 #include "manyadd/core/safetensors.hpp"
-#include "manyadd/learn/batch.hpp"
-#include "manyadd/learn/data.hpp"
-#include "manyadd/learn/io.hpp"
-#include "manyadd/learn/layers.hpp"
-#include "manyadd/learn/train.hpp"
+#include "manyadd/learn/devices/batch.hpp"
+#include "manyadd/learn/tasks/data.hpp"
+#include "manyadd/learn/runs/io.hpp"
+#include "manyadd/learn/decoder/layers.hpp"
+#include "manyadd/learn/runs/train.hpp"
 
 using namespace manyadd;
 using namespace manyadd::learn;

@@ -10,11 +10,11 @@
 #include <set>
 
 
-#include "manyadd/learn/cli_common.hpp"
-#include "manyadd/learn/data.hpp"
-#include "manyadd/learn/eval.hpp"
-#include "manyadd/learn/io.hpp"
-#include "manyadd/learn/train.hpp"
+#include "manyadd/learn/cli/cli_common.hpp"
+#include "manyadd/learn/tasks/data.hpp"
+#include "manyadd/learn/runs/eval.hpp"
+#include "manyadd/learn/runs/io.hpp"
+#include "manyadd/learn/runs/train.hpp"
 #include "learn_fixtures.hpp"
 
 using namespace manyadd;

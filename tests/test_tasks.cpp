@@ -1,4 +1,4 @@
-// The tasks (learn/include/manyadd/learn/task.hpp): every format against the papers' own examples
+// The tasks (learn/include/manyadd/learn/tasks/task.hpp): every format against the papers' own examples
 // (Figure 2's parity 0101, Figure 4's 57+48+96, Figure 8b's 37*925 token by token and level by level,
 // McLeish et al.'s 98282+3859172), the couplings against what the papers say they couple, a RapidCheck
 // property that every written sequence of every task reads back to the right answer (and that a
@@ -15,10 +15,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "manyadd/learn/data.hpp"
-#include "manyadd/learn/hard_data.hpp"
-#include "manyadd/learn/task.hpp"
-#include "manyadd/learn/train.hpp"
+#include "manyadd/learn/tasks/data.hpp"
+#include "manyadd/learn/tasks/hard_data.hpp"
+#include "manyadd/learn/tasks/task.hpp"
+#include "manyadd/learn/runs/train.hpp"
 
 using namespace manyadd;
 using namespace manyadd::learn;

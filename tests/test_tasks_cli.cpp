@@ -11,7 +11,7 @@
 
 #include "test_util.hpp"
 #include "manyadd/core/files.hpp"
-#include "manyadd/learn/task.hpp"
+#include "manyadd/learn/tasks/task.hpp"
 
 namespace fs = std::filesystem;
 using namespace manyadd;

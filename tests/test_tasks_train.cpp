@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "manyadd/learn/data.hpp"
-#include "manyadd/learn/eval.hpp"
-#include "manyadd/learn/task.hpp"
-#include "manyadd/learn/train.hpp"
+#include "manyadd/learn/tasks/data.hpp"
+#include "manyadd/learn/runs/eval.hpp"
+#include "manyadd/learn/tasks/task.hpp"
+#include "manyadd/learn/runs/train.hpp"
 
 using namespace manyadd;
 using namespace manyadd::learn;

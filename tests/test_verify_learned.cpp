@@ -17,7 +17,7 @@
 #include "test_util.hpp"
 #include "manyadd/core/files.hpp"
 #include "manyadd/core/safetensors.hpp"
-#include "manyadd/learn/io.hpp"
+#include "manyadd/learn/runs/io.hpp"
 #include "manyadd/learned/certify.hpp"
 #include "manyadd/learned/verify_learned.hpp"
 

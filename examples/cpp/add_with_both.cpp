@@ -12,9 +12,9 @@
 #include <manyadd/certificate.hpp>
 #include <manyadd/core/error.hpp>
 #include <manyadd/format.hpp>
-#include <manyadd/learn/data.hpp>
-#include <manyadd/learn/eval.hpp>
-#include <manyadd/learn/io.hpp>
+#include <manyadd/learn/tasks/data.hpp>
+#include <manyadd/learn/runs/eval.hpp>
+#include <manyadd/learn/runs/io.hpp>
 #include <manyadd/model.hpp>
 #include <manyadd/structured.hpp>
 

@@ -3,7 +3,7 @@
 // scored against each head of the constructed model of Theorem 4.1 (construct/, minimal padding as
 // the learned format): the share of the non-BOS attention on the constructed head's matched keys,
 // the BOS mass, a Jensen-Shannon divergence, the chance level; then a best one-to-one matching.
-// Definitions: learn/include/manyadd/learn/attention.hpp and learn/README.md.
+// Definitions: learn/include/manyadd/learn/analysis/attention.hpp and learn/README.md.
 //   compare_attention --learned DIR --n 11 --m 11 --samples 1000          one shape: table, PNGs, JSON
 //   compare_attention --learned DIR --grid --samples 20                   per TA cell: alignment | accuracy
 // Files go to --out (default compare_TA<n>x<m> or compare_grid in the current directory); with --grid,
@@ -19,16 +19,16 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "manyadd/learn/attention.hpp"
+#include "manyadd/learn/analysis/attention.hpp"
 #include "manyadd/core/cli.hpp"
 #include "manyadd/core/progress.hpp"
 #include "manyadd/core/report.hpp"
-#include "manyadd/learn/cli_common.hpp"
-#include "manyadd/learn/data.hpp"
-#include "manyadd/learn/eval.hpp"
-#include "manyadd/learn/io.hpp"
-#include "manyadd/learn/plot.hpp"
-#include "manyadd/learn/task.hpp"
+#include "manyadd/learn/cli/cli_common.hpp"
+#include "manyadd/learn/tasks/data.hpp"
+#include "manyadd/learn/runs/eval.hpp"
+#include "manyadd/learn/runs/io.hpp"
+#include "manyadd/learn/analysis/plot.hpp"
+#include "manyadd/learn/tasks/task.hpp"
 
 using namespace manyadd;
 using namespace manyadd::learn;

@@ -15,13 +15,13 @@
 
 #include "manyadd/core/cli.hpp"
 #include "manyadd/core/report.hpp"
-#include "manyadd/learn/cli_common.hpp"
-#include "manyadd/learn/data.hpp"
-#include "manyadd/learn/eval.hpp"
-#include "manyadd/learn/attention.hpp"
-#include "manyadd/learn/io.hpp"
-#include "manyadd/learn/plot.hpp"
-#include "manyadd/learn/task.hpp"
+#include "manyadd/learn/cli/cli_common.hpp"
+#include "manyadd/learn/tasks/data.hpp"
+#include "manyadd/learn/runs/eval.hpp"
+#include "manyadd/learn/analysis/attention.hpp"
+#include "manyadd/learn/runs/io.hpp"
+#include "manyadd/learn/analysis/plot.hpp"
+#include "manyadd/learn/tasks/task.hpp"
 
 using namespace manyadd;
 using namespace manyadd::learn;

@@ -17,10 +17,10 @@
 #include <fmt/format.h>
 
 #include "manyadd/core/cli.hpp"
-#include "manyadd/learn/batch.hpp"
-#include "manyadd/learn/cli_common.hpp"
-#include "manyadd/learn/io.hpp"
-#include "manyadd/learn/train.hpp"
+#include "manyadd/learn/devices/batch.hpp"
+#include "manyadd/learn/cli/cli_common.hpp"
+#include "manyadd/learn/runs/io.hpp"
+#include "manyadd/learn/runs/train.hpp"
 
 using namespace manyadd;
 using namespace manyadd::learn;

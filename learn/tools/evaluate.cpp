@@ -18,14 +18,14 @@
 #include "manyadd/core/cli.hpp"
 #include "manyadd/core/progress.hpp"
 #include "manyadd/core/report.hpp"
-#include "manyadd/learn/cli_common.hpp"
-#include "manyadd/learn/data.hpp"
-#include "manyadd/learn/eval.hpp"
-#include "manyadd/learn/grid_train.hpp"
-#include "manyadd/learn/io.hpp"
-#include "manyadd/learn/plot.hpp"
-#include "manyadd/learn/task.hpp"
-#include "manyadd/learn/train.hpp"
+#include "manyadd/learn/cli/cli_common.hpp"
+#include "manyadd/learn/tasks/data.hpp"
+#include "manyadd/learn/runs/eval.hpp"
+#include "manyadd/learn/grid/grid_train.hpp"
+#include "manyadd/learn/runs/io.hpp"
+#include "manyadd/learn/analysis/plot.hpp"
+#include "manyadd/learn/tasks/task.hpp"
+#include "manyadd/learn/runs/train.hpp"
 
 using namespace manyadd;
 using namespace manyadd::learn;

@@ -18,8 +18,8 @@
 #include "manyadd/core/files.hpp"
 #include "manyadd/core/progress.hpp"
 #include "manyadd/core/report.hpp"
-#include "manyadd/learn/data.hpp"
-#include "manyadd/learn/grid_train.hpp"
+#include "manyadd/learn/tasks/data.hpp"
+#include "manyadd/learn/grid/grid_train.hpp"
 
 using namespace manyadd;
 using namespace manyadd::learn;

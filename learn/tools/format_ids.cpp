@@ -1,5 +1,5 @@
 // format_ids: the sequence, the position IDs (every mode of learn/, construct's coupled IDs) and the
-// targets of one problem of any task (learn/include/manyadd/learn/task.hpp), or of a list of cases as
+// targets of one problem of any task (learn/include/manyadd/learn/tasks/task.hpp), or of a list of cases as
 // JSON (tests/data/format_cases.json -> tests/data/format_golden.json, the golden file
 // python/manyadd/format.py is checked against). Also the samplers' draws (TA, SA, every task's test
 // cells and training sets, the per-cell seed of evaluate/dump_attention), so the Python twin of the
@@ -15,10 +15,10 @@
 
 #include "manyadd/core/cli.hpp"
 #include "manyadd/core/files.hpp"
-#include "manyadd/learn/data.hpp"
-#include "manyadd/learn/eval.hpp"
-#include "manyadd/learn/task.hpp"
-#include "manyadd/learn/train.hpp"
+#include "manyadd/learn/tasks/data.hpp"
+#include "manyadd/learn/runs/eval.hpp"
+#include "manyadd/learn/tasks/task.hpp"
+#include "manyadd/learn/runs/train.hpp"
 
 using namespace manyadd;
 using namespace manyadd::learn;

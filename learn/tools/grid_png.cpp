@@ -16,7 +16,7 @@
 #include "manyadd/core/cli.hpp"
 #include "manyadd/core/error.hpp"
 #include "manyadd/core/files.hpp"
-#include "manyadd/learn/plot.hpp"
+#include "manyadd/learn/analysis/plot.hpp"
 
 using namespace manyadd;
 

@@ -13,10 +13,10 @@
 #include "manyadd/core/files.hpp"
 #include "manyadd/core/progress.hpp"
 #include "manyadd/core/report.hpp"
-#include "manyadd/learn/cli_common.hpp"
-#include "manyadd/learn/io.hpp"
-#include "manyadd/learn/task.hpp"
-#include "manyadd/learn/train.hpp"
+#include "manyadd/learn/cli/cli_common.hpp"
+#include "manyadd/learn/runs/io.hpp"
+#include "manyadd/learn/tasks/task.hpp"
+#include "manyadd/learn/runs/train.hpp"
 
 using namespace manyadd;
 using namespace manyadd::learn;

@@ -15,8 +15,8 @@
 #include "manyadd/core/cli.hpp"
 #include "manyadd/core/error.hpp"
 #include "manyadd/core/files.hpp"
-#include "manyadd/learn/io.hpp"
-#include "manyadd/learn/train.hpp"
+#include "manyadd/learn/runs/io.hpp"
+#include "manyadd/learn/runs/train.hpp"
 
 namespace manyadd::fuzz {
 

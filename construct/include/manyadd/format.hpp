@@ -18,7 +18,7 @@
 namespace manyadd {
 
 // Vocabulary V = (0, ..., 9, '+', '=', '>', '$') in the paper's order (D.1); '$' is BOS and EOS.
-// The learned models' other tasks (learn/include/manyadd/learn/task.hpp) add '*' (multiplication,
+// The learned models' other tasks (learn/include/manyadd/learn/tasks/task.hpp) add '*' (multiplication,
 // Sec. 5) as token 14: the constructed model and addition keep the 14 tokens.
 enum Tok : std::uint8_t { kPlus = 10, kEq = 11, kArrow = 12, kDollar = 13, kStar = 14 };
 inline constexpr int kVocab = 14;

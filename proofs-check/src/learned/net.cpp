@@ -6,12 +6,12 @@
 #include <fmt/format.h>
 
 #include "manyadd/core/error.hpp"
-#include "manyadd/learn/data.hpp"
-#include "manyadd/learn/eval.hpp"
-#include "manyadd/learn/io.hpp"
-#include "manyadd/learn/layers.hpp"
-#include "manyadd/learn/model.hpp"
-#include "manyadd/learn/task.hpp"
+#include "manyadd/learn/tasks/data.hpp"
+#include "manyadd/learn/runs/eval.hpp"
+#include "manyadd/learn/runs/io.hpp"
+#include "manyadd/learn/decoder/layers.hpp"
+#include "manyadd/learn/decoder/model.hpp"
+#include "manyadd/learn/tasks/task.hpp"
 
 namespace manyadd::learned {
 

@@ -1,0 +1,64 @@
+// What the CPU devices share (batch.cpp's CpuDevice and PackedCpuDevice, cpu_fast_device.cpp's fast
+// device): the weights and Adam moments, the step (global norm, clipping, AdamW over the trainable
+// segments only: frozen position codes take no step; weight decay where a segment's flag says), and the
+// argmax of logits rows.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "manyadd/learn/devices/batch.hpp"
+
+namespace manyadd::learn::detail {
+
+inline double squared_norm(const std::vector<float>& g) {
+  double ss = 0;
+  for (float x : g) ss += double(x) * double(x);
+  return ss;
+}
+// Lowest index on ties.
+inline void argmax_rows(const float* logits, std::int64_t rows, int V, std::uint8_t* out) {
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const float* z = logits + i * V;
+    out[i] = std::uint8_t(std::max_element(z, z + V) - z);
+  }
+}
+
+class CpuDeviceBase : public TrainDevice {
+ public:
+  CpuDeviceBase(const ModelConfig& c, Precision p)
+      : c_(c), lay_(Layout::make(c)), segs_(lay_.trainable_segments()), prec_(p) {}
+  Precision precision() const override { return prec_; }
+  void set_state(const std::vector<float>& p, const std::vector<float>& m, const std::vector<float>& v) override {
+    p_ = p, m_ = m, v_ = v;
+  }
+  void get_state(std::vector<float>& p, std::vector<float>& m, std::vector<float>& v) override { p = p_, m = m_, v = v_; }
+  StepResult step(const PackedBatch& pb, float loss_scale, const TrainConfig& tc, std::int64_t t) override {
+    StepResult r;
+    r.loss_sum = forward_backward(pb, loss_scale, g_);
+    r.grad_norm = std::sqrt(squared_norm(g_));
+    // AdamW (decoupled weight decay; 0 by default as the reference) after global-norm clipping, decayed
+    // only where a segment's decay flag is set. Frozen position codes (model.pos_codes) are outside the
+    // segments: never stepped, never decayed.
+    const AdamScalars s = adam_scalars(tc, t, r.grad_norm);
+    adamw_segments(p_.data(), m_.data(), v_.data(), g_.data(), segs_, s);
+    return r;
+  }
+  double gradient(const PackedBatch& pb, float loss_scale, std::vector<float>& grads) override {
+    return forward_backward(pb, loss_scale, grads);
+  }
+
+ protected:
+  ModelConfig c_;
+  Layout lay_;
+  std::vector<ParamSegment> segs_;  // the trainable parameters
+  Precision prec_;
+  std::vector<float> p_, m_, v_, g_;
+  ModelView<float> view() const { return {c_, lay_, p_.data(), prec_}; }
+  // The batch's loss sum; grads (resized to the parameters) receives the gradient of loss_scale * loss.
+  virtual double forward_backward(const PackedBatch& pb, float loss_scale, std::vector<float>& grads) = 0;
+};
+
+}  // namespace manyadd::learn::detail
