@@ -138,7 +138,7 @@ BENCHMARK(BM_PackedForwardBackward)
     ->UseRealTime()
     ->MinTime(3.0);
 
-// oneDNN's products (learn/src/cpu_gemm.hpp, as the fast device calls them) of 1024 x 1024 matrices, one
+// oneDNN's products (learn/include/manyadd/learn/devices/cpu_gemm.hpp, as the fast device calls them) of 1024 x 1024 matrices, one
 // on each of `threads` threads at once, fp32 or bf16: the machine's measured peak.
 struct GemmPeak {
   static constexpr int n = 1024, reps = 4;  // per thread and run

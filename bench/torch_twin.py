@@ -86,7 +86,7 @@ def load_twin(run, device, checkpoint=False):
     return cfg, model, W, model.metadata
 
 
-def lr_at(tc, t):  # learn/src/train.cpp lr_at
+def lr_at(tc, t):  # learn/src/runs/train.cpp lr_at
     warm = max(1, round(tc["warmup_frac"] * tc["steps"]))
     if tc.get("warmup_from_zero", False):  # the schedule at t - 1: the first step at lr 0 (LambdaLR)
         t = t - 1

@@ -557,7 +557,9 @@ TEST(CoupledRelBias, FarMaskIsTheDefinition) {
           EXPECT_EQ(b, plain[(std::size_t(h) * T + i) * T + j]) << h << " " << i << " " << j;
           ++n_kept;
         }
-        if (j == 0 || j == i) EXPECT_FALSE(far);
+        if (j == 0 || j == i) {
+          EXPECT_FALSE(far);
+        }
       }
   EXPECT_GT(n_masked, 10);
   EXPECT_GT(n_kept, 10);

@@ -2,7 +2,7 @@
 """python/manyadd/format.py (the task format, position IDs and samplers) against the C++ definitions.
 
 tests/data/format_golden.json is what `format_ids --cases tests/data/format_cases.json` writes (the C++
-of construct/src/format.cpp and learn/src/data.cpp, eval.cpp's cell seed): sequences, shapes, the IDs
+of construct/src/format.cpp and learn/src/tasks/data.cpp, eval.cpp's cell seed): sequences, shapes, the IDs
 of every position mode at various offsets, targets, widths of both padding rules up to n, m = 1e8, the
 TA/SA samplers' draws, and inputs the C++ refuses. Two checks, both exact (integers and strings):
   - the C++ still writes the committed file byte for byte (FORMAT_IDS names the tool; ctest sets it),

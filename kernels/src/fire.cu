@@ -1,7 +1,7 @@
 // FIRE's kernels on the device (train.hpp, "FIRE"): the MLP's input per pair, ReLU and its backward, the
 // per-pair terms of d c and d L_sqrt, the gradient slots' offsets and their reduction over the sequences.
 // The arithmetic is fire_rows.cuh (replayed on the host by tests/test_cuda_train_kernels.cpp); the MLP's
-// two other layers and its backward are cuBLAS SGEMMs (learn/src/cuda_device.cpp). Element-wise, one
+// two other layers and its backward are cuBLAS SGEMMs (learn/src/devices/cuda_device.cpp). Element-wise, one
 // thread per entry, no atomics. NOT RUN ON A GPU YET (compiled for sm_90; the arithmetic replayed on the CPU).
 #include <cstdint>
 #include <stdexcept>

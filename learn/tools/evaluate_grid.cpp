@@ -18,6 +18,7 @@
 #include "manyadd/core/files.hpp"
 #include "manyadd/core/progress.hpp"
 #include "manyadd/core/report.hpp"
+#include "manyadd/learn/cli/cli_common.hpp"
 #include "manyadd/learn/tasks/data.hpp"
 #include "manyadd/learn/grid/grid_train.hpp"
 

@@ -23,6 +23,63 @@ using namespace manyadd;
 using namespace manyadd::learn;
 using namespace manyadd::learn::grid;
 
+namespace {
+
+// The flags of train_grid: every model and train field (cli_common.hpp's ConfigOptions).
+const std::vector<FieldDoc>& grid_config_fields() {
+  static const std::vector<FieldDoc> f = {
+      {"model", "d_emb", "d_emb: the width of tokens, grid cells and context vectors (Table I)"},
+      {"model", "d_s2g", "hidden width of Seq2Grid's action FFN_2"},
+      {"model", "kernel", "local attention window k (odd)"},
+      {"model", "groups", "local attention groups g (base 8, noGroups 1)"},
+      {"model", "heads", "local attention heads h"},
+      {"model", "d_ffn", "hidden width of the block's FFN_3 (both hidden layers)"},
+      {"model", "context_len", "halting context length S_C"},
+      {"model", "context_heads", "heads of the context attention"},
+      {"model", "d_ctx_ffn", "hidden width of the context FFN_2"},
+      {"model", "d_halt", "hidden width of the halting FFN_2"},
+      {"model", "alibi", "the context attention's grid ALiBi (true|false)"},
+      {"model", "halting", "ponder (PonderNet, the paper's) | fixed (fixedTime: max_steps_train / max_steps_eval steps)"},
+      {"model", "max_steps_train", "most recurrent steps in training (fixed: the steps)"},
+      {"model", "max_steps_eval", "most recurrent steps at test (fixed: the steps)"},
+      {"model", "halt_eps", "PonderNet's epsilon: training stops a sample once its halting mass exceeds 1 - epsilon"},
+      {"model", "dropout", "dropout before every linear layer of the FFNs and the decoder"},
+      {"model", "norm_eps", "LayerNorm epsilon"},
+      {"train", "train_instance", "training problems TERMSxDIGITS (Pi([1, 4], [1, 10]) = 1-4x1-10)"},
+      {"train", "term_groups", "term-count groups per step, each with its own grid (theirs: 2)"},
+      {"train", "batch", "problems per step, split between the groups"},
+      {"train", "extra_rows", "grid rows beyond the group's most terms (the authors' F_H = 0 plus their exclusive bound's 1)"},
+      {"train", "extra_cols", "grid columns beyond the most digits (F_W = 2 plus 1, as extra_rows)"},
+      {"train", "rand_rows", "R_H: uniform extra rows in [0, rand_rows]"},
+      {"train", "rand_cols", "R_W: uniform extra columns in [0, rand_cols]"},
+      {"train", "pad_weight", "the PAD class's weight in the cross-entropy"},
+      {"train", "regularizer", "halting regularizer: er (Explore-Reinforce, base) | kl (KL to a geometric, ponderReg)"},
+      {"train", "beta", "the regularizer's weight (overtraining: 5e-4)"},
+      {"train", "kl_lambda_p", "regularizer kl: the geometric prior's parameter (1 / their avg_steps)"},
+      {"train", "epochs", "epochs (the paper: 510, then 300 more of overtraining)"},
+      {"train", "steps_per_epoch", "optimizer steps per epoch"},
+      {"train", "lr", "peak learning rate"},
+      {"train", "min_lr", "the cosine's floor (eta_min)"},
+      {"train", "lr_period_epochs", "epochs per cosine period (warm restarts)"},
+      {"train", "beta1", "AdamW beta1"},
+      {"train", "beta2", "AdamW beta2"},
+      {"train", "adam_eps", "AdamW epsilon"},
+      {"train", "weight_decay", "AdamW weight decay (not on biases, embeddings, rel_emb, q_emb, norms)"},
+      {"train", "grad_clip", "global gradient-norm clip (0: none)"},
+      {"train", "seed", "initialization, data, dropout and halting draws"},
+      {"train", "threads", "threads (the run does not depend on them)"},
+      {"train", "log_every", "steps per log.csv row"},
+      {"train", "checkpoint_every", "steps per checkpoint (0: at the end only)"},
+      {"train", "eval_every", "steps per validation row in eval.csv (0: at the end only)"},
+      {"train", "eval_instance", "the validation problems (their validation set: 5-6x11-15)"},
+      {"train", "eval_samples", "validation problems"},
+      {"train", "cache_mb", "MiB of activations kept from a sample's first run for its backward (the rest run twice; "
+                            "the results do not depend on it)"}};
+  return f;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{
       "Train the grid universal transformer (paper 003, Cognolato and Testolin; learn/README.md, \"The grid\n"

@@ -1,4 +1,4 @@
-"""The task format and its position IDs, as construct/src/format.cpp and learn/src/data.cpp define them
+"""The task format and its position IDs, as construct/src/format.cpp and learn/src/tasks/data.cpp define them
 (docs/construction.md explains them); standard library only. tests/data/format_golden.json, written
 by the C++ tool `format_ids`, holds sequences, IDs and samples these functions must reproduce.
 
@@ -20,7 +20,7 @@ Coupled position IDs (Appendix D.4.2), offsets s1, s2 >= 1, 0-based index k:
     level 1 (significance): BOS 0; a digit of significance t (1 = least) s1 + t; every separator s1
     level 2 (which number): BOS 0; A_i and the '+' after it s2 + i - 1; '=' and B_0 s2;
                             the '>' before B_i and B_i s2 + i
-The learned models' position modes (config.json model.pos_mode; learn/include/manyadd/learn/data.hpp):
+The learned models' position modes (config.json model.pos_mode; learn/include/manyadd/learn/tasks/data.hpp):
     coupled   both levels above (two tables: pos_emb.0 = level 1, pos_emb.1 = level 2)
     digits    level 1 only
     absolute  one level: BOS 0, index k >= 1 -> s1 + k - 1
@@ -36,7 +36,7 @@ Samplers with the C++ tools' exact draws (a seed gives the instances `evaluate`,
 `compare_attention` use): Rng (std::mt19937_64 and the tools' unbiased uniform draw), sample_TA,
 sample_SA, cell_seed.
 
-The other tasks (learn/include/manyadd/learn/task.hpp, learn/README.md "Tasks"), written here from
+The other tasks (learn/include/manyadd/learn/tasks/task.hpp, learn/README.md "Tasks"), written here from
 their papers' definitions with Python integers (the C++ writers do schoolbook digit arithmetic):
     w = task_write("multiplication", task_parse("multiplication", "37*925"))
     decode(w.tokens)        # '$37*925=581+470+333=58100>52900>52243' (Figure 8b)
@@ -299,12 +299,12 @@ def pos_levels(mode):
 
 def pos_tables(mode):
     """Position tables a learned model of this mode has: its levels, but none for coupled_rel (its IDs
-    reach the scores as a relative bias, learn/src/model.cpp pos_tables)."""
+    reach the scores as a relative bias, learn/src/decoder/model_config.cpp pos_tables)."""
     return 0 if mode == "coupled_rel" else pos_levels(mode)
 
 
 def abacus_ids(tokens, beta):
-    """Abacus IDs (learn/src/data.cpp abacus_ids): every maximal run of digit tokens numbered beta,
+    """Abacus IDs (learn/src/tasks/data.cpp abacus_ids): every maximal run of digit tokens numbered beta,
     beta + 1, ... from its first token; every other token 0."""
     beta = _int("beta", beta)
     if beta < 1:
@@ -325,7 +325,7 @@ def _longest_digit_run(tokens):
 
 
 def position_ids_for(shape, mode, s1=1, s2=1):
-    """The learned models' IDs: a list of pos_levels(mode) lists of N ints (learn/src/data.cpp)."""
+    """The learned models' IDs: a list of pos_levels(mode) lists of N ints (learn/src/tasks/data.cpp)."""
     levels = pos_levels(mode)
     if mode == "absolute":
         s1 = _int("s1", s1)
@@ -470,7 +470,7 @@ def sample_SA(rng, n, m, count):
 
 
 def cell_seed(seed, n, m):
-    """The seed of TA(n, m)'s samples in evaluate / dump_attention / compare_attention (learn/src/eval.cpp):
+    """The seed of TA(n, m)'s samples in evaluate / dump_attention / compare_attention (learn/src/runs/eval.cpp):
     `sample_TA(Rng(cell_seed(seed, n, m)), n, m)` repeated gives their instances in order (seed 12345
     is the tools' default)."""
     z = (seed * 0x9E3779B97F4A7C15 + n * 1000003 + m) & _M64
@@ -479,7 +479,7 @@ def cell_seed(seed, n, m):
     return z ^ (z >> 31)
 
 
-# ---- the tasks (learn/include/manyadd/learn/task.hpp) ----------------------------------------------
+# ---- the tasks (learn/include/manyadd/learn/tasks/task.hpp) ----------------------------------------------
 
 TASKS = ("addition", "addition-noscratch", "addition-2op", "parity", "parity-noscratch", "multiplication",
          "multiplication-noscratch")

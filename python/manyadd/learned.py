@@ -1,6 +1,6 @@
 """The learned transformer of learn/ as a torch module: load_learned(DIR) reads a `train` output directory
-(config.json + model.safetensors) and reproduces learn/'s forward (learn/src/model.cpp,
-learn/include/manyadd/learn/layers.hpp) for every position mode. This is the project's torch twin:
+(config.json + model.safetensors) and reproduces learn/'s forward (learn/src/decoder/model.cpp,
+learn/include/manyadd/learn/decoder/layers.hpp) for every position mode. This is the project's torch twin:
 bench/torch_twin.py trains it against the C++ trainer, tests/test_python_models.py checks its logits
 against `evaluate --problem ... --json` and its attention against `dump_attention`.
 
@@ -25,7 +25,7 @@ The forward (shapes: B batch, T tokens, C d_model, H n_heads, D d_head, F d_ff, 
           output projection o (no biases anywhere); scale = 1/sqrt(D) (attn_scale inv_sqrt_dhead) or 1
           (attn_scale none: T5, the authors' model)
           pos_mode rope: q, k rotated before the scores, the pair (2k, 2k+1) of token index p by the angle
-          p 10000^(-2k/D) (Su et al. 2021; learn/include/manyadd/learn/layers.hpp)
+          p 10000^(-2k/D) (Su et al. 2021; learn/include/manyadd/learn/decoder/layers.hpp)
           pos_mode fire: the scores plus FIRE's bias b (H, T, T), the same in every layer: b(i, j) =
           mlp(u), u = log1p(|c| (i - j)) / (log1p(|c| n_i) + 1e-6), n_i = max(i, L) or min(i, L)
           (fire_threshold), L = L_sqrt^2, mlp = Linear(1, W) ReLU Linear(W, W) ReLU Linear(W, H), no
@@ -80,7 +80,7 @@ from .hooks import HookedModule, HookPoint
 __all__ = ["LearnedConfig", "LearnedTransformer", "load_learned", "ARCHITECTURE_SWITCHES"]
 
 # Fields of config.json "model" and what each does to the forward. Their kinds, ranges, C++ defaults and
-# pos_modes are strict.LEARNED_FIELDS's (the one table of the C++ limits, learn/src/model.cpp); here what
+# pos_modes are strict.LEARNED_FIELDS's (the one table of the C++ limits, learn/src/decoder/model_config.cpp); here what
 # this module does with them.
 #   sizes: integers that shape the tensors.
 _SIZES = {k: strict.LEARNED_FIELDS[k][2] for k in ("vocab", "n_layers", "n_heads", "d_model", "d_head", "d_ff",
@@ -241,7 +241,7 @@ def rope_rotate(x, cos, sin):
 
 
 class Fire(nn.Module):
-    """FIRE's score bias (learn/include/manyadd/learn/layers.hpp, FIRE): parameters fire.mlp.0/2/4.weight,
+    """FIRE's score bias (learn/include/manyadd/learn/decoder/layers.hpp, FIRE): parameters fire.mlp.0/2/4.weight,
     fire.c, fire.L_sqrt as in model.safetensors."""
 
     def __init__(self, cfg):
@@ -266,7 +266,7 @@ class Fire(nn.Module):
 
 
 class CoupledRelBias(nn.Module):
-    """pos_mode coupled_rel's score bias (learn/include/manyadd/learn/layers.hpp, coupled_rel_bias): the
+    """pos_mode coupled_rel's score bias (learn/include/manyadd/learn/decoder/layers.hpp, coupled_rel_bias): the
     parameter rel_bias.weight g (n_layers, H, 2, 2W + 1 (+ 1 with rel_far)); layer l's bias of query i and
     key j is sum over levels lv of g[l, h, lv, d + W] with d = id_lv(j) - id_lv(i), |d| <= W, and for
     |d| > W g[l, h, lv, 2W + 1] with rel_far, nothing without; nothing where either ID is 0. The C++ adds
@@ -430,7 +430,7 @@ class LearnedTransformer(HookedModule):
         self.final_norm = {"rms": RMSNorm, "layer": LayerNorm}[cfg.final_norm](C, cfg.norm_eps,
                                                                                  "ln_final.hook_normalized")
         if cfg.tie_readout:
-            # the C++ multiplies by the float 1 / sqrt(float(d_model)) (learn/src/model.cpp readout_scale)
+            # the C++ multiplies by the float 1 / sqrt(float(d_model)) (learn/src/decoder/model.cpp readout_scale)
             self.register_buffer("readout_scale", 1.0 / torch.tensor(float(C), dtype=torch.float32).sqrt(),
                                  persistent=False)
             self.lm_head = None

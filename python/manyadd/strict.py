@@ -3,7 +3,7 @@
 load_learned and load_constructed call read_learned_dir / read_constructed_dir first: config.json is
 read as core's read_json_file reads it (a regular file of at most 64 MiB, UTF-8, no key twice in one
 object, no NaN/Infinity, no number beyond a double), its model section is checked field by field as
-learn/src/model.cpp's from_json and ModelConfig::validate check it (LEARNED_FIELDS: the one table of
+learn/src/decoder/model_config.cpp's from_json and ModelConfig::validate check it (LEARNED_FIELDS: the one table of
 those rules here), and the tensors it implies (names and shapes, as Layout::make lays them out; the
 constructed model's as construct/src/export.cpp writes them) are compared with model.safetensors'
 header before any module or tensor is built. A model section the C++ accepts comes back with the C++
@@ -160,15 +160,15 @@ def check_document(doc, path, max_depth):
                              "tables)" % (_show(path), _show(where or "the document", 80), _type_name(v)))
 
 
-# ---- the learned model: config.json "model", as learn/src/model.cpp reads it -----------------------
+# ---- the learned model: config.json "model", as learn/src/decoder/model_config.cpp reads it -----------------------
 
-# pos_mode -> (position-ID levels, position tables): pos_levels / pos_tables of learn/src/model.cpp.
+# pos_mode -> (position-ID levels, position tables): pos_levels / pos_tables of learn/src/decoder/model_config.cpp.
 POS_MODES = {"coupled": (2, 2), "digits": (1, 1), "absolute": (1, 1), "none": (0, 0), "coupled3": (3, 3),
              "abacus": (1, 1), "fire": (0, 0), "rope": (0, 0), "coupled_rel": (2, 0)}
 POS_CODE_KINDS = ("learned", "frozen", "hypercube", "shuffled")
 _INT_LIMIT = 1_000_000_000  # from_json's geti: |x| <= 1e9 before validate() looks at it
 _F32_MAX = 3.4028234663852886e38
-MAX_LEXICODE_WORDS, MAX_CODE_BITS = 4096, 24  # model.cpp kMaxLexicodeWords, kMaxCodeBits
+MAX_LEXICODE_WORDS, MAX_CODE_BITS = 4096, 24  # model_config.cpp kMaxLexicodeWords, kMaxCodeBits
 
 # The one table of the model section's rules: field -> (kind, C++ default, accepted values, pos_mode it
 # belongs to or None). Kinds: int (a JSON integer) with its range [lo, hi]; f32 (any JSON number, read
@@ -245,7 +245,7 @@ def _field(model, name, what):
 
 def _lexicode_basis(d, bits):
     """The leading words of the binary lexicode of minimum distance d and length `bits`: the code is
-    their span (lexicodes are linear, Conway and Sloane 1986), and the greedy search of model.cpp's
+    their span (lexicodes are linear, Conway and Sloane 1986), and the greedy search of model_config.cpp's
     lexicode() keeps exactly the span's words, in increasing order. Each next basis word is the smallest
     word at distance >= d from the span so far: the smallest one outside the union of the balls of
     radius d - 1 around the code, which is a translate of one ball by every codeword (a boolean table
@@ -265,7 +265,7 @@ def _lexicode_basis(d, bits):
 
 
 def _code_bits(max_pos, d):
-    """model.cpp pos_code_bits: the smallest P <= 24 whose lexicode of distance d holds max_pos + 1
+    """model_config.cpp pos_code_bits: the smallest P <= 24 whose lexicode of distance d holds max_pos + 1
     words (the words below 2^P are the span of the basis words below 2^P); 0 when none does. The basis
     below 2^12 is found first (a table of 4096 words), the one below 2^24 only when that is short."""
     count = max_pos + 1
@@ -305,7 +305,7 @@ def learned_model(model, what="config.json"):
         elif kind == "f32":
             lo, hi = rng
             need(lo < v[k] < hi, "model.%s must be in (%g, %g) (got %r as a float32)" % (k, lo, hi, v[k]))
-    if "vocabulary" in model:  # describes vocab (model.cpp's to_json writes it); from_json refuses another
+    if "vocabulary" in model:  # describes vocab (model_config.cpp's to_json writes it); from_json refuses another
         need(isinstance(model["vocabulary"], str), "model.vocabulary must be a string")
         need(model["vocabulary"] == fmt.vocabulary(v["vocab"]), "model.vocabulary '%s' is not the vocabulary of "
              "model.vocab = %d ('%s')" % (model["vocabulary"][:40], v["vocab"], fmt.vocabulary(v["vocab"])))

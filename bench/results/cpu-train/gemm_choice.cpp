@@ -1,5 +1,5 @@
 // The GEMM library of the fast CPU device, chosen by measurement (README.md here, "The GEMM library"):
-// oneDNN's matmul (runtime dimensions, as learn/src/cpu_gemm.cpp calls it), libxsmm's JIT small-matrix
+// oneDNN's matmul (runtime dimensions, as learn/src/devices/cpu_gemm.cpp calls it), libxsmm's JIT small-matrix
 // kernels and Eigen, one thread, on the products of a 256-row chunk of the fig12-d64 model (d_model 64,
 // 4 heads of 16, d_ff 256): forward x W^T (q|k|v, the FFN's input and output), backward dy W, and the
 // weight gradient dy^T x (a sum over the chunk's rows). Not part of the build; compiled by hand, three ways:

@@ -9,7 +9,7 @@
 
 #include "cpu_device_base.hpp"
 #include "manyadd/core/parallel.hpp"
-#include "manyadd/learn/runs/train.hpp"
+#include "manyadd/learn/tasks/train_config.hpp"
 
 namespace manyadd::learn {
 

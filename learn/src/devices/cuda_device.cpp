@@ -59,7 +59,7 @@
 #include "manyadd/kernels/flash_tc.hpp"
 #include "manyadd/kernels/train.hpp"
 #include "manyadd/learn/decoder/layers.hpp"
-#include "manyadd/learn/runs/train.hpp"
+#include "manyadd/learn/tasks/train_config.hpp"
 
 namespace manyadd::learn {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "manyadd/learn/devices/batch.hpp"
 #include "manyadd/learn/tasks/data.hpp"
-#include "manyadd/learn/grid/grid_train.hpp"
+#include "manyadd/learn/tasks/grid_problems.hpp"
 
 namespace manyadd::learn {
 
@@ -170,7 +170,7 @@ InstanceCounts eval_decoder_instance(const ModelView<float>& model, int terms_lo
     std::vector<std::uint8_t> gen;
     ok[std::size_t(i)] = greedy_correct(model, ex, &gen);
     // The answer span, as eval_cell's greedy verdict reads it: the sum C, zero-padded to l and written
-    // least significant digit first (task.cpp); a missing or non-digit token is a wrong character.
+    // least significant digit first (task_addition.cpp); a missing or non-digit token is a wrong character.
     const int eq = first_target(ex);
     std::string answer;
     for (int k = ex.answer_end - 1; k >= ex.answer_begin; --k) {

@@ -98,6 +98,7 @@ enum class PosCode { learned, frozen, hypercube, shuffled };
 PosCode parse_pos_code(const std::string& s);  // throws InputError
 const char* pos_code_name(PosCode k);
 bool pos_code_frozen(PosCode k);  // every kind but learned
+bool pos_code_is_vertex(PosCode k);  // hypercube and shuffled: the vertices of a hypercube
 
 // RoPE's base (Su et al.; the authors' rotary_base): theta_k = base^(-2k/d_head).
 inline constexpr double kRopeBase = 10000.0;

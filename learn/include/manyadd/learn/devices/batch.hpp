@@ -74,7 +74,7 @@ std::vector<V> padded_rows(const PackedBatch& pb, const V* x, int width, V fill)
 BatchView batch_of(const PackedBatch& pb);
 BatchView sequence_of(const PackedBatch& pb, int b);
 
-// ---- AdamW with global-norm clipping (learn/train.cpp's update, shared with the devices) ----------
+// ---- AdamW with global-norm clipping (learn/src/runs/train.cpp's update, shared with the devices) ----------
 // The step's scalars are computed once in double, exactly as the CPU trainer always did.
 struct AdamScalars {
   double clip = 1;           // multiplier of the gradient (min(1, grad_clip / norm), 1 when off)

@@ -5,12 +5,12 @@
 //    forward and backward while its activations sit in the core's cache; chunks are split over the
 //    threads in contiguous runs of about equal work, each thread with its own gradient buffer, reduced in
 //    thread order (deterministic for (model, batch, threads), as CpuDevice);
-//  * the matrix products of a chunk on oneDNN (learn/src/cpu_gemm.hpp; loaded at run time, so that only
+//  * the matrix products of a chunk on oneDNN (learn/include/manyadd/learn/devices/cpu_gemm.hpp; loaded at run time, so that only
 //    this device needs the library): fp32, or in bf16 the products of bf16 numbers with fp32 sums on
 //    AVX-512 BF16 (vdpbf16ps) where the CPU has it;
 //  * attention fused over a sequence's rows (scores, softmax and values of four query rows at a time;
 //    no T x T buffer: the backward recomputes the scores from two numbers per row and head), in the
-//    AVX-512 build of its kernels where the CPU has AVX-512 (learn/src/cpu_fast_kernels.hpp);
+//    AVX-512 build of its kernels where the CPU has AVX-512 (learn/include/manyadd/learn/devices/cpu_fast_kernels.hpp);
 //  * after the last layer's keys and values, only the rows a loss reads (target >= 0) go on: their
 //    attention rows, output projection, FFN, norms and readout; the prompt rows' are skipped.
 // bf16 has exactly the rounding points of PackedCpuDevice in bf16 (model.hpp, Precision), which are the

@@ -31,102 +31,13 @@
 
 #include "manyadd/core/progress.hpp"
 #include "manyadd/format.hpp"
-#include "manyadd/learn/cli/cli_common.hpp"
+#include "manyadd/learn/grid/grid_loss.hpp"
 #include "manyadd/learn/grid/grid_model.hpp"
+#include "manyadd/learn/tasks/grid_problems.hpp"
 
 namespace manyadd::learn::grid {
 
-// Pi([terms_lo, terms_hi], [digits_lo, digits_hi]) (the paper's problem instances, Sec. III-A).
-// Text form: "TERMSxDIGITS", each a number or a range "lo-hi": "2x100", "1-4x1-10".
-struct Instance {
-  int terms_lo = 1, terms_hi = 1, digits_lo = 1, digits_hi = 1;
-  std::string name() const;
-  static Instance parse(const std::string& s);  // throws InputError
-  void validate() const;                        // throws InputError
-};
 
-// The paper's tables as instance names (Table III: "iii"; Table IV left, the noGroups variant on 2 terms of
-// many digits: "iv-digits"; right, the base model on N terms of 5 digits: "iv-terms"; "terms": 1x5 ..
-// 10x5). InputError for another name.
-std::vector<std::string> paper_table(const std::string& t);
-
-// One problem as written: its operands' digit strings (leading zeros kept), in construct's Problem.
-Problem sample_problem(Rng& rng, const Instance& inst);
-std::vector<std::uint8_t> problem_tokens(const Problem& p);  // 'a+b+...=' as grid tokens
-std::string problem_sum(const Problem& p);                   // the sum in decimal, no leading zeros
-// A problem typed by a user: "57+48+96" (digits and '+', leading zeros allowed, an optional final '=',
-// spaces ignored).
-Problem parse_grid_problem(const std::string& s);  // throws InputError
-
-// The grid of a batch of Pi([.., N], [.., D]): H = N + extra_rows + U[0, rand_rows], W = D + extra_cols +
-// U[0, rand_cols]. The authors' GridSizeHandler takes the exclusive bounds N + 1 and D + 1 with
-// F_H = 0, F_W = 2 (seq2grid.py, decide_grid_size; generators.py passes n_range[1], s_range[1]): the
-// defaults extra_rows 1, extra_cols 3 are the same grids.
-struct GridSizeRule {
-  int extra_rows = 1, extra_cols = 3, rand_rows = 3, rand_cols = 3;
-};
-std::pair<int, int> draw_grid_size(const Instance& inst, const GridSizeRule& rule, Rng& rng);
-
-// Problems with one grid.
-struct GridBatch {
-  int B = 0, S = 0, H = 0, W = 0;
-  std::vector<std::uint8_t> tokens;   // (B, S), PAD after '='
-  std::vector<std::int32_t> targets;  // (B, W), the sum right-aligned, PAD before
-  std::vector<Problem> problems;
-  GridInput input(int b) const;
-};
-// InputError when a sum has more digits than W.
-GridBatch make_batch(std::vector<Problem> problems, int H, int W);
-
-// The training distribution split by term count into `groups` instances (generators.py, _get_ranges).
-std::vector<Instance> training_groups(const Instance& train, int groups);
-
-// The loss of one group and, with grads, its gradient times `scale` (accumulated into grads).
-struct LossOptions {
-  Regularizer reg = Regularizer::er;
-  double beta = 0.05;
-  double kl_lambda_p = 0.1;  // KL: the geometric prior's parameter (their avg_steps 10: 1/10)
-  double pad_weight = 0.1;
-};
-struct GroupResult {
-  double task = 0, reg = 0;  // reg: beta times the mean regularizer
-  std::vector<int> steps;    // N_b
-  std::int64_t cell_steps = 0;  // sum over samples of H W (N_b + 1): the work of one forward
-};
-// One workspace per thread (sample_forward's activations), reused between calls.
-// cache_bytes: the first run of a sample keeps its activations for the backward while their total stays
-// below this (the rest run again); the results are the same either way.
-template <class S>
-struct Workspaces {
-  std::vector<SampleActs<S>> acts;
-  std::vector<std::vector<S>> block_grads;
-  std::vector<SampleActs<S>> kept;  // (B) the first runs' activations
-  double cache_bytes = 2e9;
-};
-// acc (B): each sample's a for the ER regularizer. key: the group's stream (sample b's is
-// seed_mix(key, b)). The samples run on `threads` threads; the gradient is summed in blocks of fixed
-// samples in a fixed order, so the result does not depend on the thread count.
-template <class S>
-GroupResult group_loss(S* grads, const GridView<S>& m, const GridBatch& batch, const std::vector<double>& acc,
-                       const LossOptions& o, std::uint64_t key, S scale, int threads, Workspaces<S>& ws);
-
-// Evaluation-mode runs of a batch (no dropout; Bernoulli halting from key, or greedy): each sample's
-// prediction, character accuracy, and steps.
-struct BatchEval {
-  std::vector<std::pair<int, int>> matches;  // (correct, valid) per sample
-  std::vector<int> steps;
-  std::vector<std::vector<std::uint8_t>> preds;
-  // per sample: the weight of the argmax actions' grid in Seq2Grid's soft mixture, the product over the
-  // tokens of the largest action probability (Eq. 3 is linear in the grid, so the soft grid is the
-  // expectation of the hard grids over the action sequences; 1 with --hard-actions)
-  std::vector<double> argmax_weight;
-  std::int64_t cell_steps = 0;
-};
-// progress (if given) counts the samples as they finish.
-// iv: the interventions at test every sample's run takes (RunOptions::test).
-BatchEval eval_batch(const GridView<float>& m, const GridBatch& batch, std::uint64_t key, bool greedy, int max_steps,
-                     int threads, std::vector<SampleActs<float>>& ws, Progress* progress = nullptr,
-                     Interventions iv = {});
 
 struct GridTrainConfig {
   std::string train_instance = "1-4x1-10";  // Pi([1, 4], [1, 10])
@@ -157,8 +68,6 @@ struct GridTrainConfig {
 };
 void to_json(nlohmann::json& j, const GridTrainConfig& c);
 void from_json(const nlohmann::json& j, GridTrainConfig& c);  // throws InputError
-// The flags of train_grid: every model and train field (cli_common.hpp's ConfigOptions).
-const std::vector<FieldDoc>& grid_config_fields();
 
 // Learning rate of step t (1-based): cosine annealing with warm restarts per epoch,
 // eta_min + (lr - eta_min) (1 + cos(pi (e mod P) / P)) / 2 with e = (t - 1) / steps_per_epoch.

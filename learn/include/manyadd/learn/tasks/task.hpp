@@ -33,7 +33,7 @@
 
 namespace manyadd::learn {
 
-struct TrainConfig;  // train.hpp
+struct TrainConfig;  // train_config.hpp
 
 enum class TaskKind {
   addition,
