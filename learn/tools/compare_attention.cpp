@@ -20,7 +20,9 @@
 #include <nlohmann/json.hpp>
 
 #include "manyadd/learn/analysis/attention.hpp"
+#include "manyadd/learn/analysis/attention_page.hpp"
 #include "manyadd/core/cli.hpp"
+#include "manyadd/core/files.hpp"
 #include "manyadd/core/progress.hpp"
 #include "manyadd/core/report.hpp"
 #include "manyadd/learn/cli/cli_common.hpp"
@@ -36,7 +38,8 @@ using namespace manyadd::learn;
 namespace {
 
 struct Args {
-  std::string learned, out, json_path, task;
+  std::string learned, out, json_path, task, html, problem;
+  int top_k = 24;
   int n = 11, m = 11, threads = 2;
   int n_min = 1, n_max = 30, m_min = 2, m_max = 30;
   bool grid = false, quiet = false;
@@ -82,6 +85,37 @@ Image vstack(const std::vector<Image>& rows) {
 }
 
 std::string pct(double v) { return std::isnan(v) ? "NA" : fmt::format("{:.1f}%", 100 * v); }
+
+// --html: the page of one problem (--problem, else the first sample) through both models, with the
+// matching of the samples' averaged maps.
+void write_page(const Args& a, const LoadedModel* lm, const ShapeRun& r, const nlohmann::json& matching) {
+  const Problem p = a.problem.empty() ? r.probs[0] : parse_problem(a.problem);
+  std::vector<std::int32_t> p1, p2;
+  position_ids_for(r.shape, PosMode::coupled, a.s1, a.s2, p1, p2);
+  std::vector<PageModel> models;
+  if (lm) {
+    PageModel L;
+    L.name = fmt::format("learned: {}", a.learned);
+    L.maps = learned_attention(*lm, {p}, a.s1, a.s2, 1);
+    L.logits = learned_logits(*lm, p, a.s1, a.s2);
+    L.vocab = lm->cfg.vocab;
+    L.head_roles.assign(std::size_t(L.maps.heads()), "");
+    for (auto [g, h] : r.cmp.matching) L.head_roles[std::size_t(g)] = kConstructedHeadNames[std::size_t(h)];
+    models.push_back(std::move(L));
+  }
+  PageModel C;
+  C.name = fmt::format("constructed: Theorem 4.1 (P1 = {}, P2 = {}, lambda = {:g})", r.cs.P1, r.cs.P2, r.cs.lambda);
+  C.maps = constructed_attention(r.cs, p, a.s1, a.s2);
+  C.logits = constructed_logits(r.cs, p, a.s1, a.s2);
+  for (const char* h : kConstructedHeadNames) C.head_roles.push_back(h);
+  models.push_back(std::move(C));
+  PageOptions po;
+  po.top_k = a.top_k;
+  const nlohmann::json data = attention_page_data(p, r.shape, a.s1, a.s2, build_sequence(p, r.shape), p1, p2, models,
+                                                  matching, po);
+  atomic_write(a.html, attention_page_html(data));
+  std::printf("wrote %s (%s)\n", a.html.c_str(), p.to_string().c_str());
+}
 
 int run_single(const Args& a, const LoadedModel* lm) {
   const ShapeRun r = run_shape(a, lm, a.n, a.m);
@@ -190,6 +224,7 @@ int run_single(const Args& a, const LoadedModel* lm) {
       {"learned_exact", r.exact >= 0 ? nlohmann::json(r.exact) : nlohmann::json(nullptr)},
       {"example_tokens", tokens_to_string(toks)}};
   report::write_json_report(a.out + "/compare.json", "compare_attention", "done", rep);
+  if (!a.html.empty()) write_page(a, lm, r, matching);
   if (!a.json_path.empty()) report::write_json_report(a.json_path, "compare_attention", "done", rep);
   return 0;
 }
@@ -332,6 +367,14 @@ int main(int argc, char** argv) {
   cli::add_int(app, "--n-max", a.n_max, "grid: largest operand length", 1, 1000);
   cli::add_int(app, "--m-min", a.m_min, "grid: smallest operand count", 2, 1000);
   cli::add_int(app, "--m-max", a.m_max, "grid: largest operand count", 2, 1000);
+  cli::add_string(app, "--html", a.html,
+                  "also write one problem's page here: a self-contained HTML file (no network) with both models' "
+                  "attention per head on the task's layout, the head matching and every response position's "
+                  "prediction and margin (learn/README.md, \"compare_attention\")");
+  cli::add_string(app, "--problem", a.problem,
+                  "the page's problem (57+48+96); its shape (n = longest operand, m = operands, minimal padding) "
+                  "replaces --n and --m for the whole comparison. Default: the first of the samples");
+  cli::add_int(app, "--top-k", a.top_k, "the page keeps this many keys per query row (weight >= 0.001)", 1, 4096);
   cli::add_threads(app, a.threads);
   cli::add_json(app, a.json_path, "also write the JSON report here");
   cli::add_quiet(app, a.quiet);
@@ -346,6 +389,17 @@ int main(int argc, char** argv) {
         throw InputError(fmt::format("TA({}, {}) has N = {} tokens: the (N, N) maps per head (and the dense constructed "
                                      "pass) are limited to 20,000 tokens", n, m, s.N()));
     };
+    if (!a.problem.empty()) {  // the problem's shape is the comparison's
+      if (a.grid) throw InputError("--problem takes a single shape, not --grid");
+      const Problem p = parse_problem(a.problem);
+      if (p.operands.size() < 2) throw InputError(fmt::format("--problem '{}': needs at least two operands", a.problem));
+      a.n = p.max_digits();
+      a.m = int(p.operands.size());
+    }
+    if (!a.html.empty()) {
+      if (a.grid) throw InputError("--html writes one shape's page, not --grid's");
+      check_output_path(a.html);
+    }
     if (a.grid) {
       if (a.n_min > a.n_max || a.m_min > a.m_max) throw InputError("empty grid: need --n-min <= --n-max, --m-min <= --m-max");
       check_nm(a.n_min, a.m_min, "--n-min/--m-min");

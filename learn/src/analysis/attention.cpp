@@ -117,6 +117,23 @@ AttentionMaps constructed_attention(const ConstructedSetup& cs, const Problem& p
   return out;
 }
 
+std::vector<double> learned_logits(const LoadedModel& lm, const Problem& p, std::int64_t s1, std::int64_t s2) {
+  const Example ex = make_example(p, lm.cfg, s1, s2);
+  Acts<float> a;
+  model_forward(a, lm.view(), batch_of(ex));
+  return std::vector<double>(a.logits.begin(), a.logits.begin() + std::ptrdiff_t(ex.T()) * lm.cfg.vocab);
+}
+
+std::vector<double> constructed_logits(const ConstructedSetup& cs, const Problem& p, std::int64_t s1, std::int64_t s2) {
+  const ConstructedModel model = build_model(cs.P1, cs.P2, cs.lambda);
+  const auto R = dense_forward<double>(model, constructed_input(model, cs, p, s1, s2));
+  const std::int64_t N = cs.shape.N();
+  std::vector<double> out(std::size_t(N) * std::size_t(kVocab));
+  for (std::int64_t j = 0; j < N; ++j)
+    for (int v = 0; v < kVocab; ++v) out[std::size_t(j) * kVocab + std::size_t(v)] = R.logits(v, Eigen::Index(j));
+  return out;
+}
+
 MatchedKeys constructed_matches(const ConstructedSetup& cs, std::int64_t s1, std::int64_t s2) {
   const ConstructedModel model = build_model(cs.P1, cs.P2, 1.0);
   // The scores depend on positions only; any digits do (tokens below are all zeros).

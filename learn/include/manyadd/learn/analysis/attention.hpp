@@ -60,6 +60,11 @@ ConstructedSetup constructed_setup(int n, int m, std::int64_t s1, std::int64_t s
 // Post-softmax attention of the constructed model (dense engine, double) on one problem. Its scores
 // read only position dimensions, so the map is the same for every problem of the shape (tested).
 AttentionMaps constructed_attention(const ConstructedSetup& cs, const Problem& p, std::int64_t s1, std::int64_t s2);
+// Teacher-forced logits at every index of one problem's sequence, (T, vocab) row-major in double: the
+// learned model's (fp32 forward, vocab = its config's) and the constructed model's (dense engine in
+// double, the 14 tokens).
+std::vector<double> learned_logits(const LoadedModel& lm, const Problem& p, std::int64_t s1, std::int64_t s2);
+std::vector<double> constructed_logits(const ConstructedSetup& cs, const Problem& p, std::int64_t s1, std::int64_t s2);
 // M_h(j) for every constructed head and every response row j (index j - eq_index), from the scores
 // of the model built with lambda = 1 (the top score and the next one differ by >= 2; checked: throws
 // std::logic_error if a row's gap is below 1).
