@@ -13,6 +13,7 @@ Modules:
   constructed   load_constructed(DIR): the Theorem 4.1 model `verify_construction --export` writes (torch)
   hooks         HookPoint, run_with_cache / run_with_hooks (torch)
   figures       matplotlib figures from the tools' files: python3 -m manyadd.figures --help
+  view          the attention page of compare_attention --html from the torch models: python3 -m manyadd.view
   safetensors   the one Python reader and writer, validated as strictly as core/src/safetensors.cpp
   files         the atomic writer and InputError
   grids         the studies' numbers from evaluate's grid CSVs (cells >= 90%, longest n, most m, ...)
