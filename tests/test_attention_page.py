@@ -95,6 +95,18 @@ def main():
         run_tool(tool, ["--learned", model, "--grid", "--html", page, "--samples", "2", "--out", os.path.join(tmp, "c3")], 2)
         run_tool(tool, ["--learned", model, "--problem", "12+x4", "--html", page, "--out", os.path.join(tmp, "c4")], 2)
         run_tool(tool, ["--learned", model, "--problem", "12", "--html", page, "--out", os.path.join(tmp, "c5")], 2)
+        # A verify_learned report's counterexample: its problem zero-padded to the report's shape; a file that is
+        # not a report, or a report without a counterexample, is refused.
+        report = os.path.join(src, "bench", "results", "length-wall", "verify", "far-mask-s2-ta1010.json")
+        cex = os.path.join(tmp, "cex.html")
+        run_tool(tool, ["--learned", model, "--counterexample", report, "--samples", "2", "--html", cex, "--out",
+                        os.path.join(tmp, "c6"), "--quiet"], 0)
+        want = json.load(open(report))["counterexample"]["problem"]
+        if [o.zfill(10) for o in page_data(open(cex).read())["problem"].split("+")] != want.split("+"):
+            fail(f"the counterexample page shows {page_data(open(cex).read())['problem']}, the report {want}")
+        run_tool(tool, ["--learned", model, "--counterexample", os.path.join(src, "README.md"), "--html", cex], 2)
+        run_tool(tool, ["--learned", model, "--counterexample", report.replace("-s2-", "-s1-"), "--html", cex], 2)
+        run_tool(tool, ["--learned", model, "--counterexample", report, "--problem", "1+2", "--html", cex], 2)
 
         html = open(page, encoding="utf-8").read()
         size = os.path.getsize(page)

@@ -94,6 +94,13 @@ def main():
             if compared < 1000:
                 fail("%s: only %d weights compared" % (mc["name"], compared))
 
+        # A verify_learned report's counterexample, as compare_attention --counterexample takes it.
+        report = os.path.join(SRC, "bench", "results", "length-wall", "verify", "far-mask-s2-ta1010.json")
+        cx = os.path.join(tmp, "cx.html")
+        run(base + ["--learned", model, "--counterexample", report, "--out", cx], env=env)
+        want = json.load(open(report))["counterexample"]["problem"]
+        if [o.zfill(10) for o in page_data(cx)["problem"].split("+")] != want.split("+") or page_data(cx)["n"] != 10:
+            fail("the counterexample page shows %s, the report %s" % (page_data(cx)["problem"], want))
         # Refusals.
         bad = os.path.join(tmp, "bad.json")
         with open(bad, "w") as f:
@@ -105,7 +112,11 @@ def main():
                      ["--learned", model, "--problem", "57+4x8"], ["--learned", model, "--problem", "57"],
                      ["--learned", model, "--problem", "57+48", "--compare", bad],
                      ["--learned", model, "--problem", "57+48", "--compare", os.path.join(tmp, "none.json")],
-                     ["--learned", model, "--problem", "57+48", "--top-k", "0"]):
+                     ["--learned", model, "--problem", "57+48", "--top-k", "0"],
+                     ["--learned", model, "--counterexample", os.path.join(SRC, "README.md")],
+                     ["--learned", model, "--counterexample", os.path.join(SRC, "bench", "results", "length-wall", "verify",
+                                                                           "far-mask-s1-ta1010.json")],
+                     ["--learned", model]):
             r = run(base + args + ["--out", os.path.join(tmp, "x.html")], want=2, env=env)
             if len(r.stderr.strip().splitlines()) != 1 or "Traceback" in r.stderr:
                 fail("%s: not one line on stderr: %s" % (args, r.stderr))

@@ -38,7 +38,7 @@ using namespace manyadd::learn;
 namespace {
 
 struct Args {
-  std::string learned, out, json_path, task, html, problem;
+  std::string learned, out, json_path, task, html, problem, counterexample;
   int top_k = 24;
   int n = 11, m = 11, threads = 2;
   int n_min = 1, n_max = 30, m_min = 2, m_max = 30;
@@ -49,6 +49,43 @@ struct Args {
 };
 
 bool self_mode(const Args& a) { return a.learned == "constructed"; }
+
+// --counterexample: the problem (its operands zero-padded to the shape's n), shape and offsets of a
+// verify_learned JSON report's counterexample (a grid report: its first refuted cell's).
+void take_counterexample(Args& a) {
+  const nlohmann::json rep = read_json_file(a.counterexample);
+  const std::string what = fmt::format("--counterexample {}", a.counterexample);
+  if (!rep.is_object() || !rep.contains("manyadd") || !rep["manyadd"].is_object() ||
+      rep["manyadd"].value("tool", std::string()) != "verify_learned")
+    throw InputError(fmt::format("{}: not a verify_learned report", what));
+  std::string problem;
+  std::int64_t n = 0;
+  try {
+    if (rep.contains("cells")) {
+      for (const auto& c : rep.at("cells"))
+        if (c.contains("counterexample")) {
+          problem = c.at("counterexample").get<std::string>();
+          n = c.at("n").get<std::int64_t>();
+          break;
+        }
+    } else if (rep.contains("counterexample") && rep["counterexample"].is_object()) {
+      problem = rep["counterexample"].at("problem").get<std::string>();
+      n = rep.at("shape").at("n").get<std::int64_t>();
+      if (rep.contains("offsets")) {
+        a.s1 = rep["offsets"].value("s1", std::int64_t(1));
+        a.s2 = rep["offsets"].value("s2", std::int64_t(1));
+      }
+    }
+  } catch (const nlohmann::json::exception&) {
+    throw InputError(fmt::format("{}: a counterexample without its problem, shape or offsets", what));
+  }
+  if (problem.empty()) throw InputError(fmt::format("{}: the report has no counterexample", what));
+  Problem p = parse_problem(problem);
+  if (n < p.max_digits() || n > 1000) throw InputError(fmt::format("{}: shape n = {} does not hold {}", what, n, problem));
+  for (auto& o : p.operands) o.insert(0, std::size_t(n) - o.size(), '0');
+  a.problem.clear();
+  for (const auto& o : p.operands) a.problem += (a.problem.empty() ? "" : "+") + o;
+}
 
 // One shape: the learned (or constructed) maps, the constructed maps and matches, the comparison.
 struct ShapeRun {
@@ -374,6 +411,9 @@ int main(int argc, char** argv) {
   cli::add_string(app, "--problem", a.problem,
                   "the page's problem (57+48+96); its shape (n = longest operand, m = operands, minimal padding) "
                   "replaces --n and --m for the whole comparison. Default: the first of the samples");
+  cli::add_string(app, "--counterexample", a.counterexample,
+                  "the page's problem, shape and offsets from a verify_learned JSON report's counterexample (a grid "
+                  "report: its first refuted cell); excludes --problem");
   cli::add_int(app, "--top-k", a.top_k, "the page keeps this many keys per query row (weight >= 0.001)", 1, 4096);
   cli::add_threads(app, a.threads);
   cli::add_json(app, a.json_path, "also write the JSON report here");
@@ -389,6 +429,10 @@ int main(int argc, char** argv) {
         throw InputError(fmt::format("TA({}, {}) has N = {} tokens: the (N, N) maps per head (and the dense constructed "
                                      "pass) are limited to 20,000 tokens", n, m, s.N()));
     };
+    if (!a.counterexample.empty()) {
+      if (!a.problem.empty()) throw InputError("--counterexample and --problem both name the page's problem: give one");
+      take_counterexample(a);
+    }
     if (!a.problem.empty()) {  // the problem's shape is the comparison's
       if (a.grid) throw InputError("--problem takes a single shape, not --grid");
       const Problem p = parse_problem(a.problem);

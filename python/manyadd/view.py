@@ -159,7 +159,10 @@ def main(argv=None):
     ap.add_argument("--learned", action="append", default=[], metavar="DIR", help="a learned model directory (repeatable)")
     ap.add_argument("--constructed", action="append", default=[], metavar="DIR",
                     help="a constructed model exported by verify_construction --export (repeatable)")
-    ap.add_argument("--problem", required=True, help="the problem, 57+48+96")
+    ap.add_argument("--problem", help="the problem, 57+48+96")
+    ap.add_argument("--counterexample", metavar="REPORT",
+                    help="instead of --problem: a verify_learned JSON report's counterexample (a grid report: its "
+                         "first refuted cell), its operands padded to the shape's n, at its offsets")
     ap.add_argument("--compare", help="compare_attention's compare.json: its matching is shown")
     ap.add_argument("--s1", type=int, default=1)
     ap.add_argument("--s2", type=int, default=1)
@@ -169,6 +172,16 @@ def main(argv=None):
     try:
         if not a.learned and not a.constructed:
             raise InputError("give at least one --learned or --constructed model")
+        if (a.problem is None) == (a.counterexample is None):
+            raise InputError("give one of --problem and --counterexample")
+        if a.counterexample is not None:
+            from .counterexamples import read_report
+            found = read_report(a.counterexample)
+            if not found:
+                raise InputError("--counterexample %s: the report has no counterexample" % a.counterexample)
+            c = found[0]
+            a.problem = "+".join(o.zfill(c["n"]) for o in fmt.parse_problem(c["problem"]))
+            a.s1, a.s2 = c["s1"], c["s2"]
         from .constructed import load_constructed
         from .learned import load_learned
         models = [("learned: " + d, load_learned(d)) for d in a.learned]
