@@ -639,8 +639,17 @@ struct RowWorker {
           r.min_bound = std::min(r.min_bound, lb);
           continue;
         }
+        // A leaf fixes the keys the query attends: with rel_far_mask, operand digits outside the window may
+        // still be free (every input of the set has this margin); the witness is one input of the set.
+        Domains one = d;
+        if (!dv.narrow_to_one_input(one)) {
+          r.status = RowStatus::unknown;
+          r.why = "a leaf set with a margin below its bound whose input the greedy completion did not find";
+          r.min_bound = lb;
+          return r;
+        }
         r.status = RowStatus::failing;
-        r.witness = dv.problem_of(d);
+        r.witness = dv.problem_of(one);
         r.witness_margin = exact;
         r.min_bound = lb;
         return r;

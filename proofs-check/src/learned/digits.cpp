@@ -97,6 +97,23 @@ Problem DigitVars::problem_of(const Domains& d) const {
   return p;
 }
 
+bool DigitVars::narrow_to_one_input(Domains& d) const {
+  for (int i = 1; i <= m_; ++i)
+    for (int t = 1; t <= n_; ++t) {
+      const std::uint16_t v = d[std::size_t(A(i, t))];
+      if (popcount16(v) == 1) continue;
+      bool fixed = false;
+      for (int x = 0; x < 10 && !fixed; ++x) {
+        if (!(v >> x & 1)) continue;
+        Domains c = d;
+        c[std::size_t(A(i, t))] = std::uint16_t(1u << x);
+        if (propagate(c)) d = std::move(c), fixed = true;
+      }
+      if (!fixed) return false;
+    }
+  return true;
+}
+
 Domains DigitVars::of_problem(const Problem& p) const {
   if (int(p.operands.size()) != m_) throw InputError(fmt::format("{} operands, the shape has {}", p.operands.size(), m_));
   Domains d = root();

@@ -51,6 +51,11 @@ class DigitVars {
   // The operands of an assignment whose operand digits are single values (most significant first, n
   // digits each, leading zeros kept).
   Problem problem_of(const Domains& d) const;
+  // Narrows the propagated domains d to one input of the set: each operand digit still free fixed to its
+  // lowest value that propagates, in order, without backtracking. true: every operand digit of d is then a
+  // single value (problem_of reads the input). false: a free digit had no value that propagates (the set
+  // may still hold inputs: arc consistency is not global); d is then left partly narrowed.
+  bool narrow_to_one_input(Domains& d) const;
   // The domains of one input (every variable a single value), propagated.
   Domains of_problem(const Problem& p) const;
 
