@@ -20,7 +20,7 @@ for b in "$tmp"/u/bin/*; do
     | grep -v "^$tmp/u/lib/" || true)"
   [ -z "$outside" ] || fail "$(basename "$b") loads from outside the bundle: $outside"
 done
-named="$(cat "$src"/bench/results/*/PLAN.md "$src"/bench/results/GPU-NEXT.md | grep -oE '\$G/bin/[a-z0-9_]+' | sort -u | sed 's|\$G/bin/||')"
+named="$(cat "$src"/bench/results/*/PLAN.md "$src"/bench/results/GPU-NEXT.md "$src"/bench/gpu/lease.sh | grep -oE '\$G/bin/[a-z0-9_]+' | sort -u | sed 's|\$G/bin/||')"
 [ -n "$named" ] || fail "no \$G/bin/NAME in the plans (the pattern is out of date)"
 for n in $named; do [ -x "$tmp/u/bin/$n" ] || fail "the plans run \$G/bin/$n, which the bundle lacks"; done
 
@@ -34,4 +34,11 @@ if (cd "$tmp" && MANYADD_GPU_DIR="$tmp/g2" bash -c ". '$tmp/co/bench/gpu/pre.sh'
 grep -q "no .gpu/bundle.tar.xz" "$tmp/pre.log" || fail "pre.sh without a bundle: $(cat "$tmp/pre.log")"
 set +e; bash "$src/bench/gpu/gather.sh" "$tmp/no-build" "$tmp/x" > "$tmp/g2.log" 2>&1; rc=$?; set -e
 [ "$rc" -eq 2 ] || fail "gather.sh without a build exited $rc, not 2"
+
+# lease.sh: its plan lists every part, finds each binary it runs in the bundle, and refuses bad use.
+plan="$(G="$tmp/u" bash "$src/bench/gpu/lease.sh" --plan)" || fail "lease.sh --plan: $plan"
+for p in 1 2 3; do echo "$plan" | grep -q "^part $p: at most" || fail "lease.sh --plan lists no part $p"; done
+echo "$plan" | grep -q "every binary present" || fail "lease.sh --plan did not check the bundle"
+rc=0; bash "$src/bench/gpu/lease.sh" 4 2>/dev/null || rc=$?; [ "$rc" -eq 2 ] || fail "lease.sh 4 exited $rc, not 2"
+rc=0; env -u G bash "$src/bench/gpu/lease.sh" 1 2>/dev/null || rc=$?; [ "$rc" -eq 3 ] || fail "lease.sh without G exited $rc, not 3"
 echo "ok: $(echo "$named" | wc -w) binaries named by the plans, all in the bundle; $(ls "$tmp/u/lib" | wc -l) libraries"
