@@ -102,6 +102,8 @@ std::vector<Variant> fp32_variants() {
     v.push_back({"coupled_rel far/count W1 L" + std::to_string(layers), c});
     c.rel_far = false, c.rel_far_norm = false, c.rel_far_mask = true;
     v.push_back({"coupled_rel far masked W1 L" + std::to_string(layers), c});
+    c.attn_scale = AttnScale::positional;
+    v.push_back({"coupled_rel positional, far masked W1 L" + std::to_string(layers), c});
   }
   return v;
 }
@@ -667,7 +669,8 @@ struct Grads {
   double loss_fast, loss_ref, loss_ref32;
   std::vector<float> fast, ref, ref32;
 };
-Grads grads(const ModelConfig& c, Precision prec, const CpuFastOptions& o, int threads, std::uint64_t seed) {
+Grads grads(const ModelConfig& c, Precision prec, const CpuFastOptions& o, int threads, std::uint64_t seed,
+            double attn_entropy = 0) {
   const Layout lay = Layout::make(c);
   auto P = init_params<float>(c, lay, seed);
   if (lay.rel_bias >= 0) {  // coupled_rel: gains N(0, 1), so that the bias decides the attention
@@ -679,6 +682,8 @@ Grads grads(const ModelConfig& c, Precision prec, const CpuFastOptions& o, int t
   const std::vector<float> z(P.size(), 0.f);
   auto ref = make_packed_cpu_device(c, prec), ref32 = make_packed_cpu_device(c), fast = make_cpu_fast_device(c, threads, prec, o);
   for (auto* d : {ref.get(), ref32.get(), fast.get()}) d->set_state(P, z, z);
+  if (attn_entropy != 0)
+    for (auto* d : {ref.get(), ref32.get(), fast.get()}) d->set_attn_entropy(attn_entropy);
   Grads g;
   const float sc = 1.f / float(pb.counted_targets);
   g.loss_ref = ref->gradient(pb, sc, g.ref);
@@ -727,6 +732,45 @@ TEST(FastDevice, Fp32MatchesThePackedTwin) {
     }
   std::printf("[ fp32 fast vs packed ] loss %.2e relative (bound 1e-5), worst gradient tensor %.2e of its largest "
               "entry (%s; bound 1e-4)\n", worst_loss, worst, worst_at.c_str());
+}
+
+// train.attn_entropy (fp32, one-layer models): the fast device's entropy term against PackedCpuDevice's,
+// within Fp32MatchesThePackedTwin's bound (each kept pair adds w ln P_j, P_j within a few ulp on both sides:
+// the same order of difference); and the term is live on both: lambda 0.5 moves some tensor of each variant
+// by far more than that bound. Two layers and bf16 are refused by name.
+TEST(FastDevice, AttentionEntropyMatchesThePackedTwin) {
+  double worst = 0, least_moved = 1e9;
+  for (const Variant& v : fp32_variants()) {
+    if (v.c.n_layers != 1) continue;
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(v.name + ", threads " + std::to_string(threads));
+      const Grads g = grads(v.c, Precision::fp32, small_chunks(), threads, 3, 0.5);
+      const Grads g0 = grads(v.c, Precision::fp32, small_chunks(), threads, 3);
+      const Layout lay = Layout::make(v.c);
+      double moved = 0;
+      for (const auto& t : lay.tensors) {
+        double m = 0, d = 0, mv = 0;
+        for (std::int64_t i = t.offset; i < t.offset + t.size; ++i) {
+          m = std::max(m, double(std::abs(g.ref[std::size_t(i)])));
+          d = std::max(d, double(std::abs(g.ref[std::size_t(i)] - g.fast[std::size_t(i)])));
+          mv = std::max(mv, double(std::abs(g.fast[std::size_t(i)] - g0.fast[std::size_t(i)])));
+        }
+        if (m == 0) continue;
+        EXPECT_LE(d, 1e-4 * m) << t.name;
+        worst = std::max(worst, d / m), moved = std::max(moved, mv / m);
+      }
+      EXPECT_GT(moved, 1e-2);
+      least_moved = std::min(least_moved, moved);
+    }
+  }
+  ModelConfig two = small_model(PosMode::coupled_rel, 2);
+  EXPECT_THROW(make_cpu_fast_device(two, 1)->set_attn_entropy(0.5), InputError);
+  EXPECT_THROW(make_packed_cpu_device(two)->set_attn_entropy(0.5), InputError);
+  EXPECT_THROW(make_cpu_fast_device(small_model(PosMode::coupled, 1), 1, Precision::bf16)->set_attn_entropy(0.5),
+               InputError);
+  EXPECT_NO_THROW(make_cpu_fast_device(two, 1)->set_attn_entropy(0));
+  std::printf("[ attn_entropy fast vs packed ] worst gradient tensor %.2e of its largest entry (bound 1e-4); the term "
+              "moves some tensor by >= %.2e of it (bound 1e-2)\n", worst, least_moved);
 }
 
 // bf16: against PackedCpuDevice in bf16, with the bounds of the CUDA device's bf16 twin test

@@ -394,7 +394,24 @@ ModelConfig tiny_model(PosMode mode) {
 // invisible at weight 1 or bias 0 shows. Every tensor's gradient must also be nonzero somewhere (a test
 // that cannot fail otherwise passes on a no-op backward; position rows never read are zero, so the
 // tensor is looked at as a whole).
-void check_whole_model(const ModelConfig& c) {
+// The entropy term of train.attn_entropy on the last forward of a one-sequence batch: the sum over the
+// rows with a target and the heads of -sum_j P_ij ln P_ij, from the forward's own weights (Acts::att).
+double attention_entropy(const Acts<double>& a, const Example& ex, int NH) {
+  const int T = int(ex.tokens.size());
+  double H = 0;
+  for (int h = 0; h < NH; ++h)
+    for (int i = 0; i < T; ++i) {
+      if (ex.targets[std::size_t(i)] < 0) continue;
+      for (int j = 0; j <= i; ++j) {
+        const double p = a.blocks[0].att[(std::size_t(h) * T + i) * T + j];
+        if (p > 0) H -= p * std::log(p);
+      }
+    }
+  return H;
+}
+
+// ent_w > 0: the objective is the loss plus ent_w times attention_entropy (one-layer models).
+void check_whole_model(const ModelConfig& c, double ent_w = 0) {
   const Layout lay = Layout::make(c);
   auto P = init_params<double>(c, lay, 7);
   std::mt19937_64 g(3);
@@ -414,15 +431,22 @@ void check_whole_model(const ModelConfig& c) {
   Acts<double> a;
   GradScratch<double> gs;
   const ModelView<double> model{c, lay, P.data()};
-  auto f = [&] { return model_forward(a, model, batch_of(ex)); };
+  auto f = [&] {
+    const double loss = model_forward(a, model, batch_of(ex));
+    return ent_w > 0 ? loss + ent_w * attention_entropy(a, ex, c.n_heads) : loss;
+  };
   f();
   std::vector<double> G(P.size(), 0.0);
-  model_backward(G.data(), gs, a, model, batch_of(ex), 1.0);
+  model_backward(G.data(), gs, a, model, batch_of(ex), 1.0, ent_w);
   for (auto& t : lay.tensors) {
     std::vector<double> x(P.begin() + t.offset, P.begin() + t.offset + t.size);
     std::vector<double> an(G.begin() + t.offset, G.begin() + t.offset + t.size);
-    if (!t.trainable) {  // a frozen position code is a constant of the model: no gradient at all
-      for (double v : an) ASSERT_EQ(v, 0.0) << t.name << " is frozen but has a gradient";
+    // a frozen position code is a constant of the model, and positional attention's q and k (scores times 0)
+    // are unused: no gradient at all
+    const bool unused = c.attn_scale == AttnScale::positional &&
+                        (t.name.find("attn.q.") != std::string::npos || t.name.find("attn.k.") != std::string::npos);
+    if (!t.trainable || unused) {
+      for (double v : an) ASSERT_EQ(v, 0.0) << t.name << " is frozen or unused but has a gradient";
       continue;
     }
     auto ft = [&] {
@@ -530,6 +554,68 @@ TEST(WholeModelVariants, CoupledRelFarMask) {
     check_whole_model(c);
     float_matches_double(c);
   }
+}
+
+// attn_scale positional (the scores the coupled_rel bias alone): the whole model's gradient, windows 1 with
+// the far mask and 2 with the far gain, one and two layers; q and k take none. Other position modes refuse it.
+TEST(WholeModelVariants, PositionalAttention) {
+  for (int W : {1, 2}) {
+    SCOPED_TRACE(W);
+    ModelConfig c = tiny_model(PosMode::coupled_rel);
+    c.attn_scale = AttnScale::positional, c.rel_window = W;
+    (W == 1 ? c.rel_far_mask : c.rel_far) = true;
+    EXPECT_NO_THROW(c.validate());
+    check_whole_model(c);
+    c.n_layers = 1;
+    check_whole_model(c);
+    check_whole_model(c, 0.7);  // with train.attn_entropy's term
+  }
+  ModelConfig bad = tiny_model(PosMode::coupled);
+  bad.attn_scale = AttnScale::positional;
+  EXPECT_THROW(bad.validate(), InputError);
+}
+
+// train.attn_entropy: the gradient of loss + w sum_{target rows, heads} H_i (H the attention weights'
+// entropy) against central differences of that objective, every tensor, one layer: coupled_rel with the far
+// mask (window 1: masked keys take no term), coupled_rel plain and a position-table model. w = 0.7 makes the
+// term of the loss's order, so a backward that drops it, or applies it to rows without a target, fails the
+// check; and the gradient differs from the one without the term.
+TEST(WholeModelVariants, AttentionEntropyTerm) {
+  for (PosMode mode : {PosMode::coupled_rel, PosMode::coupled}) {
+    for (bool mask : {true, false}) {
+      if (mask && mode != PosMode::coupled_rel) continue;
+      SCOPED_TRACE(std::string(pos_mode_name(mode)) + (mask ? " far mask W1" : ""));
+      ModelConfig c = tiny_model(mode);
+      c.n_layers = 1;
+      if (mask) c.rel_window = 1, c.rel_far_mask = true;
+      check_whole_model(c, 0.7);
+      // the term is live: the gradients with and without it differ
+      const Layout lay = Layout::make(c);
+      const auto P = init_params<double>(c, lay, 7);
+      const Example ex = make_example(parse_problem("57+8+96"), c, 2, 2);
+      const ModelView<double> model{c, lay, P.data()};
+      Acts<double> a;
+      GradScratch<double> gs;
+      std::vector<double> G0(P.size(), 0.0), G1(P.size(), 0.0);
+      model_forward(a, model, batch_of(ex));
+      model_backward(G0.data(), gs, a, model, batch_of(ex), 1.0);
+      model_backward(G1.data(), gs, a, model, batch_of(ex), 1.0, 0.7);
+      double d = 0;
+      for (std::size_t i = 0; i < G0.size(); ++i) d = std::max(d, std::abs(G1[i] - G0[i]));
+      EXPECT_GT(d, 1e-3);
+    }
+  }
+  // defined for one layer in fp32/double only: two layers are refused, not half-computed
+  ModelConfig two = tiny_model(PosMode::coupled_rel);
+  const Layout lay = Layout::make(two);
+  const auto P = init_params<double>(two, lay, 7);
+  const Example ex = make_example(parse_problem("57+8+96"), two, 2, 2);
+  const ModelView<double> model{two, lay, P.data()};
+  Acts<double> a;
+  GradScratch<double> gs;
+  std::vector<double> G(P.size(), 0.0);
+  model_forward(a, model, batch_of(ex));
+  EXPECT_THROW(model_backward(G.data(), gs, a, model, batch_of(ex), 1.0, 0.7), InvariantError);
 }
 
 // rel_far_mask's bias against its definition: -inf where the pair is far on either level (both IDs > 0,

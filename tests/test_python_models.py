@@ -206,7 +206,9 @@ class LearnedLogits(TempDir):
                     "coupled_rel_far": ["--pos-mode", "coupled_rel", "--rel-window", "1", "--rel-far", "true"],
                     "coupled_rel_far_norm": ["--pos-mode", "coupled_rel", "--rel-window", "1", "--rel-far", "true",
                                              "--rel-far-norm", "true"],
-                    "coupled_rel_far_mask": ["--pos-mode", "coupled_rel", "--rel-window", "1", "--rel-far-mask", "true"]}
+                    "coupled_rel_far_mask": ["--pos-mode", "coupled_rel", "--rel-window", "1", "--rel-far-mask", "true"],
+                    "coupled_rel_positional": ["--pos-mode", "coupled_rel", "--rel-window", "1", "--rel-far-mask", "true",
+                                               "--attn-scale", "positional"]}
         for name, flags in variants.items():
             run = os.path.join(self.dir, name)
             tool("TRAIN", "--out", run, "--train-n", 2, "--train-m", 3, "--train-size", 200, "--max-pos1", 12,
@@ -215,7 +217,7 @@ class LearnedLogits(TempDir):
             self.compare(run, "57+8+96", greedy=False)
             self.compare(run, MEDIUM, greedy=False)  # beyond every training length
         for name, nb in (("coupled_rel", 5), ("coupled_rel_w0", 1), ("coupled_rel_far", 4), ("coupled_rel_far_norm", 4),
-                         ("coupled_rel_far_mask", 3)):
+                         ("coupled_rel_far_mask", 3), ("coupled_rel_positional", 3)):
             run = os.path.join(self.dir, name)
             self.assertEqual(tuple(load_learned(run).rel_bias.weight.shape), (2, 4, 2, nb))
             self.assertEqual(len(load_learned(run).pos_emb), 0)  # no table

@@ -455,6 +455,21 @@ TEST(HardData, FractionReplacesInPlaceAndIsChecked) {
     t2.hard_fraction = bad;
     EXPECT_THROW(t2.validate(), InputError) << bad;
   }
+  // train.attn_entropy: in [0, 100], fp32 only; round-trips
+  TrainConfig te = tc;
+  te.attn_entropy = 0.05;
+  EXPECT_NO_THROW(te.validate());
+  nlohmann::json je = te;
+  TrainConfig te2;
+  from_json(je, te2);
+  EXPECT_EQ(te2.attn_entropy, 0.05);
+  for (double bad : {-0.1, 101.0, std::nan("")}) {
+    TrainConfig t3 = te;
+    t3.attn_entropy = bad;
+    EXPECT_THROW(t3.validate(), InputError) << bad;
+  }
+  te.precision = "bf16";
+  EXPECT_THROW(te.validate(), InputError);
   TrainConfig parity = tc;
   parity.task = "parity", parity.train_n = 10;
   EXPECT_THROW(parity.validate(), InputError);

@@ -76,7 +76,7 @@ def position_scores(model, level):
     H, D = model.cfg.n_heads, model.cfg.d_head
     q = (x @ blk.attn.q.weight.detach().to(torch.float64).t()).view(-1, H, D)
     k = (x @ blk.attn.k.weight.detach().to(torch.float64).t()).view(-1, H, D)
-    scale = 1.0 / D ** 0.5 if model.cfg.attn_scale == "inv_sqrt_dhead" else 1.0
+    scale = {"inv_sqrt_dhead": 1.0 / D ** 0.5, "none": 1.0, "positional": 0.0}[model.cfg.attn_scale]
     return torch.einsum("ahd,bhd->hab", q, k) * scale
 
 

@@ -23,7 +23,7 @@ The forward (shapes: B batch, T tokens, C d_model, H n_heads, D d_head, F d_ff, 
                                                                          no lm_head tensor)
     attn: q, k, v = x Wq^T, x Wk^T, x Wv^T split in H heads of D; causal softmax(q k^T * scale) v;
           output projection o (no biases anywhere); scale = 1/sqrt(D) (attn_scale inv_sqrt_dhead) or 1
-          (attn_scale none: T5, the authors' model)
+          (attn_scale none: T5, the authors' model) or 0 (positional: the coupled_rel bias alone)
           pos_mode rope: q, k rotated before the scores, the pair (2k, 2k+1) of token index p by the angle
           p 10000^(-2k/D) (Su et al. 2021; learn/include/manyadd/learn/decoder/layers.hpp)
           pos_mode fire: the scores plus FIRE's bias b (H, T, T), the same in every layer: b(i, j) =
@@ -107,7 +107,8 @@ ARCHITECTURE_SWITCHES = {
                        "min": "psi(min(i, L)) (the paper-000 authors' code)"},
     "input_injection": {False: "each layer reads its predecessor's output",
                         True: "layers after the first read their predecessor's output + the embedding"},
-    "attn_scale": {"inv_sqrt_dhead": "scores q.k / sqrt(d_head)", "none": "scores q.k unscaled (T5)"},
+    "attn_scale": {"inv_sqrt_dhead": "scores q.k / sqrt(d_head)", "none": "scores q.k unscaled (T5)",
+                   "positional": "scores the coupled_rel bias alone (q.k times 0)"},
     "final_norm": {"rms": "RMSNorm with weight, eps norm_eps",
                    "layer": "LayerNorm with weight and bias, eps norm_eps (biased variance)"},
     "tie_readout": {False: "lm_head.weight is its own tensor",
@@ -339,7 +340,7 @@ class Attention(nn.Module):
         C, self.H, self.D = cfg.d_model, cfg.n_heads, cfg.d_head
         self.q, self.k, self.v = (nn.Linear(C, self.H * self.D, bias=False) for _ in range(3))
         self.o = nn.Linear(self.H * self.D, C, bias=False)
-        self.scale = {"inv_sqrt_dhead": 1.0 / math.sqrt(self.D), "none": 1.0}[cfg.attn_scale]
+        self.scale = {"inv_sqrt_dhead": 1.0 / math.sqrt(self.D), "none": 1.0, "positional": 0.0}[cfg.attn_scale]
         self.rope = cfg.pos_mode == "rope"
         # torch's fused attention (torch >= 2.0) where nothing asks for the scores or the pattern: the same
         # mathematics, another summation order; off by default so that hooked and unhooked runs agree.

@@ -201,7 +201,7 @@ LEARNED_FIELDS = {
     "pos_code_distance": ("int", 1, (1, 8), None),
     "norm_eps": ("f32", 1e-6, (0.0, 1.0), None),
     "init_std": ("f32", 0.02, (0.0, 10.0), None),
-    "attn_scale": ("str", "inv_sqrt_dhead", ("inv_sqrt_dhead", "none"), None),
+    "attn_scale": ("str", "inv_sqrt_dhead", ("inv_sqrt_dhead", "none", "positional"), None),
     "init": ("str", "normal", ("normal", "t5"), None),
     "tie_readout": ("bool", False, None, None),
     "final_norm": ("str", "rms", ("rms", "layer"), None),

@@ -143,7 +143,8 @@ const std::vector<FieldDoc>& config_fields() {
                                      "vertex, Theorem 4.1's code; d > 1: the binary lexicode of distance d, longer)"},
       {"model", "norm_eps", "RMSNorm epsilon"},
       {"model", "init_std", "std of the normal initialization of matrices and embeddings (init normal)"},
-      {"model", "attn_scale", "attention scores q.k times 1/sqrt(d_head) (inv_sqrt_dhead) or unscaled (none: T5)"},
+      {"model", "attn_scale", "attention scores q.k times 1/sqrt(d_head) (inv_sqrt_dhead), unscaled (none: T5), or the coupled_rel "
+                                 "bias alone (positional: q.k times 0)"},
       {"model", "init", "initialization: normal (N(0, init_std)) | t5 (the authors' T5 scheme)"},
       {"model", "tie_readout", "true: logits = tok_emb (final_norm(x) d_model^-1/2), no lm_head | false"},
       {"model", "final_norm", "final norm: rms (RMSNorm) | layer (LayerNorm with bias)"},
@@ -168,6 +169,8 @@ const std::vector<FieldDoc>& config_fields() {
       {"train", "data_seed", "seed of the training set and its sampling order; -1 = the seed"},
       {"train", "hard_fraction", "addition: each training problem replaced by a hard one (carry cascade, maximal "
                                  "partial sums) with this probability; 0 = the paper's data"},
+      {"train", "attn_entropy", "plus this times the mean attention entropy (nats) of the loss rows' heads: "
+                                "sharper heads; one-layer models, fp32, CPU devices; 0 = off"},
       {"train", "warmup_from_zero", "true: step t runs at the schedule's value at t - 1 (the first at lr 0) | false"},
       {"train", "precision", "fp32 | bf16 (mixed precision: bf16 matrix-product inputs, fp32 accumulation)"},
       {"train", "threads", "worker threads over the batch; part of the run's identity"},

@@ -257,6 +257,7 @@ struct Ctx {
   const std::vector<S>* rope_cos = nullptr;          // pos_mode rope: this call's tables
   const std::vector<S>* rope_sin = nullptr;
   std::vector<S>* rel_bias = nullptr;                // pos_mode coupled_rel: the per-sequence bias scratch
+  S attn_entropy_w = 0;                              // backward: model_backward's entropy weight
   const S* params = nullptr;                         // the parameters (fp32/double: the gains)
   const S* W(std::int64_t off) const { return wg + off; }
   void round(std::vector<S>& v, std::int64_t n) const {
@@ -267,7 +268,7 @@ template <class S>
 Ctx<S> context(const Acts<S>& a, const ModelView<S>& m) {
   const bool bf16 = m.precision == Precision::bf16;
   Ctx<S> ctx{bf16, bf16 ? a.wgemm.data() : m.params,
-             attention_scale<S>(m.cfg.d_head, m.cfg.attn_scale == AttnScale::inv_sqrt_dhead)};
+             score_scale<S>(m.cfg.attn_scale, m.cfg.d_head)};
   if (m.cfg.pos_mode == PosMode::fire) ctx.fire_bias = a.fire_bias.data();
   if (m.cfg.pos_mode == PosMode::rope) ctx.rope_cos = &a.rope_cos, ctx.rope_sin = &a.rope_sin;
   if (m.cfg.pos_mode == PosMode::coupled_rel) ctx.rel_bias = const_cast<std::vector<S>*>(&a.rel_bias);
@@ -419,7 +420,8 @@ void block_backward(S* G, GradScratch<S>& g, const typename Acts<S>::Block& b, c
     }
     attention_backward(g.dq.data() + o, g.dk.data() + o, g.dv.data() + o, g.datt.data(), g.dao.data() + o,
                        b.att.data() + att_at, b.q.data() + o, b.k.data() + o, b.v.data() + o, T, NH, HS,
-                       ctx.att_scale, dbias, bias_T, ctx.bf16 ? b.ao.data() + o : nullptr);
+                       ctx.att_scale, dbias, bias_T, ctx.bf16 ? b.ao.data() + o : nullptr, ctx.attn_entropy_w,
+                       ctx.attn_entropy_w != S(0) ? xb.targets + xb.begin(s) : nullptr);
     if (ctx.rel_bias) {
       const std::int32_t* ids[kMaxPosLevels] = {};
       for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv) ids[lv] = xb.pos[lv] + xb.begin(s);
@@ -538,14 +540,17 @@ S model_forward(Acts<S>& a, const ModelView<S>& m, const BatchView& x, int past)
 // block_backward; dxr, dxf and the residual gradient fp32).
 template <class S>
 void model_backward(S* G, GradScratch<S>& g, const Acts<S>& a, const ModelView<S>& m, const BatchView& x,
-                    S loss_scale) {
+                    S loss_scale, S attn_entropy_w) {
   if (a.B != x.B || a.T != x.T || a.Tk != x.T || a.R != x.rows() || !x.targets)
     throw InvariantError("model_backward: needs the activations of model_forward on the same batch (no cache)");
   const ModelConfig& c = m.cfg;
   const Layout& lay = m.lay;
   if ((m.precision == Precision::bf16) != !a.wgemm.empty())
     throw InvariantError("model_backward: the forward ran in another precision");
-  const Ctx<S> ctx = context(a, m);
+  Ctx<S> ctx = context(a, m);
+  if (attn_entropy_w != S(0) && (c.n_layers != 1 || ctx.bf16))
+    throw InvariantError("model_backward: the attention entropy term is defined for one-layer models in fp32");
+  ctx.attn_entropy_w = attn_entropy_w;
   const int R = int(x.rows()), C = c.d_model, V = c.vocab;
   const std::int64_t RC = std::int64_t(R) * C;
   g.resize(c, R, x.T);
@@ -631,8 +636,8 @@ template struct GradScratch<double>;
 template float model_forward<float>(Acts<float>&, const ModelView<float>&, const BatchView&, int);
 template double model_forward<double>(Acts<double>&, const ModelView<double>&, const BatchView&, int);
 template void model_backward<float>(float*, GradScratch<float>&, const Acts<float>&, const ModelView<float>&,
-                                    const BatchView&, float);
+                                    const BatchView&, float, float);
 template void model_backward<double>(double*, GradScratch<double>&, const Acts<double>&, const ModelView<double>&,
-                                     const BatchView&, double);
+                                     const BatchView&, double, double);
 
 }  // namespace manyadd::learn

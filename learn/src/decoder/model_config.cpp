@@ -63,7 +63,8 @@ int pos_tables(PosMode m) { return m == PosMode::coupled_rel ? 0 : pos_levels(m)
 AttnScale parse_attn_scale(const std::string& s) {
   if (s == "inv_sqrt_dhead") return AttnScale::inv_sqrt_dhead;
   if (s == "none") return AttnScale::none;
-  throw InputError(fmt::format("attention scale '{}' unknown (inv_sqrt_dhead|none)", s));
+  if (s == "positional") return AttnScale::positional;
+  throw InputError(fmt::format("attention scale '{}' unknown (inv_sqrt_dhead|none|positional)", s));
 }
 InitScheme parse_init(const std::string& s) {
   if (s == "normal") return InitScheme::normal;
@@ -85,7 +86,9 @@ Precision parse_precision(const std::string& s) {
   if (s == "bf16") return Precision::bf16;
   throw InputError(fmt::format("precision '{}' unknown (fp32|bf16)", s));
 }
-const char* attn_scale_name(AttnScale a) { return a == AttnScale::none ? "none" : "inv_sqrt_dhead"; }
+const char* attn_scale_name(AttnScale a) {
+  return a == AttnScale::none ? "none" : a == AttnScale::positional ? "positional" : "inv_sqrt_dhead";
+}
 const char* init_name(InitScheme i) { return i == InitScheme::t5 ? "t5" : "normal"; }
 const char* norm_kind_name(NormKind n) { return n == NormKind::layer ? "layer" : "rms"; }
 const char* fire_threshold_name(FireThreshold f) { return f == FireThreshold::min ? "min" : "max"; }
@@ -229,6 +232,9 @@ void ModelConfig::validate() const {
   need(!rel_far_norm || rel_far, "model.rel_far_norm needs model.rel_far (it divides the far gain among the far keys)");
   need(!rel_far_mask || pos_mode == PosMode::coupled_rel,
        fmt::format("model.rel_far_mask applies to pos_mode coupled_rel only (pos_mode is {})", pos_mode_name(pos_mode)));
+  need(attn_scale != AttnScale::positional || pos_mode == PosMode::coupled_rel,
+       fmt::format("model.attn_scale positional takes the scores from pos_mode coupled_rel's bias (pos_mode is {})",
+                   pos_mode_name(pos_mode)));
   need(!(rel_far_mask && rel_far), "model.rel_far_mask and model.rel_far exclude each other (a masked far key has no gain)");
   const int L = pos_tables(pos_mode);
   for (int lv = L; lv < kMaxPosLevels; ++lv)
@@ -424,6 +430,9 @@ nlohmann::json architecture_description(const ModelConfig& c) {
                     : "x = attn_norm2(x + attn(attn_norm1(x))); x = ffn_norm2(x + ffn(ffn_norm1(x)))"},
       {"attention", c.attn_scale == AttnScale::none
                         ? "causal multi-head, no biases, q/k/v/o nn.Linear(bias=False), scores q.k unscaled (T5)"
+                    : c.attn_scale == AttnScale::positional
+                        ? "causal multi-head, no biases, q/k/v/o nn.Linear(bias=False), scores the position bias "
+                          "alone (q.k times 0: q and k unused)"
                         : "causal multi-head, no biases, q/k/v/o nn.Linear(bias=False), scores scaled by 1/sqrt(d_head)"},
       {"ffn", "GEGLU: wi (2*d_ff, d_model) -> [gate | up]; gelu_tanh(gate) * up; wo (d_model, d_ff)"},
       {"norm", "RMSNorm: w * x / sqrt(mean(x^2) + norm_eps)"},

@@ -156,7 +156,8 @@ class CpuDevice final : public CpuDeviceBase {
       for (int b = lo; b < hi; ++b) {  // one sequence at a time: its own length, no padding
         const BatchView x = sequence_of(pb, b);
         loss_sum[std::size_t(w)] += double(model_forward(acts_[std::size_t(w)], view(), x));
-        model_backward(G.data(), scr_[std::size_t(w)], acts_[std::size_t(w)], view(), x, loss_scale);
+        model_backward(G.data(), scr_[std::size_t(w)], acts_[std::size_t(w)], view(), x, loss_scale,
+                       entropy_weight(loss_scale));
       }
     });
     // Reduce in thread order (deterministic).
@@ -186,11 +187,18 @@ class PackedCpuDevice final : public CpuDeviceBase {
     const BatchView x = batch_of(pb);
     const double loss = double(model_forward(a_, view(), x));
     grads.assign(p_.size(), 0.f);
-    model_backward(grads.data(), scr_, a_, view(), x, loss_scale);
+    model_backward(grads.data(), scr_, a_, view(), x, loss_scale, entropy_weight(loss_scale));
     return loss;
   }
 };
 }  // namespace
+
+void TrainDevice::set_attn_entropy(double lambda) {
+  if (lambda != 0)
+    throw InputError(fmt::format("train.attn_entropy: the {} device does not compute the attention entropy term "
+                                 "(use --device cpu or cpu-fast)",
+                                 name()));
+}
 
 std::unique_ptr<TrainDevice> make_cpu_device(const ModelConfig& c, int threads, Precision p) {
   return std::make_unique<CpuDevice>(c, threads, p);

@@ -9,6 +9,9 @@
 #include <cstdint>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "manyadd/core/error.hpp"
 #include "manyadd/learn/devices/batch.hpp"
 
 namespace manyadd::learn::detail {
@@ -49,6 +52,13 @@ class CpuDeviceBase : public TrainDevice {
   double gradient(const PackedBatch& pb, float loss_scale, std::vector<float>& grads) override {
     return forward_backward(pb, loss_scale, grads);
   }
+  void set_attn_entropy(double lambda) override {
+    if (lambda != 0 && (c_.n_layers != 1 || prec_ != Precision::fp32))
+      throw InputError(fmt::format("train.attn_entropy applies to one-layer models in fp32 (the model has {} layers, "
+                                   "precision {})",
+                                   c_.n_layers, precision_name(prec_)));
+    attn_entropy_ = lambda;
+  }
 
  protected:
   ModelConfig c_;
@@ -57,6 +67,12 @@ class CpuDeviceBase : public TrainDevice {
   Precision prec_;
   std::vector<float> p_, m_, v_, g_;
   ModelView<float> view() const { return {c_, lay_, p_.data(), prec_}; }
+  double attn_entropy_ = 0;  // set_attn_entropy
+  // The entropy term's weight per (loss row, head) of a batch whose loss is scaled by loss_scale: the
+  // objective's mean over the batch's loss rows and the heads, in the float both CPU devices use.
+  float entropy_weight(float loss_scale) const {
+    return float(attn_entropy_ * double(loss_scale) / double(c_.n_heads));
+  }
   // The batch's loss sum; grads (resized to the parameters) receives the gradient of loss_scale * loss.
   virtual double forward_backward(const PackedBatch& pb, float loss_scale, std::vector<float>& grads) = 0;
 };

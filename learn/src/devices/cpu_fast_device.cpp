@@ -98,7 +98,9 @@ void grow(std::vector<T>& v, std::int64_t n) {
 class ImplBase {
  public:
   virtual ~ImplBase() = default;
-  virtual double train(const float* P, const PackedBatch& pb, float loss_scale, std::vector<float>& grads) = 0;
+  // entropy_w: train.attn_entropy's weight per loss row and head (CpuDeviceBase::entropy_weight), 0 = none.
+  virtual double train(const float* P, const PackedBatch& pb, float loss_scale, float entropy_w,
+                       std::vector<float>& grads) = 0;
   virtual void predict(const float* P, const PackedBatch& pb, std::vector<std::uint8_t>& argmax) = 0;
 };
 
@@ -109,8 +111,10 @@ class Impl final : public ImplBase {
       : c_(c), lay_(lay), threads_(threads), chunk_rows_(chunk_rows), bf16_(p == Precision::bf16), k_(k),
         workers_(std::size_t(threads)) {}
 
-  double train(const float* P, const PackedBatch& pb, float loss_scale, std::vector<float>& grads) override {
+  double train(const float* P, const PackedBatch& pb, float loss_scale, float entropy_w,
+               std::vector<float>& grads) override {
     prepare(P, pb);
+    entropy_w_ = entropy_w;
     const int W = over_chunks(
         pb, [&](Worker& wk) { wk.G.assign(std::size_t(lay_.total), 0.f), wk.loss = 0; },
         [&](Worker& wk, const Chunk& ch) { wk.loss += run_chunk(wk, pb, ch, loss_scale, nullptr); });
@@ -133,6 +137,7 @@ class Impl final : public ImplBase {
   const ModelConfig& c_;
   const Layout& lay_;
   int threads_, chunk_rows_;
+  float entropy_w_ = 0.f;  // this train() call's entropy weight (AttnArgs::entropy_w)
   bool bf16_;
   const Kernels& k_;
   const float* P_ = nullptr;                // this call's parameters
@@ -360,7 +365,7 @@ class Impl final : public ImplBase {
     AttnArgs a;
     a.T = pb.length(s), a.NH = c_.n_heads, a.HS = c_.d_head;
     a.qkv = b.qkv.data() + (pb.offsets[std::size_t(s)] - ch.r0) * 3 * D, a.ld = 3 * D;
-    a.scale = attention_scale<float>(c_.d_head, c_.attn_scale == AttnScale::inv_sqrt_dhead);
+    a.scale = score_scale<float>(c_.attn_scale, c_.d_head);
     a.bf16 = bf16_;
     if (last) {
       const std::int32_t lo = wk.seq_live[std::size_t(s - ch.s0)], hi = wk.seq_live[std::size_t(s - ch.s0) + 1];
@@ -523,7 +528,8 @@ class Impl final : public ImplBase {
     // 4. attention, one sequence at a time: dq at its query rows, dk and dv at all its rows
     grow(wk.dqkv, R * 3 * D);
     for (int s = ch.s0; s < ch.s1; ++s) {
-      const AttnArgs a = attn_args(wk, b, pb, ch, s, last, w, w.rel_bias >= 0 ? G + w.rel_bias : nullptr);
+      AttnArgs a = attn_args(wk, b, pb, ch, s, last, w, w.rel_bias >= 0 ? G + w.rel_bias : nullptr);
+      if (last) a.entropy_w = entropy_w_;  // one-layer models (CpuDeviceBase): the loss rows are the queries
       const std::int64_t q0 = query_row(wk, pb, ch, s, last), o = pb.offsets[std::size_t(s)] - ch.r0;
       grow(wk.work, cpu_fast::attention_workspace(a.T, HS));
       k_.attention_backward(a, wk.dao.data() + q0 * D, D, b.ao.data() + q0 * D, D, b.stats.data() + q0 * NH * 2,
@@ -571,7 +577,7 @@ class CpuFastDevice final : public detail::CpuDeviceBase {
   CpuFastOptions o_;
   std::unique_ptr<ImplBase> impl_;
   double forward_backward(const PackedBatch& pb, float loss_scale, std::vector<float>& grads) override {
-    return impl_->train(p_.data(), pb, loss_scale, grads);
+    return impl_->train(p_.data(), pb, loss_scale, entropy_weight(loss_scale), grads);
   }
 };
 

@@ -102,7 +102,7 @@ class CudaDevice final : public TrainDevice {
     if constexpr (kBf16) wbf_.resize(n_);
     red_.resize(K::reduce_scratch_doubles());
     stats_.resize(2 * kStatSlots);
-    att_scale_ = attention_scale<float>(c_.d_head, c_.attn_scale == AttnScale::inv_sqrt_dhead);
+    att_scale_ = score_scale<float>(c_.attn_scale, c_.d_head);
     readout_scale_ = 1.f / std::sqrt(float(c_.d_model));  // model.cpp's readout_scale<float>
   }
   std::string name() const override { return "cuda"; }

@@ -46,6 +46,7 @@ Trainer::Trainer(const ModelConfig& mc, const TrainConfig& tc)
   m_.assign(params_.size(), 0.f);
   v_.assign(params_.size(), 0.f);
   dev_ = make_cpu_device(mc_, tc_.threads, tc_.precision_value());
+  dev_->set_attn_entropy(tc_.attn_entropy);
   Rng rng(seed_mix(tc_.data_seed_value(), 0xDA7A));
   data_ = task_->sample_train(rng, tc_);
 }
@@ -68,6 +69,7 @@ void Trainer::attach_device(std::shared_ptr<TrainDevice> dev) {
   if (dev && dev->precision() != tc_.precision_value())
     throw InputError(fmt::format("device '{}' computes in {}, the run in {}", dev->name(),
                                  precision_name(dev->precision()), tc_.precision));
+  if (dev) dev->set_attn_entropy(tc_.attn_entropy);
   pull_from_device();
   dev_ = dev ? std::move(dev) : std::shared_ptr<TrainDevice>(make_cpu_device(mc_, tc_.threads, tc_.precision_value()));
   push_to_device_ = true;

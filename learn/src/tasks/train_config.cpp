@@ -39,6 +39,10 @@ void TrainConfig::validate() const {
   need(hard_fraction >= 0 && hard_fraction <= 1, fmt::format("train.hard_fraction must be in [0, 1] (got {})", hard_fraction));
   need(hard_fraction == 0 || task_named(task).has_hard_data(),
        fmt::format("train.hard_fraction applies to the addition tasks with a scratchpad of partial sums (task is {})", task));
+  need(std::isfinite(attn_entropy) && attn_entropy >= 0 && attn_entropy <= 100,
+       fmt::format("train.attn_entropy must be in [0, 100] (got {})", attn_entropy));
+  need(attn_entropy == 0 || precision == "fp32",
+       "train.attn_entropy runs in fp32 only (its gradient has no bf16 rounding points): use precision fp32");
   need(precision == "fp32" || precision == "bf16", fmt::format("train.precision '{}' unknown (fp32|bf16)", precision));
   task_named(task).check_train(*this);  // the task's own ranges (addition: at least 2 operands)
 }
@@ -52,7 +56,7 @@ void to_json(nlohmann::json& j, const TrainConfig& c) {
                      {"log_every", c.log_every}, {"eval_every", c.eval_every},   {"eval_samples", c.eval_samples},
                      {"checkpoint_every", c.checkpoint_every}, {"warmup_from_zero", c.warmup_from_zero},
                      {"data_seed", c.data_seed}, {"precision", c.precision}, {"task", c.task},
-                     {"hard_fraction", c.hard_fraction}};
+                     {"hard_fraction", c.hard_fraction}, {"attn_entropy", c.attn_entropy}};
 }
 
 void from_json(const nlohmann::json& j, TrainConfig& c) {
@@ -99,6 +103,7 @@ void from_json(const nlohmann::json& j, TrainConfig& c) {
   getd("weight_decay", c.weight_decay);
   getd("grad_clip", c.grad_clip);
   getd("hard_fraction", c.hard_fraction);
+  getd("attn_entropy", c.attn_entropy);
   geti("seed", c.seed);
   geti("threads", c.threads);
   geti("log_every", c.log_every);

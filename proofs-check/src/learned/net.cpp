@@ -129,7 +129,7 @@ OneLayer Net::one_layer() const {
   OneLayer w;
   w.V = c.vocab, w.C = c.d_model, w.H = c.n_heads, w.dh = c.d_head, w.F = c.d_ff;
   w.eps = double(float(c.norm_eps));
-  w.score_scale = double(learn::attention_scale<float>(c.d_head, c.attn_scale == learn::AttnScale::inv_sqrt_dhead));
+  w.score_scale = double(learn::score_scale<float>(c.attn_scale, c.d_head));
   w.pos_mode = learn::pos_mode_name(c.pos_mode);
   w.tables = learn::pos_tables(c.pos_mode);
   auto take = [&](std::int64_t off, std::int64_t n) { return std::vector<double>(P + off, P + off + n); };

@@ -268,10 +268,14 @@ void attention_forward(S* out, S* att, const S* q, const S* k, const S* v, int T
 // bf16 (out_bf16, (T, NH HS)), not sum_j P dP; dS = bf16(P (dP - D)) unscaled, then dq_h += scale (dS k_h),
 // dk_h += scale (dS^T q_h); dbias_h += P (dP - D) unrounded (the bias is fp32 and no product reads its
 // gradient; the kernel holds the same fp32 value before it rounds dS).
+// ent_w != 0 (fp32/double; train.attn_entropy): plus the gradient of ent_w sum_{i: ent_rows[i] >= 0} H_i per
+// head, H_i = -sum_j P_ij ln P_ij: dH_i/dP_ij = -(ln P_ij + 1), and the constant -1 drops out of dS (the row's
+// weights sum to 1), so dP_ij -= ent_w ln P_ij before dS (nothing where P_ij = 0: a masked or underflowed
+// key, whose dS is P_ij (...) = 0 either way).
 template <class S>
 void attention_backward(S* dq, S* dk, S* dv, S* scratch, const S* dout, const S* att, const S* q, const S* k,
                         const S* v, int T, int NH, int HS, S scale, S* dbias = nullptr, int bias_T = 0,
-                        const S* out_bf16 = nullptr) {
+                        const S* out_bf16 = nullptr, S ent_w = S(0), const std::int32_t* ent_rows = nullptr) {
   const int D = NH * HS;
   if (bias_T == 0) bias_T = T;
   CMapR<S> Q(q, T, D), K(k, T, D), Vv(v, T, D), G(dout, T, D);
@@ -307,6 +311,9 @@ void attention_backward(S* dq, S* dk, S* dv, S* scratch, const S* dout, const S*
     dP.noalias() = G.middleCols(h * HS, HS) * Vv.middleCols(h * HS, HS).transpose();
     S* db = dbias ? dbias + std::int64_t(h) * bias_T * bias_T : nullptr;
     for (int i = 0; i < T; ++i) {
+      if (ent_w != S(0) && ent_rows[i] >= 0)
+        for (int j = 0; j <= i; ++j)
+          if (P(i, j) > S(0)) dP(i, j) -= ent_w * std::log(P(i, j));
       S dot = 0;
       for (int j = 0; j <= i; ++j) dot += P(i, j) * dP(i, j);
       for (int j = 0; j <= i; ++j) {

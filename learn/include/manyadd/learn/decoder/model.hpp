@@ -11,6 +11,8 @@
 // or with the bf16 rounding points of mixed-precision training (Precision, ModelView::precision).
 #pragma once
 
+#include <cmath>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -54,8 +56,11 @@ int pos_levels(PosMode m);  // position-ID levels a mode reads (coupled_rel: 2, 
 int pos_tables(PosMode m);  // position tables it has: pos_levels, except coupled_rel (0)
 
 // Attention score scale: q.k / sqrt(d_head) (this project's default) or q.k unscaled (T5 / Mesh
-// TensorFlow, the authors' model: the initialization of q carries the 1/sqrt(d_head) instead).
-enum class AttnScale { inv_sqrt_dhead, none };
+// TensorFlow, the authors' model: the initialization of q carries the 1/sqrt(d_head) instead), or
+// positional: q.k times 0, the scores are pos_mode coupled_rel's bias alone (positional attention: which
+// keys a head reads depends on the positions only, what it reads on the values; q and k are unused and take
+// no gradient).
+enum class AttnScale { inv_sqrt_dhead, none, positional };
 // Initialization: normal = N(0, init_std) for every matrix and table; t5 = the authors' (HuggingFace T5
 // with initializer_factor 1): q ~ N(0, (d_model d_head)^-1/2), k, v ~ N(0, d_model^-1/2),
 // o ~ N(0, (n_heads d_head)^-1/2), wi ~ N(0, d_model^-1/2), ffn wo ~ N(0, d_ff^-1/2), token and
@@ -72,6 +77,11 @@ InitScheme parse_init(const std::string& s);
 NormKind parse_norm_kind(const std::string& s);
 FireThreshold parse_fire_threshold(const std::string& s);
 const char* attn_scale_name(AttnScale a);
+// The factor of q.k in the scores: 1/sqrt(d_head), 1, or 0 (positional). Every forward reads it here.
+template <class S>
+S score_scale(AttnScale a, int d_head) {
+  return a == AttnScale::positional ? S(0) : a == AttnScale::none ? S(1) : S(1) / std::sqrt(S(d_head));
+}
 const char* init_name(InitScheme i);
 const char* norm_kind_name(NormKind n);
 const char* fire_threshold_name(FireThreshold f);
@@ -353,9 +363,12 @@ template <class S>
 S model_forward(Acts<S>& a, const ModelView<S>& m, const BatchView& x, int past = 0);
 // Backward of loss_scale * (sum of losses) of the last model_forward on x (past = 0); accumulates into
 // grads (same layout as params). Padded rows (target -1) carry zero gradient through every pass.
+// attn_entropy_w > 0 (train.attn_entropy; one-layer models, fp32/double): plus the gradient of
+// attn_entropy_w times the sum, over the rows with a target and the heads, of the attention weights'
+// entropy -sum_j P_j ln P_j (layers.hpp attention_backward).
 template <class S>
 void model_backward(S* grads, GradScratch<S>& g, const Acts<S>& a, const ModelView<S>& m, const BatchView& x,
-                    S loss_scale);
+                    S loss_scale, S attn_entropy_w = S(0));
 
 // Greedy decoding with a key/value cache: model_forward on `prefix` (positions sized to the full
 // length), then on one new token at a time against the cached keys/values, up to `max_new` tokens,

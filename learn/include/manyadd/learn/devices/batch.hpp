@@ -128,6 +128,11 @@ class TrainDevice {
   // Forward and backward only (no update): the gradient of loss_scale * loss_sum in layout order. For
   // checking a device against its twin tensor by tensor; returns the loss sum.
   virtual double gradient(const PackedBatch& pb, float loss_scale, std::vector<float>& grads) = 0;
+  // train.attn_entropy (train_config.hpp): the weight of the attention entropy term in every later step()
+  // and gradient() (0: none, the default). The CPU devices compute it for one-layer models in fp32; a
+  // device or model it is not defined for refuses a nonzero weight (InputError), so no run silently trains
+  // without it.
+  virtual void set_attn_entropy(double lambda);
   // Teacher-forced argmax of every row (lowest index on ties), (R). A device may leave the rows without a
   // target (pb.targets -1: the prompt's, which no verdict reads) uncomputed: the fast CPU device
   // (cpu_fast.hpp) marks them 255.

@@ -47,6 +47,9 @@ struct AttnArgs {
   bool rel_far_norm = false;
   bool rel_far_mask = false;  // keys far on either level get -inf (coupled_rel_masked)  // the far gain minus ln(the row's far keys on the level): coupled_rel_far_shift
   float* rel_dgain = nullptr;
+  // train.attn_entropy (fp32 only; the backward): plus the gradient of entropy_w times every computed query
+  // row's entropy -sum_j P_j ln P_j (layers.hpp attention_backward's ent_w on the rows qrows).
+  float entropy_w = 0.f;
 };
 // Scratch floats the attention kernels need for a sequence of T rows (forward and backward).
 std::int64_t attention_workspace(int T, int HS);

@@ -32,6 +32,10 @@ struct TrainConfig {
   // The addition tasks: each training problem replaced by a hard one (hard_data.hpp: carry cascades,
   // maximal partial sums) with this probability, from a stream of its own; 0 = the paper's data.
   double hard_fraction = 0;
+  // A penalty on attention that spreads: the objective is the mean loss plus attn_entropy times the mean,
+  // over the rows a loss reads and the heads, of the attention weights' entropy (nats). 0 = the paper's
+  // objective. One-layer models in fp32 on the CPU devices (cpu, cpu-packed, cpu-fast); others refuse it.
+  double attn_entropy = 0;
   std::string precision = "fp32"; // fp32 | bf16 (learn::Precision); a checkpoint records it
   int threads = 2;
   std::int64_t log_every = 50;
