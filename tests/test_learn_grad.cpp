@@ -580,6 +580,22 @@ TEST(WholeModelVariants, PositionalAttention) {
 // mask (window 1: masked keys take no term), coupled_rel plain and a position-table model. w = 0.7 makes the
 // term of the loss's order, so a backward that drops it, or applies it to rows without a target, fails the
 // check; and the gradient differs from the one without the term.
+namespace {
+// The whole model's gradient on 57+8+96 (seed-7 weights) with train.attn_entropy's weight ent_w.
+std::vector<double> whole_gradient(const ModelConfig& c, double ent_w) {
+  const Layout lay = Layout::make(c);
+  const auto P = init_params<double>(c, lay, 7);
+  const Example ex = make_example(parse_problem("57+8+96"), c, 2, 2);
+  const ModelView<double> model{c, lay, P.data()};
+  Acts<double> a;
+  GradScratch<double> gs;
+  std::vector<double> G(P.size(), 0.0);
+  model_forward(a, model, batch_of(ex));
+  model_backward(G.data(), gs, a, model, batch_of(ex), 1.0, ent_w);
+  return G;
+}
+}  // namespace
+
 TEST(WholeModelVariants, AttentionEntropyTerm) {
   for (PosMode mode : {PosMode::coupled_rel, PosMode::coupled}) {
     for (bool mask : {true, false}) {
@@ -590,32 +606,14 @@ TEST(WholeModelVariants, AttentionEntropyTerm) {
       if (mask) c.rel_window = 1, c.rel_far_mask = true;
       check_whole_model(c, 0.7);
       // the term is live: the gradients with and without it differ
-      const Layout lay = Layout::make(c);
-      const auto P = init_params<double>(c, lay, 7);
-      const Example ex = make_example(parse_problem("57+8+96"), c, 2, 2);
-      const ModelView<double> model{c, lay, P.data()};
-      Acts<double> a;
-      GradScratch<double> gs;
-      std::vector<double> G0(P.size(), 0.0), G1(P.size(), 0.0);
-      model_forward(a, model, batch_of(ex));
-      model_backward(G0.data(), gs, a, model, batch_of(ex), 1.0);
-      model_backward(G1.data(), gs, a, model, batch_of(ex), 1.0, 0.7);
+      const std::vector<double> G0 = whole_gradient(c, 0), G1 = whole_gradient(c, 0.7);
       double d = 0;
       for (std::size_t i = 0; i < G0.size(); ++i) d = std::max(d, std::abs(G1[i] - G0[i]));
       EXPECT_GT(d, 1e-3);
     }
   }
   // defined for one layer in fp32/double only: two layers are refused, not half-computed
-  ModelConfig two = tiny_model(PosMode::coupled_rel);
-  const Layout lay = Layout::make(two);
-  const auto P = init_params<double>(two, lay, 7);
-  const Example ex = make_example(parse_problem("57+8+96"), two, 2, 2);
-  const ModelView<double> model{two, lay, P.data()};
-  Acts<double> a;
-  GradScratch<double> gs;
-  std::vector<double> G(P.size(), 0.0);
-  model_forward(a, model, batch_of(ex));
-  EXPECT_THROW(model_backward(G.data(), gs, a, model, batch_of(ex), 1.0, 0.7), InvariantError);
+  EXPECT_THROW(whole_gradient(tiny_model(PosMode::coupled_rel), 0.7), InvariantError);
 }
 
 // rel_far_mask's bias against its definition: -inf where the pair is far on either level (both IDs > 0,
