@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <limits>
 #include <random>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -29,6 +30,7 @@ namespace {
 
 const char* kRelModel = "models/cpu-sa1010-1l4h-d64-coupled-rel-far";
 const char* kTableModel = "models/cpu-sa1010-1l4h-d64";
+const char* kPositionalModel = "models/cpu-sa1010-1l4h-d64-coupled-rel-positional";
 
 std::string model_path(const char* rel) { return manyadd::testing::source_path(rel); }
 
@@ -272,13 +274,16 @@ TEST(LearnedLeaf, ExactMarginsBoundTheFp32Forward) {
 
 // ---- the certificate against brute force ---------------------------------------------------------------
 
-// The committed coupled_rel model on TA(1, 3) and TA(2, 2) (10^3 and 10^4 inputs): PROVEN, every input right
-// under greedy decoding, and the smallest margin of the inputs the certificate evaluated one by one is at least
-// brute force's smallest teacher-forced margin per row (the same inputs or a subset; its exact arithmetic
-// against learn's fp32 forward: 1e-3 covers their difference, measured below 1e-4).
+// The committed coupled_rel model on TA(1, 3) and TA(2, 2) (10^3 and 10^4 inputs), and the positional-attention
+// model (far mask, window 1) on TA(2, 2): PROVEN, every input right under greedy decoding, and the smallest
+// margin of the inputs the certificate evaluated one by one is at least brute force's smallest teacher-forced
+// margin per row (the same inputs or a subset; its exact arithmetic against learn's fp32 forward: 1e-3 covers
+// their difference, measured below 1e-4).
 TEST(LearnedCertificate, ProvesWhatBruteForceConfirms) {
-  const Net net = Net::load(model_path(kRelModel));
-  for (auto [n, m] : std::vector<std::pair<int, int>>{{1, 3}, {2, 2}}) {
+  for (auto [model, n, m] : std::vector<std::tuple<const char*, int, int>>{
+           {kRelModel, 1, 3}, {kRelModel, 2, 2}, {kPositionalModel, 2, 2}}) {
+    SCOPED_TRACE(model);
+    const Net net = Net::load(model_path(model));
     const Shape s = Shape::make(n, m, Padding::minimal);
     const Instance inst(net, s, 1, 1);
     const DigitVars dv(s);
@@ -506,6 +511,25 @@ TEST(LearnedAttack, FindsWhatRandomSamplesMiss) {
       const char a = ar.cex.problem.operands[i][t], b = ar.cex.found.operands[i][t];
       EXPECT_TRUE(a == b || a == '0');
     }
+}
+
+// The positional-attention model's end-of-scratchpad counterexample on TA(10, 10) (bench/results/length-wall/,
+// arm 10: the certificate proves the other 131 rows): teacher-forced negative at the row after B_9, greedy
+// decoding ends the scratchpad one partial sum early (after B_9; what it reads there is B_8's and B_9's top
+// digits, whatever the last operands: 1 in place of either 0 fails too); with A_2 changed it is right.
+TEST(LearnedAttack, PositionalModelsEndOfScratchpadCounterexample) {
+  const Net net = Net::load(model_path(kPositionalModel));
+  const Shape s = Shape::make(10, 10, Padding::minimal);
+  const Instance inst(net, s, 1, 1);
+  Problem p;
+  p.operands = {"0000000009", "9999999999", "9999999999", "9999999999", "9999999999",
+                "9999999999", "9999999999", "9999999999", "0000000000", "0000000000"};
+  const auto g = inst.greedy(p);
+  EXPECT_FALSE(g.exact);
+  p.operands.back() = "0000000001";
+  EXPECT_FALSE(inst.greedy(p).exact);
+  p.operands[1] = "1234567890";
+  EXPECT_TRUE(inst.greedy(p).exact);
 }
 
 // ---- the command ---------------------------------------------------------------------------------------
