@@ -79,7 +79,7 @@ def commands(path):
             text = line.strip()
             if pending:
                 text, start = pending + " " + text, start
-            elif re.match(r"^(\$ )?\./x \w|^build/\w+/\w", text):
+            elif re.match(r"^(\$ )?\./x \w|^build/[\w-]+/\w", text):
                 start = no
             else:
                 continue
