@@ -12,7 +12,6 @@
 #pragma once
 
 #include <cmath>
-
 #include <cstdint>
 #include <string>
 #include <vector>
