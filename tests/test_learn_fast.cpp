@@ -104,6 +104,10 @@ std::vector<Variant> fp32_variants() {
     v.push_back({"coupled_rel far masked W1 L" + std::to_string(layers), c});
     c.attn_scale = AttnScale::positional;
     v.push_back({"coupled_rel positional, far masked W1 L" + std::to_string(layers), c});
+    c.rel_value = true;
+    v.push_back({"coupled_rel positional, far masked, relative values W1 L" + std::to_string(layers), c});
+    c.attn_scale = AttnScale::inv_sqrt_dhead, c.rel_far_mask = false, c.rel_far = true, c.rel_window = 2;
+    v.push_back({"coupled_rel far W2, relative values L" + std::to_string(layers), c});
   }
   return v;
 }
@@ -677,6 +681,9 @@ Grads grads(const ModelConfig& c, Precision prec, const CpuFastOptions& o, int t
     std::mt19937_64 g(seed);
     std::normal_distribution<float> nd(0.f, 1.f);
     for (std::int64_t i = 0; i < lay.find("rel_bias.weight").size; ++i) P[std::size_t(lay.rel_bias + i)] = nd(g);
+    // rel_value: vectors N(0, 1) (they start at 0, where their term of d P would be compared at zero only)
+    if (lay.rel_value >= 0)
+      for (std::int64_t i = 0; i < lay.find("rel_value.weight").size; ++i) P[std::size_t(lay.rel_value + i)] = nd(g);
   }
   const PackedBatch pb = mixed_batch(c, 11, seed + 1);
   const std::vector<float> z(P.size(), 0.f);

@@ -427,6 +427,9 @@ void check_whole_model(const ModelConfig& c, double ent_w = 0) {
   // coupled_rel: gains of order 1 (they start at 0, where the bias would be checked at zero only)
   if (lay.rel_bias >= 0)
     for (std::int64_t i = 0; i < lay.find("rel_bias.weight").size; ++i) P[std::size_t(lay.rel_bias + i)] = nb(g) * 3;
+  // rel_value: vectors of the values' order (they start at 0, where d P's term would be checked at zero only)
+  if (lay.rel_value >= 0)
+    for (std::int64_t i = 0; i < lay.find("rel_value.weight").size; ++i) P[std::size_t(lay.rel_value + i)] = nb(g);
   const Example ex = make_example(parse_problem("57+8+96"), c, 2, 2);
   Acts<double> a;
   GradScratch<double> gs;
@@ -573,6 +576,46 @@ TEST(WholeModelVariants, PositionalAttention) {
   ModelConfig bad = tiny_model(PosMode::coupled);
   bad.attn_scale = AttnScale::positional;
   EXPECT_THROW(bad.validate(), InputError);
+}
+
+// model.rel_value: the relative values' gradient and their term of d P (every other tensor's gradient through
+// it) against central differences, with the gains of either window kind, content and positional scores, one and
+// two layers, and with the entropy term; refused without coupled_rel and in bf16.
+TEST(WholeModelVariants, RelativeValues) {
+  for (int W : {1, 2}) {
+    SCOPED_TRACE(W);
+    ModelConfig c = tiny_model(PosMode::coupled_rel);
+    c.rel_value = true, c.rel_window = W;
+    (W == 1 ? c.rel_far_mask : c.rel_far) = true;
+    EXPECT_NO_THROW(c.validate());
+    check_whole_model(c);
+    c.attn_scale = AttnScale::positional;
+    check_whole_model(c);
+    c.n_layers = 1;
+    check_whole_model(c, 0.7);
+  }
+  ModelConfig bad = tiny_model(PosMode::coupled);
+  bad.rel_value = true;
+  EXPECT_THROW(bad.validate(), InputError);
+  ModelConfig c = tiny_model(PosMode::coupled_rel);
+  c.rel_value = true;
+  const Layout lay = Layout::make(c);
+  // init 0, and every other tensor drawn as the model without the term draws it
+  ModelConfig plain = c;
+  plain.rel_value = false;
+  const Layout lay0 = Layout::make(plain);
+  const auto P = init_params<float>(c, lay, 5), P0 = init_params<float>(plain, lay0, 5);
+  for (const auto& t : lay.tensors) {
+    if (t.name == "rel_value.weight") {
+      for (std::int64_t i = 0; i < t.size; ++i) ASSERT_EQ(P[std::size_t(t.offset + i)], 0.f);
+      continue;
+    }
+    const TensorSpec& t0 = lay0.find(t.name);
+    for (std::int64_t i = 0; i < t.size; ++i) ASSERT_EQ(P[std::size_t(t.offset + i)], P0[std::size_t(t0.offset + i)]) << t.name;
+  }
+  Acts<float> a;
+  const Example ex = make_example(parse_problem("57+8+96"), c, 2, 2);
+  EXPECT_THROW(model_forward(a, ModelView<float>{c, lay, P.data(), Precision::bf16}, batch_of(ex)), InputError);
 }
 
 // train.attn_entropy: the gradient of loss + w sum_{target rows, heads} H_i (H the attention weights'

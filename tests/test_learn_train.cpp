@@ -428,6 +428,10 @@ TEST(LearnConfig, HelpDocumentsEveryFieldWithItsDefault) {
   ModelConfig masked;
   masked.pos_mode = PosMode::coupled_rel, masked.rel_far_mask = true;
   EXPECT_EQ(nlohmann::json(masked).at("rel_far_mask"), true);
+  mj["rel_value"] = false;  // written when true
+  masked.rel_value = true;
+  EXPECT_EQ(nlohmann::json(masked).at("rel_value"), true);
+  EXPECT_FALSE(nlohmann::json(rel).contains("rel_value"));
   EXPECT_FALSE(nlohmann::json(ModelConfig{}).contains("rel_window"));
   EXPECT_FALSE(nlohmann::json(coded).contains("pos_code_distance"));  // written when not 1
   CLI::App app;  // the options as train declares them; their descriptions are what --help prints

@@ -208,7 +208,11 @@ class LearnedLogits(TempDir):
                                              "--rel-far-norm", "true"],
                     "coupled_rel_far_mask": ["--pos-mode", "coupled_rel", "--rel-window", "1", "--rel-far-mask", "true"],
                     "coupled_rel_positional": ["--pos-mode", "coupled_rel", "--rel-window", "1", "--rel-far-mask", "true",
-                                               "--attn-scale", "positional"]}
+                                               "--attn-scale", "positional"],
+                    "coupled_rel_positional_value": ["--pos-mode", "coupled_rel", "--rel-window", "1", "--rel-far-mask",
+                                                     "true", "--attn-scale", "positional", "--rel-value", "true"],
+                    "coupled_rel_far_value": ["--pos-mode", "coupled_rel", "--rel-window", "1", "--rel-far", "true",
+                                              "--rel-value", "true"]}
         for name, flags in variants.items():
             run = os.path.join(self.dir, name)
             tool("TRAIN", "--out", run, "--train-n", 2, "--train-m", 3, "--train-size", 200, "--max-pos1", 12,
@@ -217,7 +221,8 @@ class LearnedLogits(TempDir):
             self.compare(run, "57+8+96", greedy=False)
             self.compare(run, MEDIUM, greedy=False)  # beyond every training length
         for name, nb in (("coupled_rel", 5), ("coupled_rel_w0", 1), ("coupled_rel_far", 4), ("coupled_rel_far_norm", 4),
-                         ("coupled_rel_far_mask", 3), ("coupled_rel_positional", 3)):
+                         ("coupled_rel_far_mask", 3), ("coupled_rel_positional", 3), ("coupled_rel_positional_value", 3),
+                         ("coupled_rel_far_value", 4)):
             run = os.path.join(self.dir, name)
             self.assertEqual(tuple(load_learned(run).rel_bias.weight.shape), (2, 4, 2, nb))
             self.assertEqual(len(load_learned(run).pos_emb), 0)  # no table
@@ -227,6 +232,10 @@ class LearnedLogits(TempDir):
             tensors, meta = safetensors.read(path)
             g = tensors["rel_bias.weight"]
             tensors["rel_bias.weight"] = (numpy.random.default_rng(7).standard_normal(g.shape) * 3).astype(g.dtype)
+            if "rel_value" in name:  # relative values of the values' order (trained 20 steps from 0: small)
+                r = tensors["rel_value.weight"]
+                self.assertEqual(r.shape, (2, 4, 2, nb, 4))
+                tensors["rel_value.weight"] = numpy.random.default_rng(8).standard_normal(r.shape).astype(r.dtype)
             safetensors.write(path, tensors, {k: v for k, v in meta.items() if k != "checksum"})
             self.compare(run, MEDIUM, 2, 3, greedy=False)
             self.compare(run, "5+38", 3, 2)

@@ -32,6 +32,9 @@ The forward (shapes: B batch, T tokens, C d_model, H n_heads, D d_head, F d_ff, 
           biases (Li et al. 2024, as the paper-000 authors' code; layers.hpp)
           pos_mode coupled_rel: the scores plus layer l's bias: sum over the 2 levels of rel_bias.weight[l, h, lv,
           d + W], d = key ID - query ID of the level, |d| <= W = rel_window, none where an ID is 0 (layers.hpp)
+          rel_value: each key's value plus sum over the 2 levels of rel_value.weight[l, h, lv, bucket] (the
+          bias's bucket of the level's ID difference): z_i = sum_j P_ij (v_j + sum_lv r[lv, b_lv(i, j)]) (Shaw et
+          al. 2018's relative values; layers.hpp coupled_rel_value)
     ffn: GEGLU, [gate | up] = x wi^T (2F), gelu_tanh(gate) * up, then wo
     norm: RMSNorm w * x / sqrt(mean(x^2) + norm_eps); the final norm RMSNorm (final_norm rms) or LayerNorm
           w * (x - mean) / sqrt(var + norm_eps) + b, biased variance (final_norm layer)
@@ -133,7 +136,7 @@ class LearnedConfig:
             raise InputError("config.json: 'model' must be an object")
         for k in model:
             if (k not in _SIZES and k not in ARCHITECTURE_SWITCHES and k not in _INERT and k != "norm_eps"
-                    and k not in ("rel_window", "rel_far", "rel_far_norm", "rel_far_mask")):
+                    and k not in ("rel_window", "rel_far", "rel_far_norm", "rel_far_mask", "rel_value")):
                 raise InputError("config.json: model.%s is unknown to this version of manyadd (python/manyadd/learned.py):"
                                  " refusing to guess how it changes the forward" % k)
         for k, (lo, hi) in _SIZES.items():
@@ -154,7 +157,7 @@ class LearnedConfig:
         for k in _FIRE_ONLY:
             if k in model and self.pos_mode != "fire":
                 raise InputError("config.json: model.%s applies to pos_mode fire only (pos_mode is %r)" % (k, self.pos_mode))
-        for k in ("rel_window", "rel_far", "rel_far_norm", "rel_far_mask"):
+        for k in ("rel_window", "rel_far", "rel_far_norm", "rel_far_mask", "rel_value"):
             if k in model and self.pos_mode != "coupled_rel":
                 raise InputError("config.json: model.%s applies to pos_mode coupled_rel only (pos_mode is %r)"
                                  % (k, self.pos_mode))
@@ -171,6 +174,9 @@ class LearnedConfig:
             raise InputError("config.json: model.rel_far_mask must be true or false (got %r)" % (self.rel_far_mask,))
         if self.rel_far_mask and self.rel_far:
             raise InputError("config.json: model.rel_far_mask and model.rel_far exclude each other")
+        self.rel_value = model.get("rel_value", False)
+        if not isinstance(self.rel_value, bool):
+            raise InputError("config.json: model.rel_value must be true or false (got %r)" % (self.rel_value,))
         lo, hi, dflt = _REL_WINDOW
         self.rel_window = model.get("rel_window", dflt)
         if isinstance(self.rel_window, bool) or not isinstance(self.rel_window, int) or not lo <= self.rel_window <= hi:
@@ -306,6 +312,43 @@ class CoupledRelBias(nn.Module):
         return bias
 
 
+def coupled_rel_buckets(pos, W, far):
+    """Per level: (bucket (B, Tq, Tk), on (B, Tq, Tk)) of every query/key pair, the bucket of layers.hpp's
+    coupled_rel_bucket where on (d + W for |d| <= W, 2W + 1 for |d| > W with far), 0 where off."""
+    out = []
+    for lv in range(2):
+        p = pos[lv]
+        d = p[:, None, :] - p[:, :, None]
+        near = d.abs() <= W
+        on = (near | far) & (p[:, :, None] > 0) & (p[:, None, :] > 0)
+        out.append((torch.where(on, torch.where(near, d + W, torch.full_like(d, 2 * W + 1)), torch.zeros_like(d)), on))
+    return out
+
+
+class CoupledRelValue(nn.Module):
+    """model.rel_value (learn/include/manyadd/learn/decoder/layers.hpp, coupled_rel_value): the parameter
+    rel_value.weight r (n_layers, H, 2, nb, D), nb the bias's buckets; head h's output at query i gains
+    sum over levels lv and buckets b of M[lv, b] r[l, h, lv, b], M[lv, b] the attention weight of the
+    query's keys in bucket b of level lv (the C++ sums the same masses, then adds them times r)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.W, self.far = cfg.rel_window, cfg.rel_far
+        self.nb = 2 * self.W + 1 + int(self.far)
+        self.weight = nn.Parameter(torch.zeros(cfg.n_layers, cfg.n_heads, 2, self.nb, cfg.d_head))
+
+    def term(self, l, buckets, pattern):
+        """pattern (B, H, T, T) -> the term (B, H, T, D)."""
+        out = None
+        for lv, (idx, on) in enumerate(buckets):
+            w = pattern * on[:, None].to(pattern.dtype)
+            M = torch.zeros(pattern.shape[:3] + (self.nb,), dtype=pattern.dtype, device=pattern.device)
+            M.scatter_add_(-1, idx[:, None].expand_as(pattern), w)
+            t = torch.einsum("bhin,hnd->bhid", M, self.weight[l, :, lv])
+            out = t if out is None else out + t
+        return out
+
+
 class RMSNorm(nn.Module):
     def __init__(self, C, eps, name):
         super().__init__()
@@ -349,8 +392,9 @@ class Attention(nn.Module):
         for n in ("q", "k", "v", "attn_scores", "pattern", "z") + (("rot_q", "rot_k") if self.rope else ()):
             setattr(self, "hook_" + n, HookPoint(p + "hook_" + n))
 
-    def forward(self, x, bias=None):
-        """bias: FIRE's (H, T, T) or coupled_rel's (B, H, T, T) score bias, or None."""
+    def forward(self, x, bias=None, rel_value=None):
+        """bias: FIRE's (H, T, T) or coupled_rel's (B, H, T, T) score bias, or None. rel_value: None or
+        (CoupledRelValue, layer, the pairs' buckets): its term added to every head's output."""
         B, T, _ = x.shape
         q = self.hook_q(self.q(x).view(B, T, self.H, self.D))
         k = self.hook_k(self.k(x).view(B, T, self.H, self.D))
@@ -359,7 +403,7 @@ class Attention(nn.Module):
             q, k = self.hook_rot_q(rope_rotate(q, cos, sin)), self.hook_rot_k(rope_rotate(k, cos, sin))
         q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, T, D)
         v = self.hook_v(self.v(x).view(B, T, self.H, self.D)).transpose(1, 2)
-        if self.fused and bias is None and hasattr(F, "scaled_dot_product_attention") \
+        if self.fused and bias is None and rel_value is None and hasattr(F, "scaled_dot_product_attention") \
                 and not (self.hook_attn_scores.has_hooks() or self.hook_pattern.has_hooks()):
             if self.scale == 1.0 / math.sqrt(self.D):
                 z = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # scale 1/sqrt(D) by default
@@ -374,7 +418,11 @@ class Attention(nn.Module):
                 s = s + bias
             mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
             s = self.hook_attn_scores(s.masked_fill(mask, float("-inf")))
-            z = self.hook_pattern(torch.softmax(s, dim=-1)) @ v
+            pattern = self.hook_pattern(torch.softmax(s, dim=-1))
+            z = pattern @ v
+            if rel_value is not None:
+                module, l, buckets = rel_value
+                z = z + module.term(l, buckets, pattern)
         z = self.hook_z(z.transpose(1, 2))  # (B, T, H, D)
         return self.o(z.reshape(B, T, self.H * self.D))
 
@@ -410,9 +458,9 @@ class Block(nn.Module):
         if cfg.pos_mode == "coupled_rel":
             self.hook_rel_bias = HookPoint(p + "hook_rel_bias")
 
-    def forward(self, x, bias=None):
+    def forward(self, x, bias=None, rel_value=None):
         x = self.hook_resid_pre(x)
-        x = self.hook_resid_mid(self.attn_norm2(x + self.hook_attn_out(self.attn(self.attn_norm1(x), bias))))
+        x = self.hook_resid_mid(self.attn_norm2(x + self.hook_attn_out(self.attn(self.attn_norm1(x), bias, rel_value))))
         return self.hook_resid_post(self.ffn_norm2(x + self.hook_mlp_out(self.ffn(self.ffn_norm1(x)))))
 
 
@@ -427,6 +475,7 @@ class LearnedTransformer(HookedModule):
         self.pos_emb = nn.ModuleList(nn.Embedding(cfg.max_pos[lv] + 1, C) for lv in range(cfg.tables))
         self.fire = Fire(cfg) if cfg.pos_mode == "fire" else None
         self.rel_bias = CoupledRelBias(cfg) if cfg.pos_mode == "coupled_rel" else None
+        self.rel_value = CoupledRelValue(cfg) if getattr(cfg, "rel_value", False) else None
         self.layers = nn.ModuleList(Block(cfg, l) for l in range(cfg.n_layers))
         self.final_norm = {"rms": RMSNorm, "layer": LayerNorm}[cfg.final_norm](C, cfg.norm_eps,
                                                                                  "ln_final.hook_normalized")
@@ -462,12 +511,13 @@ class LearnedTransformer(HookedModule):
             x = x + self.hook_pos_embed(pe)
         bias = self.hook_fire_bias(self.fire(tok.shape[1])) if self.fire is not None else None
         x0 = x
+        buckets = coupled_rel_buckets(pos, self.cfg.rel_window, self.cfg.rel_far) if self.rel_value is not None else None
         for l, blk in enumerate(self.layers):
             if self.cfg.input_injection and l > 0:
                 x = x + x0
             if self.rel_bias is not None:  # each layer's own gains: (B, H, T, T)
                 bias = blk.hook_rel_bias(self.rel_bias(l, pos))
-            x = blk(x, bias)
+            x = blk(x, bias, (self.rel_value, l, buckets) if self.rel_value is not None else None)
         xf = self.final_norm(x)
         if self.lm_head is None:  # tied: T5's readout through the token table
             logits = self.hook_logits((xf * self.readout_scale) @ self.tok_emb.weight.t())

@@ -195,6 +195,7 @@ LEARNED_FIELDS = {
     "rel_far": ("bool", False, None, "coupled_rel"),
     "rel_far_norm": ("bool", False, None, "coupled_rel"),
     "rel_far_mask": ("bool", False, None, "coupled_rel"),
+    "rel_value": ("bool", False, None, "coupled_rel"),
     "input_injection": ("bool", False, None, None),
     "pos_codes": ("str", "learned", None, None),  # one kind, or one per table, comma-separated: below
     "pos_code_scale": ("f32", 1.0, (0.0, 100.0), None),
@@ -368,6 +369,8 @@ def learned_shapes(model):
                   "fire.c": (1,), "fire.L_sqrt": (1,)})
     if mode == "coupled_rel":
         s["rel_bias.weight"] = (L, H, levels, 2 * model["rel_window"] + 1 + int(model["rel_far"]))
+        if model["rel_value"]:
+            s["rel_value.weight"] = (L, H, levels, 2 * model["rel_window"] + 1 + int(model["rel_far"]), model["d_head"])
     for b in range(L):
         p = "layers.%d." % b
         s.update({p + "attn_norm1.weight": (C,), p + "attn.q.weight": (D, C), p + "attn.k.weight": (D, C),

@@ -126,6 +126,8 @@ const std::vector<FieldDoc>& config_fields() {
                                 "number), so their total attention mass does not grow with the length"},
       {"model", "rel_far_mask", "pos_mode coupled_rel, instead of rel_far: a key farther than rel_window from the query "
                                 "on either level is not attended (each query sees its window of IDs and BOS at every length)"},
+      {"model", "rel_value", "pos_mode coupled_rel: each key also gives the query a learned vector per head, level and ID "
+                             "difference (Shaw et al.'s relative values; init 0, fp32 only)"},
       {"model", "abacus_k", "pos_mode abacus: training offsets beta uniform in [1, abacus_k], one per batch (the paper's "
                             "k = 100); needs max_pos1 >= abacus_k + the longest number - 1"},
       {"model", "fire_width", "pos_mode fire: hidden width of FIRE's MLP (the authors' d_fire)"},
@@ -212,6 +214,7 @@ nlohmann::json learn_defaults() {
   defaults["model"]["rel_far"] = ModelConfig{}.rel_far;
   defaults["model"]["rel_far_norm"] = ModelConfig{}.rel_far_norm;
   defaults["model"]["rel_far_mask"] = ModelConfig{}.rel_far_mask;
+  defaults["model"]["rel_value"] = ModelConfig{}.rel_value;
   defaults["model"]["pos_codes"] = ModelConfig{}.pos_codes_string();
   defaults["model"]["pos_code_scale"] = ModelConfig{}.pos_code_scale;
   defaults["model"]["pos_code_distance"] = ModelConfig{}.pos_code_distance;

@@ -35,10 +35,14 @@ Layout Layout::make(const ModelConfig& c) {
   }
   if (c.pos_mode == PosMode::coupled_rel)
     L.rel_bias = add("rel_bias.weight", {c.n_layers, c.n_heads, pos_levels(c.pos_mode), c.rel_buckets()});
+  if (c.rel_value)
+    L.rel_value = add("rel_value.weight", {c.n_layers, c.n_heads, pos_levels(c.pos_mode), c.rel_buckets(), c.d_head});
   for (int b = 0; b < c.n_layers; ++b) {
     Block k;
     if (L.rel_bias >= 0)
       k.rel_bias = L.rel_bias + std::int64_t(b) * c.n_heads * pos_levels(c.pos_mode) * c.rel_buckets();
+    if (L.rel_value >= 0)
+      k.rel_value = L.rel_value + std::int64_t(b) * c.n_heads * pos_levels(c.pos_mode) * c.rel_buckets() * c.d_head;
     const std::string p = fmt::format("layers.{}.", b);
     k.attn_norm1 = add(p + "attn_norm1.weight", {C});
     k.wq = add(p + "attn.q.weight", {D, C});
@@ -128,6 +132,7 @@ std::vector<S> init_params(const ModelConfig& c, const Layout& lay, std::uint64_
       p[std::size_t(t.offset)] = S(t.name == "fire.c" ? 0.1 : 16.0);
       continue;
     }
+    if (t.name == "rel_value.weight") continue;  // 0: the model without the term, every other draw unchanged
     if (t.shape.size() == 1) {  // norm weights 1, LayerNorm bias 0; no draw
       const S v = ends_with(t.name, ".bias") ? S(0) : S(1);
       for (std::int64_t i = 0; i < t.size; ++i) p[std::size_t(t.offset + i)] = v;
@@ -345,6 +350,12 @@ void block_forward(typename Acts<S>::Block& b, const S* x, const ModelView<S>& m
     }
     attention_forward(b.ao.data() + o, b.att.data() + att_at, b.q.data() + o, b.k.data() + o, b.v.data() + o, T, Tk,
                       NH, HS, ctx.att_scale, bias, bias_rows, bias_cols, ctx.bf16);
+    if (w.rel_value >= 0) {  // 4'. rel_value: each key's relative-position value, weighted as the key (fp32)
+      const std::int32_t* ids[kMaxPosLevels] = {};
+      for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv) ids[lv] = xb.pos[lv] + xb.begin(s);
+      coupled_rel_value(b.ao.data() + o, b.att.data() + att_at, ctx.params + w.rel_value, ids, pos_levels(c.pos_mode), T,
+                        past, NH, HS, c.rel_window, c.rel_far);
+    }
     att_at += std::int64_t(NH) * T * Tk;
   }
   ctx.round(b.ao, RD);
@@ -418,10 +429,19 @@ void block_backward(S* G, GradScratch<S>& g, const typename Acts<S>::Block& b, c
       g.drel_bias.assign(std::size_t(NH) * std::size_t(T) * std::size_t(T), S(0));
       dbias = g.drel_bias.data(), bias_T = T;
     }
+    const S* dp_add = nullptr;
+    if (w.rel_value >= 0) {  // 4'. rel_value: d r, and its term of d P
+      const std::int32_t* ids[kMaxPosLevels] = {};
+      for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv) ids[lv] = xb.pos[lv] + xb.begin(s);
+      g.drel_value_p.resize(std::size_t(NH) * std::size_t(T) * std::size_t(T));
+      coupled_rel_value_backward(G + w.rel_value, g.drel_value_p.data(), g.dao.data() + o, b.att.data() + att_at,
+                                 ctx.params + w.rel_value, ids, pos_levels(c.pos_mode), T, NH, HS, c.rel_window, c.rel_far);
+      dp_add = g.drel_value_p.data();
+    }
     attention_backward(g.dq.data() + o, g.dk.data() + o, g.dv.data() + o, g.datt.data(), g.dao.data() + o,
                        b.att.data() + att_at, b.q.data() + o, b.k.data() + o, b.v.data() + o, T, NH, HS,
                        ctx.att_scale, dbias, bias_T, ctx.bf16 ? b.ao.data() + o : nullptr, ctx.attn_entropy_w,
-                       ctx.attn_entropy_w != S(0) ? xb.targets + xb.begin(s) : nullptr);
+                       ctx.attn_entropy_w != S(0) ? xb.targets + xb.begin(s) : nullptr, dp_add);
     if (ctx.rel_bias) {
       const std::int32_t* ids[kMaxPosLevels] = {};
       for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv) ids[lv] = xb.pos[lv] + xb.begin(s);
@@ -493,6 +513,8 @@ S model_forward(Acts<S>& a, const ModelView<S>& m, const BatchView& x, int past)
   check_rows(c, x);
   if (past < 0 || (past > 0 && (x.B != 1 || x.offsets)))
     throw InvariantError("model_forward: cached keys need a uniform batch of one");
+  if (c.rel_value && m.precision == Precision::bf16)
+    throw InputError("model.rel_value runs in fp32 only (its term has no bf16 rounding points): use precision fp32");
   const int R = int(x.rows()), C = c.d_model, V = c.vocab;
   const std::int64_t RC = std::int64_t(R) * C;
   const S eps = S(c.norm_eps);

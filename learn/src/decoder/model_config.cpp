@@ -236,6 +236,8 @@ void ModelConfig::validate() const {
        fmt::format("model.attn_scale positional takes the scores from pos_mode coupled_rel's bias (pos_mode is {})",
                    pos_mode_name(pos_mode)));
   need(!(rel_far_mask && rel_far), "model.rel_far_mask and model.rel_far exclude each other (a masked far key has no gain)");
+  need(!rel_value || pos_mode == PosMode::coupled_rel,
+       fmt::format("model.rel_value applies to pos_mode coupled_rel only (pos_mode is {})", pos_mode_name(pos_mode)));
   const int L = pos_tables(pos_mode);
   for (int lv = L; lv < kMaxPosLevels; ++lv)
     need(pos_codes[lv] == PosCode::learned,
@@ -293,6 +295,7 @@ void to_json(nlohmann::json& j, const ModelConfig& c) {
   if (c.rel_far) j["rel_far"] = true;
   if (c.rel_far_norm) j["rel_far_norm"] = true;
   if (c.rel_far_mask) j["rel_far_mask"] = true;
+  if (c.rel_value) j["rel_value"] = true;
   if (c.any_pos_code()) {
     j["pos_codes"] = c.pos_codes_string();
     j["pos_code_scale"] = c.pos_code_scale;
@@ -322,7 +325,7 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
                                 "norm_eps", "init_std",   "attn_scale", "init",        "tie_readout",
                                 "final_norm", "architecture", "abacus_k", "fire_width", "fire_threshold",
                                 "input_injection", "pos_codes", "pos_code_scale", "pos_code_distance", "rel_window", "rel_far",
-                                "rel_far_norm", "rel_far_mask"};
+                                "rel_far_norm", "rel_far_mask", "rel_value"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return it.key() == k; }) == std::end(known))
       throw InputError(fmt::format("model config: unknown field '{}'", it.key()));
@@ -369,6 +372,13 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
                                    pos_mode_name(c.pos_mode)));
     if (!j["rel_far_mask"].is_boolean()) throw InputError("model.rel_far_mask must be true or false");
     c.rel_far_mask = j["rel_far_mask"].get<bool>();
+  }
+  if (j.contains("rel_value")) {
+    if (c.pos_mode != PosMode::coupled_rel)
+      throw InputError(fmt::format("model.rel_value applies to pos_mode coupled_rel only (pos_mode is {})",
+                                   pos_mode_name(c.pos_mode)));
+    if (!j["rel_value"].is_boolean()) throw InputError("model.rel_value must be true or false");
+    c.rel_value = j["rel_value"].get<bool>();
   }
   if (auto v = gets("fire_threshold")) c.fire_threshold = parse_fire_threshold(*v);
   if (j.contains("input_injection")) {
@@ -475,6 +485,12 @@ nlohmann::json architecture_description(const ModelConfig& c) {
                                 c.rel_window)
                   : c.rel_far_mask ? fmt::format("; not attended (score -inf) where |d| > {} on either level", c.rel_window)
                                    : fmt::format(" or |d| > {}", c.rel_window));
+    if (c.rel_value)
+      d["position_value"] = fmt::format(
+          "rel_value (Shaw et al. 2018): the attention output of head h at query i is sum_j P(i, j) (v_j + sum over "
+          "levels lv of r[layer, h, lv, bucket]), the bucket of the ID difference as the bias's (rel_value.weight "
+          "(n_layers, n_heads, 2, {}, d_head)); init 0",
+          c.rel_buckets());
   }
   return d;
 }

@@ -32,7 +32,10 @@ inline void argmax_rows(const float* logits, std::int64_t rows, int V, std::uint
 class CpuDeviceBase : public TrainDevice {
  public:
   CpuDeviceBase(const ModelConfig& c, Precision p)
-      : c_(c), lay_(Layout::make(c)), segs_(lay_.trainable_segments()), prec_(p) {}
+      : c_(c), lay_(Layout::make(c)), segs_(lay_.trainable_segments()), prec_(p) {
+    if (c.rel_value && p != Precision::fp32)
+      throw InputError("model.rel_value runs in fp32 only (its term has no bf16 rounding points): use precision fp32");
+  }
   Precision precision() const override { return prec_; }
   void set_state(const std::vector<float>& p, const std::vector<float>& m, const std::vector<float>& v) override {
     p_ = p, m_ = m, v_ = v;

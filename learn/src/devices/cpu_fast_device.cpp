@@ -359,8 +359,9 @@ class Impl final : public ImplBase {
 
   // The attention of sequence s of the chunk: every row as a query, or (last) its live rows.
   // rel_dgain: coupled_rel's gains' gradient (the worker's), in the backward; null in the forward.
+  // rel_dvalue: model.rel_value's gradient (the worker's), likewise.
   AttnArgs attn_args(const Worker& wk, const Block& b, const PackedBatch& pb, const Chunk& ch, int s, bool last,
-                     const Layout::Block& w, float* rel_dgain) const {
+                     const Layout::Block& w, float* rel_dgain, float* rel_dvalue = nullptr) const {
     const int D = c_.n_heads * c_.d_head;
     AttnArgs a;
     a.T = pb.length(s), a.NH = c_.n_heads, a.HS = c_.d_head;
@@ -378,6 +379,7 @@ class Impl final : public ImplBase {
       a.rel_far_norm = c_.rel_far_norm, a.rel_far_mask = c_.rel_far_mask;
       for (int lv = 0; lv < 2; ++lv) a.rel_ids[lv] = pb.pos[std::size_t(lv)].data() + pb.offsets[std::size_t(s)];
     }
+    if (w.rel_value >= 0) a.rel_value = P(w.rel_value), a.rel_dvalue = rel_dvalue;
     return a;
   }
   // The first query row of sequence s in the (Rq, ...) buffers.
@@ -528,7 +530,8 @@ class Impl final : public ImplBase {
     // 4. attention, one sequence at a time: dq at its query rows, dk and dv at all its rows
     grow(wk.dqkv, R * 3 * D);
     for (int s = ch.s0; s < ch.s1; ++s) {
-      AttnArgs a = attn_args(wk, b, pb, ch, s, last, w, w.rel_bias >= 0 ? G + w.rel_bias : nullptr);
+      AttnArgs a = attn_args(wk, b, pb, ch, s, last, w, w.rel_bias >= 0 ? G + w.rel_bias : nullptr,
+                             w.rel_value >= 0 ? G + w.rel_value : nullptr);
       if (last) a.entropy_w = entropy_w_;  // one-layer models (CpuDeviceBase): the loss rows are the queries
       const std::int64_t q0 = query_row(wk, pb, ch, s, last), o = pb.offsets[std::size_t(s)] - ch.r0;
       grow(wk.work, cpu_fast::attention_workspace(a.T, HS));

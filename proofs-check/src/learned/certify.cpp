@@ -86,15 +86,34 @@ struct ShapeTables {
   // constant of the model, like the score scale); the far term g - shift is exact here, its fp32 rounding
   // is in bias_max (below).
   std::vector<double> far_shift[2];
-  // A code of the bias buckets of key j at query i (keys with equal codes get equal biases).
+  // A code of the bias buckets of key j at query i (keys with equal codes get equal biases and, with
+  // rel_value, equal relative values): the digits bucket + 1 of each level in base nb + 1, below ncodes.
   int bias_code(std::int64_t i, std::int64_t j) const {
     if (w.rel_levels == 0) return 0;
     int code = 0;
     for (int lv = 0; lv < w.rel_levels; ++lv)
-      code = code * 16 + (w.rel_bucket(pos.level[lv][std::size_t(i)], pos.level[lv][std::size_t(j)]) + 1);
+      code = code * (rel_nb + 1) + (w.rel_bucket(pos.level[lv][std::size_t(i)], pos.level[lv][std::size_t(j)]) + 1);
     return code;
   }
+  int rel_nb = 0, ncodes = 1;  // coupled_rel: buckets per level; codes
+  double nr_terms = 0;        // rel_value: the products its forward adds per row and head (levels x buckets)
+  // model.rel_value per head and code: the key's relative value r (dh; the sum over levels of its buckets'),
+  // rabs (H, dh): the sum over levels of each level's largest |r[h, lv, b]| per dimension (at least any |r| of a
+  // code; and what bounds the forward's sum of bucket masses times r: each level's masses sum to the row's
+  // weights), 0 without rel_value; and Z = Wo_h r (C).
+  std::vector<double> rsum, zval, rabs;
+  const double* Z(int h, int code) const { return &zval[(std::size_t(h) * ncodes + code) * C]; }
+  const double* Rv(int h, int code) const { return &rsum[(std::size_t(h) * ncodes + code) * dh]; }
   const double* U(int c, int t, int h) const { return &u[((std::size_t(c) * V + t) * H + h) * C]; }
+  // What key j (class c, token t) gives head h of query i through Wo_h: U, plus with rel_value the Z of the
+  // pair's code; into out (C). The one definition the fixed keys' sums and the free keys' options read.
+  void key_u(int c, int t, int h, std::int64_t i, std::int64_t j, double* out) const {
+    const double* a = U(c, t, h);
+    std::copy(a, a + C, out);
+    if (zval.empty()) return;
+    const double* z = Z(h, bias_code(i, j));
+    for (int e = 0; e < C; ++e) out[e] += z[e];
+  }
   const double* Vv(int c, int t) const { return &v[(std::size_t(c) * V + t) * D]; }
   const double* dVv(int c, int t) const { return &err_v[(std::size_t(c) * V + t) * D]; }
 };
@@ -194,6 +213,39 @@ ShapeTables::ShapeTables(const OneLayer& w_, const DigitVars& dv_, const Positio
     }
     if (w.rel_far_norm) bias_max[std::size_t(h)] *= 2 + R.u;
   }
+  // rel_value: every code's relative value and its image through Wo_h (code digits: bucket + 1 per level)
+  if (w.rel_levels > 0) {
+    rel_nb = 2 * w.rel_window + 1 + (w.rel_far ? 1 : 0);
+    for (int lv = 0; lv < w.rel_levels; ++lv) ncodes *= rel_nb + 1;
+  }
+  rabs.assign(std::size_t(H) * dh, 0);
+  if (!w.rel_value.empty()) {
+    rsum.assign(std::size_t(H) * ncodes * dh, 0), zval.assign(std::size_t(H) * ncodes * C, 0);
+    for (int h = 0; h < H; ++h)
+      for (int code = 0; code < ncodes; ++code) {
+        double* rs = &rsum[(std::size_t(h) * ncodes + code) * dh];
+        for (int lv = w.rel_levels - 1, rest = code; lv >= 0; --lv, rest /= rel_nb + 1) {
+          const int b = rest % (rel_nb + 1) - 1;
+          if (b < 0) continue;
+          const double* rv = &w.rel_value[((std::size_t(h) * w.rel_levels + lv) * rel_nb + b) * dh];
+          for (int d = 0; d < dh; ++d) rs[d] += rv[d];
+        }
+        Eigen::Map<VectorXd>(&zval[(std::size_t(h) * ncodes + code) * C], C) =
+            Wo_.middleCols(h * dh, dh) * Eigen::Map<const VectorXd>(rs, dh);
+      }
+    for (int h = 0; h < H; ++h)
+      for (int lv = 0; lv < w.rel_levels; ++lv)
+        for (int d = 0; d < dh; ++d) {
+          double mx = 0;
+          for (int b = 0; b < rel_nb; ++b)
+            mx = std::max(mx, std::abs(w.rel_value[((std::size_t(h) * w.rel_levels + lv) * rel_nb + b) * dh + d]));
+          rabs[std::size_t(h) * dh + d] += mx;
+        }
+  }
+  // rel_value's forward (layers.hpp coupled_rel_value): bucket masses summed from the weights, then nr = levels x
+  // buckets products added to the P v already computed: its roundings within gamma(K) of the masses (positive
+  // terms) and gamma(nr + 1) of |P v| + the products (gvalue below, with the magnitudes rabs bounds).
+  nr_terms = w.rel_value.empty() ? 0.0 : double(w.rel_levels * rel_nb);
   double kappa_max = 0, es_max = 0;
   for (int h = 0; h < H; ++h) {
     double qk = 0, e1 = 0, qk_tilde = 0;
@@ -212,8 +264,12 @@ ShapeTables::ShapeTables(const OneLayer& w_, const DigitVars& dv_, const Positio
     const double dn = std::exp(-2 * eps_j) * (1 - 4 * uu) * (1 - uu) * (1 - uu) / ((1 + 4 * uu) * (1 + R.gamma(T)));
     const double kappa = std::max(up - 1, 1 - dn);
     kappa_max = std::max(kappa_max, kappa), es_max = std::max(es_max, es);
-    for (int d = h * dh; d < (h + 1) * dh; ++d)
-      dO(d) = kappa * Vm(d) + (1 + kappa) * dVv(d) + R.gamma(T) * (1 + kappa) * (Vm(d) + dVv(d));
+    for (int d = h * dh; d < (h + 1) * dh; ++d) {
+      const double ra = rabs[std::size_t(h) * dh + std::size_t(d - h * dh)];
+      dO(d) = kappa * (Vm(d) + ra) + (1 + kappa) * dVv(d) + R.gamma(T) * (1 + kappa) * (Vm(d) + dVv(d) + ra);
+      if (nr_terms > 0) dO(d) += R.gamma(nr_terms + 1) * (1 + R.gamma(T)) * (1 + kappa) * (Vm(d) + dVv(d) + ra);
+      Vm(d) += ra;  // the output's magnitude, for the projection's rounding below
+    }
   }
   const VectorXd attn_err = Wo_.cwiseAbs() * (dO + R.gamma(D) * (Vm + dO));
   allowance.score_error = es_max, allowance.softmax_rel = kappa_max, allowance.attn_error = attn_err.maxCoeff();
@@ -307,6 +363,7 @@ struct HeadSet {
   double shift = 0; // the weights are exp(score - shift)
   std::vector<Option> opts;
   std::vector<Group> groups;
+  std::vector<double> ustore;  // rel_value: each option's u + Z (C each, in option order)
 };
 
 // max over the free keys' choices of (n0 + sum cnt w x) / (d0 + sum cnt w), x_k = proj(k): Dinkelbach's
@@ -429,6 +486,7 @@ struct RowWorker {
       key_group[f] = it->second, counts[std::size_t(it->second)] += 1;
     }
     hs.resize(std::size_t(H));
+    VectorXd ubuf(C);
     for (int h = 0; h < H; ++h) {
       HeadSet& s = hs[std::size_t(h)];
       const double* sh = &sc[std::size_t(h) * K * V];
@@ -446,13 +504,15 @@ struct RowWorker {
         if (popcount16(m) != 1 || S.masked(i, j)) continue;
         const int t = lowest_bit(m);
         const double wgt = std::exp(sh[j * V + t] - shift);
-        s.N0 += wgt * Eigen::Map<const VectorXd>(S.U(S.cls(j), t, h), C);
+        S.key_u(S.cls(j), t, h, i, j, ubuf.data());
+        s.N0 += wgt * ubuf;
         s.D0 += wgt;
       }
       {
         const int dh = S.dh;
         double eps = 0, smin = std::numeric_limits<double>::infinity(), smax = 0;
         VectorXd vmax = VectorXd::Constant(dh, -std::numeric_limits<double>::infinity()), vmin = -vmax, dvm = VectorXd::Zero(dh);
+        VectorXd vabs = VectorXd::Zero(dh);  // the largest |v| of the keys' tokens
         for (std::int64_t j = 0; j < K; ++j) {
           if (S.masked(i, j)) continue;
           const std::uint16_t m = j == i ? std::uint16_t(1u << tq) : mask_of(d, j);
@@ -461,7 +521,9 @@ struct RowWorker {
               const double sj = sh[j * V + t];
               eps = std::max(eps, err_cache[std::size_t(tq)][(std::size_t(h) * K + j) * V + t]);
               smin = std::min(smin, sj), smax = std::max(smax, std::abs(sj));
-              const Eigen::Map<const VectorXd> vv(S.Vv(S.cls(j), t) + h * dh, dh);
+              VectorXd vv = Eigen::Map<const VectorXd>(S.Vv(S.cls(j), t) + h * dh, dh);
+              vabs = vabs.cwiseMax(vv.cwiseAbs());
+              if (!S.rsum.empty()) vv += Eigen::Map<const VectorXd>(S.Rv(h, S.bias_code(i, j)), dh);  // rel_value
               vmax = vmax.cwiseMax(vv), vmin = vmin.cwiseMin(vv);
               dvm = dvm.cwiseMax(Eigen::Map<const VectorXd>(S.dVv(S.cls(j), t) + h * dh, dh));
             }
@@ -470,14 +532,18 @@ struct RowWorker {
         eps += uu * (2 * smax + 3 * bm) + uu * (shift - smin + eps);
         const double rho = std::exp(2 * eps) * (1 + 4 * uu) / (1 - 4 * uu);
         const double beta = S.R.gamma(double(K)) + 3 * uu;
-        const VectorXd vabs = vmax.cwiseAbs().cwiseMax(vmin.cwiseAbs());
-        const VectorXd dO = (1 - 1 / rho) * (vmax - vmin) + (beta + S.R.gamma(double(K)) * (1 + beta)) * (vabs + dvm) +
-                            (1 + beta) * dvm;
-        const VectorXd contrib = S.absWo.middleCols(h * dh, dh) * (dO + S.R.gamma(S.D) * (vabs + dO));
+        // rel_value: vmax, vmin above are of v + r (the reweighting moves the average of those); the weights'
+        // normalization and the forward's own roundings of the term (ShapeTables: masses, nr products and sums)
+        // read the magnitudes |v| + rabs; 0 without it.
+        const VectorXd ra = Eigen::Map<const VectorXd>(&S.rabs[std::size_t(h) * dh], dh);
+        VectorXd dO = (1 - 1 / rho) * (vmax - vmin) + (beta + S.R.gamma(double(K)) * (1 + beta)) * (vabs + dvm + ra) +
+                      (1 + beta) * dvm;
+        if (S.nr_terms > 0) dO += S.R.gamma(S.nr_terms + 1) * (1 + S.R.gamma(double(K))) * (1 + beta) * (vabs + dvm + ra);
+        const VectorXd contrib = S.absWo.middleCols(h * dh, dh) * (dO + S.R.gamma(S.D) * (vabs + ra + dO));
         if (h == 0) attn_err = contrib;
         else attn_err += contrib;
       }
-      s.opts.clear(), s.groups.clear();
+      s.opts.clear(), s.groups.clear(), s.ustore.clear();
       s.Dlo = s.D0;
       for (std::size_t g = 0; g < rep.size(); ++g) {
         const std::int64_t j = rep[g];
@@ -487,13 +553,21 @@ struct RowWorker {
         for (int t = 0; t < V; ++t)
           if (m >> t & 1) {
             const double wgt = std::exp(sh[j * V + t] - shift);
-            s.opts.push_back({wgt, S.U(S.cls(j), t, h)});
+            if (S.zval.empty()) {
+              s.opts.push_back({wgt, S.U(S.cls(j), t, h)});
+            } else {  // rel_value: U + Z stored with the head (pointers set below, once the store stops growing)
+              s.ustore.resize(s.ustore.size() + std::size_t(C));
+              S.key_u(S.cls(j), t, h, i, j, s.ustore.data() + s.ustore.size() - std::size_t(C));
+              s.opts.push_back({wgt, nullptr});
+            }
             wmin = std::min(wmin, wgt);
           }
         gr.end = int(s.opts.size());
         s.groups.push_back(gr);
         s.Dlo += gr.count * wmin;
       }
+      if (!S.zval.empty())
+        for (std::size_t k = 0; k < s.opts.size(); ++k) s.opts[k].u = &s.ustore[k * std::size_t(C)];
     }
   }
 

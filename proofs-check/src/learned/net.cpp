@@ -155,6 +155,8 @@ OneLayer Net::one_layer() const {
     w.rel_window = c.rel_window, w.rel_far = c.rel_far, w.rel_far_norm = c.rel_far_norm;
     w.rel_far_mask = c.rel_far_mask;
     w.rel = take(lay.rel_bias, std::int64_t(c.n_heads) * w.rel_levels * c.rel_buckets());
+    if (lay.rel_value >= 0)
+      w.rel_value = take(lay.rel_value, std::int64_t(c.n_heads) * w.rel_levels * c.rel_buckets() * c.d_head);
   }
   return w;
 }

@@ -43,6 +43,9 @@ struct OneLayer {
   int pos_rows[3] = {0, 0, 0};
   std::vector<double> norm1, wq, wk, wv, wo, norm2, norm3, wi, wf, norm4, normf, readout;
   std::vector<double> rel;   // (H, rel_levels, 2 rel_window + 1 + far)
+  // model.rel_value: (H, rel_levels, 2 rel_window + 1 + far, dh), each key's relative value per level and
+  // bucket (added, weighted as the key, to the head's output); empty without it.
+  std::vector<double> rel_value;
   // coupled_rel's bucket of a (query ID, key ID) pair: -1 = no gain (either ID 0, or |d| > window without
   // far), else the index into rel's last axis (learn's coupled_rel_bucket).
   int rel_bucket(std::int32_t query_id, std::int32_t key_id) const;

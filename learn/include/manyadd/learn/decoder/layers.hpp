@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
 #include <Eigen/Core>
@@ -272,15 +273,19 @@ void attention_forward(S* out, S* att, const S* q, const S* k, const S* v, int T
 // head, H_i = -sum_j P_ij ln P_ij: dH_i/dP_ij = -(ln P_ij + 1), and the constant -1 drops out of dS (the row's
 // weights sum to 1), so dP_ij -= ent_w ln P_ij before dS (nothing where P_ij = 0: a masked or underflowed
 // key, whose dS is P_ij (...) = 0 either way).
+// dp_add (NH, T, T; fp32/double): added to dP = dout_h v_h^T before everything else (rel_value's term,
+// coupled_rel_value_backward).
 template <class S>
 void attention_backward(S* dq, S* dk, S* dv, S* scratch, const S* dout, const S* att, const S* q, const S* k,
                         const S* v, int T, int NH, int HS, S scale, S* dbias = nullptr, int bias_T = 0,
-                        const S* out_bf16 = nullptr, S ent_w = S(0), const std::int32_t* ent_rows = nullptr) {
+                        const S* out_bf16 = nullptr, S ent_w = S(0), const std::int32_t* ent_rows = nullptr,
+                        const S* dp_add = nullptr) {
   const int D = NH * HS;
   if (bias_T == 0) bias_T = T;
   CMapR<S> Q(q, T, D), K(k, T, D), Vv(v, T, D), G(dout, T, D);
   MapR<S> dQ(dq, T, D), dK(dk, T, D), dV(dv, T, D);
   MapR<S> dP(scratch, T, T);
+  if (out_bf16 && dp_add) throw std::logic_error("attention_backward: dp_add (rel_value) is fp32 only");
   if (out_bf16) {
     CMapR<S> O(out_bf16, T, D);
     MatR<S> Pr(T, T);
@@ -309,6 +314,7 @@ void attention_backward(S* dq, S* dk, S* dv, S* scratch, const S* dout, const S*
     CMapR<S> P(att + std::int64_t(h) * T * T, T, T);
     dV.middleCols(h * HS, HS).noalias() += P.transpose() * G.middleCols(h * HS, HS);
     dP.noalias() = G.middleCols(h * HS, HS) * Vv.middleCols(h * HS, HS).transpose();
+    if (dp_add) dP += CMapR<S>(dp_add + std::int64_t(h) * T * T, T, T);
     S* db = dbias ? dbias + std::int64_t(h) * bias_T * bias_T : nullptr;
     for (int i = 0; i < T; ++i) {
       if (ent_w != S(0) && ent_rows[i] >= 0)
@@ -358,6 +364,7 @@ inline int coupled_rel_bucket(std::int32_t query_id, std::int32_t key_id, int W,
 // weight exp(g) between them, so their total attention mass no longer grows with their number. The log in
 // double, rounded to S once; the term added as (g - ln N) by every twin (cpu-fast's rel_bias_row).
 inline constexpr int kMaxRelLevels = 3;  // levels a relative bias may read (model.hpp's kMaxPosLevels)
+inline constexpr int kMaxRelBuckets = 2 * 64 + 2;  // buckets per level: ModelConfig::validate's rel_window <= 64
 inline int coupled_rel_far_count(std::int32_t query_id, const std::int32_t* key_ids, int n, int W) {
   int c = 0;
   for (int j = 0; j < n; ++j) c += coupled_rel_bucket(query_id, key_ids[j], W, true) == 2 * W + 1;
@@ -416,6 +423,74 @@ void coupled_rel_bias_backward(S* dg, const S* dbias, const std::int32_t* const*
         if (b < 0) continue;
         for (int h = 0; h < NH; ++h) dg[(h * L + lv) * nb + b] += dbias[(std::int64_t(h) * T + i) * T + j];
       }
+}
+
+// ---- rel_value: a learned value per relative position (model.rel_value) ---------------------------
+// Shaw et al. 2018 ("Self-Attention with Relative Position Representations", Eq. 3) on the coupling's ID
+// differences: what key j gives query i also carries r[h, lv, b] for each level lv with a bucket b =
+// coupled_rel_bucket(id_lv(i), id_lv(j)) >= 0 (the bias's buckets), so
+//   out[i, h] = sum_j P[h, i, j] (v[j, h] + sum_lv r[h, lv, b_lv(i, j)])
+// and a key's presence at a relative position reaches the query whatever its token. r is the layer's (NH,
+// L, nb, HS). Computed through each row's bucket masses M[lv, b] = sum over its keys j in bucket b of
+// P[h, i, j] (j ascending; masked keys have P = 0): out[i, h] += M[lv, b] r[h, lv, b] for lv, then b
+// ascending, added to the P v already in out (cpu-fast's kernel does the same operations). One sequence:
+// att (NH, T, Tk) its weights, ids as coupled_rel_bias's (past > 0: the cached keys at ids[lv][-past ..]).
+template <class S>
+void coupled_rel_value(S* out, const S* att, const S* r, const std::int32_t* const* ids, int L, int T, int past, int NH,
+                       int HS, int W, bool far) {
+  const int Tk = past + T, nb = 2 * W + 1 + (far ? 1 : 0), D = NH * HS;
+  S M[kMaxRelLevels][kMaxRelBuckets];
+  for (int h = 0; h < NH; ++h)
+    for (int i = 0; i < T; ++i) {
+      const S* P = att + (std::int64_t(h) * T + i) * Tk;
+      for (int lv = 0; lv < L; ++lv) std::fill(M[lv], M[lv] + nb, S(0));
+      for (int j = 0; j <= past + i; ++j)
+        for (int lv = 0; lv < L; ++lv) {
+          const int b = coupled_rel_bucket(ids[lv][i], ids[lv][j - past], W, far);
+          if (b >= 0) M[lv][b] += P[j];
+        }
+      S* o = out + std::int64_t(i) * D + h * HS;
+      for (int lv = 0; lv < L; ++lv)
+        for (int b = 0; b < nb; ++b) {
+          const S* rv = r + ((std::int64_t(h) * L + lv) * nb + b) * HS;
+          for (int c = 0; c < HS; ++c) o[c] += M[lv][b] * rv[c];
+        }
+    }
+}
+// Its backward (past = 0, training): dr[h, lv, b] += M[lv, b] dout[i, h] per row, and dP (NH, T, T), written:
+// dP[h, i, j] = sum over lv of e[lv, b_lv(i, j)], e[lv, b] = dout[i, h] . r[h, lv, b] (0 above the diagonal),
+// the term attention_backward adds to its dout v^T (its dp_add).
+template <class S>
+void coupled_rel_value_backward(S* dr, S* dP, const S* dout, const S* att, const S* r, const std::int32_t* const* ids,
+                                int L, int T, int NH, int HS, int W, bool far) {
+  const int nb = 2 * W + 1 + (far ? 1 : 0), D = NH * HS;
+  S M[kMaxRelLevels][kMaxRelBuckets], e[kMaxRelLevels][kMaxRelBuckets];
+  std::fill(dP, dP + std::int64_t(NH) * T * T, S(0));
+  for (int h = 0; h < NH; ++h)
+    for (int i = 0; i < T; ++i) {
+      const S* P = att + (std::int64_t(h) * T + i) * T;
+      const S* g = dout + std::int64_t(i) * D + h * HS;
+      S* dpi = dP + (std::int64_t(h) * T + i) * T;
+      for (int lv = 0; lv < L; ++lv)
+        for (int b = 0; b < nb; ++b) {
+          const S* rv = r + ((std::int64_t(h) * L + lv) * nb + b) * HS;
+          S x = 0;
+          for (int c = 0; c < HS; ++c) x += g[c] * rv[c];
+          e[lv][b] = x, M[lv][b] = 0;
+        }
+      for (int j = 0; j <= i; ++j)
+        for (int lv = 0; lv < L; ++lv) {
+          const int b = coupled_rel_bucket(ids[lv][i], ids[lv][j], W, far);
+          if (b < 0) continue;
+          M[lv][b] += P[j];
+          dpi[j] += e[lv][b];
+        }
+      for (int lv = 0; lv < L; ++lv)
+        for (int b = 0; b < nb; ++b) {
+          S* d = dr + ((std::int64_t(h) * L + lv) * nb + b) * HS;
+          for (int c = 0; c < HS; ++c) d[c] += M[lv][b] * g[c];
+        }
+    }
 }
 
 // ---- RoPE (Su et al. 2021, "RoFormer", Eq. 34): q and k rotated by their token index --------------

@@ -175,6 +175,13 @@ struct ModelConfig {
   // its window of the coupled IDs and BOS, the same keys at every length (learn/README.md "Relative
   // coupling"). In config.json only when true.
   bool rel_far_mask = false;
+  // pos_mode coupled_rel: what a key gives query i also carries a learned vector per layer, head, level and
+  // bucket of their ID difference (Shaw et al. 2018's relative value embeddings on the coupling's IDs):
+  // out_i = sum_j P_ij (v_j + sum_lv r[lv, bucket_lv(i, j)]), so a key's presence at a relative position is
+  // visible whatever its token (layers.hpp, coupled_rel_value; learn/README.md "Relative coupling").
+  // Initialized to 0 (the model starts as the one without it, drawn from the same stream); fp32 only. In
+  // config.json only when true.
+  bool rel_value = false;
   int rel_buckets() const { return 2 * rel_window + 1 + (rel_far ? 1 : 0); }  // gains per (layer, head, level)
 
   void validate() const;  // throws InputError
@@ -209,6 +216,7 @@ struct Layout {
   struct Block {
     std::int64_t attn_norm1, wq, wk, wv, wo, attn_norm2, ffn_norm1, wi, wo_ff, ffn_norm2;
     std::int64_t rel_bias = -1;  // coupled_rel: this layer's (n_heads, 2, rel_buckets()) gains
+    std::int64_t rel_value = -1; // rel_value: this layer's (n_heads, 2, rel_buckets(), d_head) vectors
   };
   std::int64_t wte = 0, wpe[kMaxPosLevels] = {0, 0, 0}, final_norm = 0;
   // pos_mode fire: the MLP's three matrices (fire.mlp.0/2/4.weight: (H, 1), (H, H), (n_heads, H), the
@@ -218,6 +226,8 @@ struct Layout {
   // pos_mode coupled_rel: rel_bias.weight (n_layers, n_heads, 2, rel_buckets()), the gains of every
   // layer, head, level and ID difference d (index d + rel_window; 2 rel_window + 1: |d| > rel_window, rel_far); -1 otherwise (Block::rel_bias: the layer's)
   std::int64_t rel_bias = -1;
+  // model.rel_value: rel_value.weight (n_layers, n_heads, 2, rel_buckets(), d_head); -1 otherwise
+  std::int64_t rel_value = -1;
   std::int64_t lm_head = -1;          // -1 when the readout is tied to tok_emb
   std::int64_t readout() const { return lm_head >= 0 ? lm_head : wte; }  // the readout matrix (vocab, C)
   std::vector<Block> blocks;
@@ -348,6 +358,7 @@ struct GradScratch {
   std::vector<S> dx0;                                                  // input_injection: d x0 from the blocks
   std::vector<S> dfire_bias, dfire_out, dfire_u, dfire_h;              // pos_mode fire
   std::vector<S> rel_bias, drel_bias;                                  // pos_mode coupled_rel, per sequence
+  std::vector<S> drel_value_p;                                         // model.rel_value: its d P (NH, T, T)
   void resize(const ModelConfig& c, std::int64_t R, int T);
 };
 

@@ -47,6 +47,11 @@ struct AttnArgs {
   bool rel_far_norm = false;
   bool rel_far_mask = false;  // keys far on either level get -inf (coupled_rel_masked)  // the far gain minus ln(the row's far keys on the level): coupled_rel_far_shift
   float* rel_dgain = nullptr;
+  // model.rel_value (fp32 only; needs rel_gain's IDs): the layer's (NH, 2, nb, HS) vectors, each computed row's
+  // output plus sum over levels and buckets of its bucket mass times the bucket's vector (layers.hpp
+  // coupled_rel_value: the same operations); the backward adds d r into rel_dvalue (same layout) when not null.
+  const float* rel_value = nullptr;
+  float* rel_dvalue = nullptr;
   // train.attn_entropy (fp32 only; the backward): plus the gradient of entropy_w times every computed query
   // row's entropy -sum_j P_j ln P_j (layers.hpp attention_backward's ent_w on the rows qrows).
   float entropy_w = 0.f;
