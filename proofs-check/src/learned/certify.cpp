@@ -487,6 +487,11 @@ struct RowWorker {
     }
     hs.resize(std::size_t(H));
     VectorXd ubuf(C);
+    // The sums over keys (the softmax's normalization, P v, rel_value's masses) have Keff terms that can round:
+    // a masked key's weight is exactly 0 (exp(-inf)), its product with a finite value is 0, and adding a zero
+    // rounds nothing in any summation order, so the gamma of those sums counts the keys not masked.
+    std::int64_t Keff = 0;
+    for (std::int64_t j = 0; j < K; ++j) Keff += !S.masked(i, j);
     for (int h = 0; h < H; ++h) {
       HeadSet& s = hs[std::size_t(h)];
       const double* sh = &sc[std::size_t(h) * K * V];
@@ -531,14 +536,14 @@ struct RowWorker {
         const double uu = S.R.u, bm = S.bias_max[std::size_t(h)];
         eps += uu * (2 * smax + 3 * bm) + uu * (shift - smin + eps);
         const double rho = std::exp(2 * eps) * (1 + 4 * uu) / (1 - 4 * uu);
-        const double beta = S.R.gamma(double(K)) + 3 * uu;
+        const double beta = S.R.gamma(double(Keff)) + 3 * uu;
         // rel_value: vmax, vmin above are of v + r (the reweighting moves the average of those); the weights'
         // normalization and the forward's own roundings of the term (ShapeTables: masses, nr products and sums)
         // read the magnitudes |v| + rabs; 0 without it.
         const VectorXd ra = Eigen::Map<const VectorXd>(&S.rabs[std::size_t(h) * dh], dh);
-        VectorXd dO = (1 - 1 / rho) * (vmax - vmin) + (beta + S.R.gamma(double(K)) * (1 + beta)) * (vabs + dvm + ra) +
+        VectorXd dO = (1 - 1 / rho) * (vmax - vmin) + (beta + S.R.gamma(double(Keff)) * (1 + beta)) * (vabs + dvm + ra) +
                       (1 + beta) * dvm;
-        if (S.nr_terms > 0) dO += S.R.gamma(S.nr_terms + 1) * (1 + S.R.gamma(double(K))) * (1 + beta) * (vabs + dvm + ra);
+        if (S.nr_terms > 0) dO += S.R.gamma(S.nr_terms + 1) * (1 + S.R.gamma(double(Keff))) * (1 + beta) * (vabs + dvm + ra);
         const VectorXd contrib = S.absWo.middleCols(h * dh, dh) * (dO + S.R.gamma(S.D) * (vabs + ra + dO));
         if (h == 0) attn_err = contrib;
         else attn_err += contrib;
