@@ -104,6 +104,7 @@ struct ShapeTables {
   std::vector<double> rsum, zval, rabs;
   const double* Z(int h, int code) const { return &zval[(std::size_t(h) * ncodes + code) * C]; }
   const double* Rv(int h, int code) const { return &rsum[(std::size_t(h) * ncodes + code) * dh]; }
+  void relative_values();  // the constructor's part for the above
   const double* U(int c, int t, int h) const { return &u[((std::size_t(c) * V + t) * H + h) * C]; }
   // What key j (class c, token t) gives head h of query i through Wo_h: U, plus with rel_value the Z of the
   // pair's code; into out (C). The one definition the fixed keys' sums and the free keys' options read.
@@ -213,39 +214,7 @@ ShapeTables::ShapeTables(const OneLayer& w_, const DigitVars& dv_, const Positio
     }
     if (w.rel_far_norm) bias_max[std::size_t(h)] *= 2 + R.u;
   }
-  // rel_value: every code's relative value and its image through Wo_h (code digits: bucket + 1 per level)
-  if (w.rel_levels > 0) {
-    rel_nb = 2 * w.rel_window + 1 + (w.rel_far ? 1 : 0);
-    for (int lv = 0; lv < w.rel_levels; ++lv) ncodes *= rel_nb + 1;
-  }
-  rabs.assign(std::size_t(H) * dh, 0);
-  if (!w.rel_value.empty()) {
-    rsum.assign(std::size_t(H) * ncodes * dh, 0), zval.assign(std::size_t(H) * ncodes * C, 0);
-    for (int h = 0; h < H; ++h)
-      for (int code = 0; code < ncodes; ++code) {
-        double* rs = &rsum[(std::size_t(h) * ncodes + code) * dh];
-        for (int lv = w.rel_levels - 1, rest = code; lv >= 0; --lv, rest /= rel_nb + 1) {
-          const int b = rest % (rel_nb + 1) - 1;
-          if (b < 0) continue;
-          const double* rv = &w.rel_value[((std::size_t(h) * w.rel_levels + lv) * rel_nb + b) * dh];
-          for (int d = 0; d < dh; ++d) rs[d] += rv[d];
-        }
-        Eigen::Map<VectorXd>(&zval[(std::size_t(h) * ncodes + code) * C], C) =
-            Wo_.middleCols(h * dh, dh) * Eigen::Map<const VectorXd>(rs, dh);
-      }
-    for (int h = 0; h < H; ++h)
-      for (int lv = 0; lv < w.rel_levels; ++lv)
-        for (int d = 0; d < dh; ++d) {
-          double mx = 0;
-          for (int b = 0; b < rel_nb; ++b)
-            mx = std::max(mx, std::abs(w.rel_value[((std::size_t(h) * w.rel_levels + lv) * rel_nb + b) * dh + d]));
-          rabs[std::size_t(h) * dh + d] += mx;
-        }
-  }
-  // rel_value's forward (layers.hpp coupled_rel_value): bucket masses summed from the weights, then nr = levels x
-  // buckets products added to the P v already computed: its roundings within gamma(K) of the masses (positive
-  // terms) and gamma(nr + 1) of |P v| + the products (gvalue below, with the magnitudes rabs bounds).
-  nr_terms = w.rel_value.empty() ? 0.0 : double(w.rel_levels * rel_nb);
+  relative_values();
   double kappa_max = 0, es_max = 0;
   for (int h = 0; h < H; ++h) {
     double qk = 0, e1 = 0, qk_tilde = 0;
@@ -278,6 +247,44 @@ ShapeTables::ShapeTables(const OneLayer& w_, const DigitVars& dv_, const Positio
   Wi = mat(w.wi, 2 * F, C), Wf = mat(w.wf, C, F), readout = mat(w.readout, V, C);
   absWi = Wi.cwiseAbs(), absWf = Wf.cwiseAbs();
   n2 = vec(w.norm2), n3 = vec(w.norm3), n4 = vec(w.norm4), nf = vec(w.normf);
+}
+
+// The bias codes (rel_nb, ncodes) and, with rel_value, every code's r, Z = Wo_h r, rabs and nr_terms.
+void ShapeTables::relative_values() {
+  const auto wo = mat(w.wo, C, D);
+  // rel_value: every code's relative value and its image through Wo_h (code digits: bucket + 1 per level)
+  if (w.rel_levels > 0) {
+    rel_nb = 2 * w.rel_window + 1 + (w.rel_far ? 1 : 0);
+    for (int lv = 0; lv < w.rel_levels; ++lv) ncodes *= rel_nb + 1;
+  }
+  rabs.assign(std::size_t(H) * dh, 0);
+  if (!w.rel_value.empty()) {
+    rsum.assign(std::size_t(H) * ncodes * dh, 0), zval.assign(std::size_t(H) * ncodes * C, 0);
+    for (int h = 0; h < H; ++h)
+      for (int code = 0; code < ncodes; ++code) {
+        double* rs = &rsum[(std::size_t(h) * ncodes + code) * dh];
+        for (int lv = w.rel_levels - 1, rest = code; lv >= 0; --lv, rest /= rel_nb + 1) {
+          const int b = rest % (rel_nb + 1) - 1;
+          if (b < 0) continue;
+          const double* rv = &w.rel_value[((std::size_t(h) * w.rel_levels + lv) * rel_nb + b) * dh];
+          for (int d = 0; d < dh; ++d) rs[d] += rv[d];
+        }
+        Eigen::Map<VectorXd>(&zval[(std::size_t(h) * ncodes + code) * C], C) =
+            wo.middleCols(h * dh, dh) * Eigen::Map<const VectorXd>(rs, dh);
+      }
+    for (int h = 0; h < H; ++h)
+      for (int lv = 0; lv < w.rel_levels; ++lv)
+        for (int d = 0; d < dh; ++d) {
+          double mx = 0;
+          for (int b = 0; b < rel_nb; ++b)
+            mx = std::max(mx, std::abs(w.rel_value[((std::size_t(h) * w.rel_levels + lv) * rel_nb + b) * dh + d]));
+          rabs[std::size_t(h) * dh + d] += mx;
+        }
+  }
+  // rel_value's forward (layers.hpp coupled_rel_value): bucket masses summed from the weights, then nr = levels x
+  // buckets products added to the P v already computed: its roundings within gamma(K) of the masses (positive
+  // terms) and gamma(nr + 1) of |P v| + the products (the attention errors' terms, with the magnitudes rabs bounds).
+  nr_terms = w.rel_value.empty() ? 0.0 : double(w.rel_levels * rel_nb);
 }
 
 // The rest of the layer after attention on an enclosure of the attention output (center ac, radius ar,
