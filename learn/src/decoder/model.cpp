@@ -297,6 +297,15 @@ void round_gemm_weights(std::vector<S>& wg, const ModelView<S>& m) {
   rnd(lay.readout(), std::int64_t(c.vocab) * C);
 }
 
+// Sequence s's position IDs per level, pointers into the batch's (with a cache: into the whole sequence's,
+// so that the cached keys sit at negative indices): what coupled_rel's bias and rel_value read.
+struct SeqIds {
+  const std::int32_t* p[kMaxPosLevels] = {};
+  SeqIds(const ModelConfig& c, const BatchView& xb, int s) {
+    for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv) p[lv] = xb.pos[lv] ? xb.pos[lv] + xb.begin(s) : nullptr;
+  }
+};
+
 // Passes 2-7 of one block on the rows of xb, input x (positions past..past+T-1 of each sequence;
 // past > 0 only for a batch of one); writes the block's activations, its output is b.x2. bf16 rounding points (ctx.round): n1,
 // q, k, v, the attention weights inside attention_forward (before they multiply v), ao, n3, h, g; proj and
@@ -338,22 +347,19 @@ void block_forward(typename Acts<S>::Block& b, const S* x, const ModelView<S>& m
   for (int s = 0; s < xb.B; ++s) {
     const std::int64_t o = xb.begin(s) * D;
     const int T = xb.length(s), Tk = T + past;
+    const SeqIds ids(c, xb, s);
     const S* bias = ctx.fire_bias;
     int bias_rows = xb.T, bias_cols = xb.T + past;
     if (ctx.rel_bias) {
-      const std::int32_t* ids[kMaxPosLevels] = {};
-      for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv) ids[lv] = xb.pos[lv] + xb.begin(s);
       ctx.rel_bias->resize(std::size_t(NH) * std::size_t(T) * std::size_t(Tk));
-      coupled_rel_bias(ctx.rel_bias->data(), ctx.params + w.rel_bias, ids, pos_levels(c.pos_mode), T, past, NH,
+      coupled_rel_bias(ctx.rel_bias->data(), ctx.params + w.rel_bias, ids.p, pos_levels(c.pos_mode), T, past, NH,
                        c.rel_window, c.rel_far, c.rel_far_norm, c.rel_far_mask);
       bias = ctx.rel_bias->data(), bias_rows = T, bias_cols = Tk;
     }
     attention_forward(b.ao.data() + o, b.att.data() + att_at, b.q.data() + o, b.k.data() + o, b.v.data() + o, T, Tk,
                       NH, HS, ctx.att_scale, bias, bias_rows, bias_cols, ctx.bf16);
     if (w.rel_value >= 0) {  // 4'. rel_value: each key's relative-position value, weighted as the key (fp32)
-      const std::int32_t* ids[kMaxPosLevels] = {};
-      for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv) ids[lv] = xb.pos[lv] + xb.begin(s);
-      coupled_rel_value(b.ao.data() + o, b.att.data() + att_at, ctx.params + w.rel_value, ids, pos_levels(c.pos_mode), T,
+      coupled_rel_value(b.ao.data() + o, b.att.data() + att_at, ctx.params + w.rel_value, ids.p, pos_levels(c.pos_mode), T,
                         past, NH, HS, c.rel_window, c.rel_far);
     }
     att_at += std::int64_t(NH) * T * Tk;
@@ -424,6 +430,7 @@ void block_backward(S* G, GradScratch<S>& g, const typename Acts<S>::Block& b, c
   for (int s = 0; s < xb.B; ++s) {
     const std::int64_t o = xb.begin(s) * D;
     const int T = xb.length(s);
+    const SeqIds ids(c, xb, s);
     int bias_T = xb.T;
     if (ctx.rel_bias) {
       g.drel_bias.assign(std::size_t(NH) * std::size_t(T) * std::size_t(T), S(0));
@@ -431,11 +438,9 @@ void block_backward(S* G, GradScratch<S>& g, const typename Acts<S>::Block& b, c
     }
     const S* dp_add = nullptr;
     if (w.rel_value >= 0) {  // 4'. rel_value: d r, and its term of d P
-      const std::int32_t* ids[kMaxPosLevels] = {};
-      for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv) ids[lv] = xb.pos[lv] + xb.begin(s);
       g.drel_value_p.resize(std::size_t(NH) * std::size_t(T) * std::size_t(T));
       coupled_rel_value_backward(G + w.rel_value, g.drel_value_p.data(), g.dao.data() + o, b.att.data() + att_at,
-                                 ctx.params + w.rel_value, ids, pos_levels(c.pos_mode), T, NH, HS, c.rel_window, c.rel_far);
+                                 ctx.params + w.rel_value, ids.p, pos_levels(c.pos_mode), T, NH, HS, c.rel_window, c.rel_far);
       dp_add = g.drel_value_p.data();
     }
     attention_backward(g.dq.data() + o, g.dk.data() + o, g.dv.data() + o, g.datt.data(), g.dao.data() + o,
@@ -443,9 +448,7 @@ void block_backward(S* G, GradScratch<S>& g, const typename Acts<S>::Block& b, c
                        ctx.att_scale, dbias, bias_T, ctx.bf16 ? b.ao.data() + o : nullptr, ctx.attn_entropy_w,
                        ctx.attn_entropy_w != S(0) ? xb.targets + xb.begin(s) : nullptr, dp_add);
     if (ctx.rel_bias) {
-      const std::int32_t* ids[kMaxPosLevels] = {};
-      for (int lv = 0; lv < pos_levels(c.pos_mode); ++lv) ids[lv] = xb.pos[lv] + xb.begin(s);
-      coupled_rel_bias_backward(G + w.rel_bias, g.drel_bias.data(), ids, pos_levels(c.pos_mode), T, NH, c.rel_window, c.rel_far);
+      coupled_rel_bias_backward(G + w.rel_bias, g.drel_bias.data(), ids.p, pos_levels(c.pos_mode), T, NH, c.rel_window, c.rel_far);
     }
     att_at += std::int64_t(NH) * T * T;
     if (ctx.rope_cos) {  // 3'. RoPE: the rotation is orthogonal, d(before) = R^T d(after)
